@@ -1,0 +1,15 @@
+# Warning and sanitizer flags shared by every castmesh target.
+add_library(castmesh_compile_options INTERFACE)
+target_compile_options(castmesh_compile_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${CASTMESH_WERROR}>>:-Werror>)
+
+if(CASTMESH_SANITIZE)
+  add_compile_options(-fsanitize=${CASTMESH_SANITIZE} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${CASTMESH_SANITIZE})
+endif()
+
+# Applies castmesh's warning flags to a target without exporting them.
+function(castmesh_target_defaults target)
+  target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:castmesh_compile_options>)
+endfunction()

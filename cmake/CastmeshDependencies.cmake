@@ -1,0 +1,10 @@
+# Third-party dependencies of the core, all from Debian packages (see README).
+find_package(Threads REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(spdlog CONFIG REQUIRED)
+find_package(asio 1.18 REQUIRED)
+find_package(OpenSSL REQUIRED)
+if(NOT Protobuf_PROTOC_EXECUTABLE)
+  message(FATAL_ERROR "protoc not found: on Debian/Ubuntu run 'apt-get install protobuf-compiler'")
+endif()

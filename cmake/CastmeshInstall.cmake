@@ -1,0 +1,1 @@
+# Install rules and the find_package(castmesh) config live here (issue 2).

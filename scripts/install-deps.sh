@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages castmesh builds against. Idempotent.
+set -euo pipefail
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+PKGS=(build-essential cmake ninja-build pkg-config git
+      libasio-dev libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev libssl-dev
+      libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
+      python3-dev python3-venv libibverbs-dev patchelf)
+missing=()
+for p in "${PKGS[@]}" "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "castmesh: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,5 @@
+#include "castmesh/version.h"
+
+namespace castmesh {
+const char* version() { return CASTMESH_VERSION_STRING; }
+}  // namespace castmesh
