@@ -1,8 +1,8 @@
 # Warning and sanitizer flags shared by every castmesh target.
 add_library(castmesh_compile_options INTERFACE)
 target_compile_options(castmesh_compile_options INTERFACE
-  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${CASTMESH_WERROR}>>:-Werror>)
+  $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
+  $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<BOOL:${CASTMESH_WERROR}>>:-Werror>)
 
 if(CASTMESH_SANITIZE)
   add_compile_options(-fsanitize=${CASTMESH_SANITIZE} -fno-omit-frame-pointer -g)

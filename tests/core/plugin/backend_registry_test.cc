@@ -1,0 +1,296 @@
+#include "core/plugin/backend_registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "castmesh/backend.h"
+#include "castmesh/version.h"
+
+namespace castmesh::plugin {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string plugin_dir(const std::string& folder) { return std::string(CASTMESH_TEST_PLUGIN_DIR) + "/" + folder; }
+
+BackendInfo find(const std::vector<BackendInfo>& all, const std::string& name) {
+  for (const BackendInfo& info : all) {
+    if (info.name == name) return info;
+  }
+  ADD_FAILURE() << "backend " << name << " not listed";
+  return {};
+}
+
+TEST(BackendRegistry, LoadsAWorkingBackendAndItsDevices) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good")}}; });
+  const BackendInfo info = find(registry.backends(), "test_good");
+  EXPECT_EQ(info.state, BackendState::kLoaded) << info.message;
+  EXPECT_EQ(info.version, "9.9.9");
+  EXPECT_EQ(info.path, plugin_dir("good") + "/libcastmesh_test_good.so");
+  ASSERT_EQ(info.devices.size(), 1u);
+  EXPECT_EQ(info.devices[0].name, "test-device-0");
+  EXPECT_EQ(info.devices[0].memory_bytes, 1024u);
+  // The backend read the core version through the host API table.
+  EXPECT_EQ(info.devices[0].detail, std::string("core=") + CASTMESH_VERSION_STRING);
+
+  absl::StatusOr<const Backend*> loaded = registry.load("test_good");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_STREQ((*loaded)->table().name, "test_good");
+  EXPECT_EQ((*loaded)->info().devices.size(), 1u);
+}
+
+TEST(BackendRegistry, ReportsEveryDeviceOfABackend) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("two_devices")}}; });
+  const BackendInfo info = find(registry.backends(), "test_two");
+  ASSERT_EQ(info.state, BackendState::kLoaded) << info.message;
+  ASSERT_EQ(info.devices.size(), 2u);
+  EXPECT_EQ(info.devices[1].name, "test-device-1");
+  EXPECT_EQ(info.devices[1].index, 1);
+  EXPECT_EQ(info.devices[1].memory_bytes, 2048u);
+}
+
+TEST(BackendRegistry, ListsWellKnownBackendsThatAreMissingWithHowToInstall) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("empty-folder-that-does-not-exist")}}; });
+  const std::vector<BackendInfo> all = registry.backends();
+  ASSERT_EQ(all.size(), 2u);
+  const BackendInfo rdma = find(all, "rdma");
+  EXPECT_EQ(rdma.state, BackendState::kLibraryMissing);
+  EXPECT_THAT(rdma.message, HasSubstr("pip install \"castmesh[rdma]\""));
+  EXPECT_TRUE(rdma.path.empty());
+  const BackendInfo tensor_engine = find(all, "tensor_engine");
+  EXPECT_EQ(tensor_engine.state, BackendState::kLibraryMissing);
+  EXPECT_THAT(tensor_engine.message, HasSubstr("castmesh[tensor_engine]"));
+
+  absl::StatusOr<const Backend*> loaded = registry.load("rdma");
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("castmesh[rdma]"));
+}
+
+TEST(BackendRegistry, UnknownNameIsNotFoundWithTheSearchVariableNamed) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("no_such_backend");
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("CASTMESH_BACKEND_PATH"));
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("libcastmesh_no_such_backend.so"));
+}
+
+TEST(BackendRegistry, BackendWithoutDeviceIsUnavailable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("nodevice")}}; });
+  const BackendInfo info = find(registry.backends(), "test_nodevice");
+  EXPECT_EQ(info.state, BackendState::kNoDevice);
+  EXPECT_EQ(info.message, "test backend has no device");
+  EXPECT_TRUE(info.devices.empty());
+  absl::StatusOr<const Backend*> loaded = registry.load("test_nodevice");
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("no device"));
+}
+
+TEST(BackendRegistry, BackendWhoseInitFindsNoDriverIsUnavailable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("nodriver")}}; });
+  const BackendInfo info = find(registry.backends(), "test_nodriver");
+  EXPECT_EQ(info.state, BackendState::kNoDriver);
+  EXPECT_THAT(info.message, HasSubstr("test backend init says 1"));
+  EXPECT_EQ(registry.load("test_nodriver").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(BackendRegistry, BackendWhoseInitFailsIsAnInternalError) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("initfails")}}; });
+  EXPECT_EQ(find(registry.backends(), "test_initfails").state, BackendState::kInitFailed);
+  EXPECT_EQ(registry.load("test_initfails").status().code(), absl::StatusCode::kInternal);
+}
+
+TEST(BackendRegistry, MissingDriverLibraryIsReportedAsNoDriver) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("needsdep")}}; });
+  const BackendInfo info = find(registry.backends(), "test_needsdep");
+  EXPECT_EQ(info.state, BackendState::kNoDriver);
+  EXPECT_THAT(info.message, HasSubstr("libcastmesh_test_dep.so"));
+  EXPECT_THAT(info.message, HasSubstr("not installed"));
+  EXPECT_EQ(registry.load("test_needsdep").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(BackendRegistry, WrongAbiMajorIsRejected) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("badabi")}}; });
+  const BackendInfo info = find(registry.backends(), "test_badabi");
+  EXPECT_EQ(info.state, BackendState::kAbiMismatch);
+  EXPECT_THAT(info.message, HasSubstr("backend ABI 99.0"));
+  EXPECT_THAT(info.message, HasSubstr(CASTMESH_VERSION_STRING));
+  absl::StatusOr<const Backend*> loaded = registry.load("test_badabi");
+  ASSERT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("ABI mismatch"));
+}
+
+TEST(BackendRegistry, TruncatedTableIsRejected) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("smalltable")}}; });
+  const BackendInfo info = find(registry.backends(), "test_smalltable");
+  EXPECT_EQ(info.state, BackendState::kAbiMismatch);
+  EXPECT_THAT(info.message, HasSubstr("backend table of 8 bytes"));
+}
+
+TEST(BackendRegistry, LibraryWithoutEntrySymbolIsRejected) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("noentry")}}; });
+  const BackendInfo info = find(registry.backends(), "test_noentry");
+  EXPECT_EQ(info.state, BackendState::kInvalidLibrary);
+  EXPECT_THAT(info.message, HasSubstr("castmesh_backend_init_v1"));
+  EXPECT_EQ(registry.load("test_noentry").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BackendRegistry, FileThatIsNotALibraryIsRejectedWithoutCrashing) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("notalib")}}; });
+  const BackendInfo info = find(registry.backends(), "test_notalib");
+  EXPECT_EQ(info.state, BackendState::kInvalidLibrary);
+  EXPECT_THAT(info.message, HasSubstr("not a loadable library"));
+  EXPECT_EQ(registry.load("test_notalib").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BackendRegistry, FileNameMustMatchTheBackendName) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("misnamed")}}; });
+  const BackendInfo info = find(registry.backends(), "other_name");
+  EXPECT_EQ(info.state, BackendState::kInvalidLibrary);
+  EXPECT_THAT(info.message, HasSubstr("rename it to libcastmesh_test_misnamed.so"));
+}
+
+TEST(BackendRegistry, TwoLibrariesWithOneNameInOneTierAreAnError) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good"), plugin_dir("good_copy")}}; });
+  const BackendInfo info = find(registry.backends(), "test_good");
+  EXPECT_EQ(info.state, BackendState::kDuplicate);
+  EXPECT_THAT(info.message, HasSubstr(plugin_dir("good") + "/libcastmesh_test_good.so"));
+  EXPECT_THAT(info.message, HasSubstr(plugin_dir("good_copy") + "/libcastmesh_test_good.so"));
+  EXPECT_EQ(registry.load("test_good").status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BackendRegistry, TheSameFolderListedTwiceIsNotADuplicate) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good"), plugin_dir("good") + "/"}}; });
+  EXPECT_EQ(find(registry.backends(), "test_good").state, BackendState::kLoaded);
+}
+
+TEST(BackendRegistry, AnEarlierTierShadowsALaterOne) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good_copy")}, {plugin_dir("good")}}; });
+  const BackendInfo info = find(registry.backends(), "test_good");
+  EXPECT_EQ(info.state, BackendState::kLoaded) << info.message;
+  EXPECT_EQ(info.path, plugin_dir("good_copy") + "/libcastmesh_test_good.so");
+}
+
+TEST(BackendRegistry, ASearchEntryMayBeALibraryFile) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("two_devices") + "/libcastmesh_test_two.so"}}; });
+  EXPECT_EQ(find(registry.backends(), "test_two").state, BackendState::kLoaded);
+}
+
+TEST(BackendRegistry, LoadsAnExplicitPathOutsideTheSearchFolders) {
+  BackendRegistry registry([] { return SearchTiers{}; });
+  absl::StatusOr<const Backend*> loaded = registry.load(plugin_dir("two_devices") + "/libcastmesh_test_two.so");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->info().devices.size(), 2u);
+
+  absl::StatusOr<const Backend*> missing = registry.load(plugin_dir("nowhere") + "/libcastmesh_x.so");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<const Backend*> bad = registry.load(plugin_dir("badabi") + "/libcastmesh_test_badabi.so");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(BackendRegistry, ForgettingDiscoveryPicksUpNewFolders) {
+  std::vector<std::string> folders;
+  BackendRegistry registry([&folders] { return SearchTiers{folders}; });
+  EXPECT_EQ(registry.load("test_good").status().code(), absl::StatusCode::kNotFound);
+  folders.push_back(plugin_dir("good"));
+  EXPECT_EQ(registry.load("test_good").status().code(), absl::StatusCode::kNotFound) << "discovery is cached";
+  registry.forget_discovery();
+  EXPECT_TRUE(registry.load("test_good").ok());
+}
+
+TEST(BackendRegistry, ConcurrentCallersSeeOneConsistentResult) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good"), plugin_dir("nodevice")}}; });
+  std::vector<std::thread> threads;
+  std::vector<int> loaded_count(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&registry, &loaded_count, t] {
+      for (int i = 0; i < 20; ++i) {
+        if (registry.load("test_good").ok()) ++loaded_count[t];
+        if (find(registry.backends(), "test_nodevice").state == BackendState::kNoDevice) ++loaded_count[t];
+        if (i % 5 == 0) registry.forget_discovery();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(loaded_count, std::vector<int>(4, 40));
+}
+
+TEST(BackendFileName, FollowsTheLibcastmeshPattern) {
+  EXPECT_EQ(backend_name_from_file("libcastmesh_rdma.so"), "rdma");
+  EXPECT_EQ(backend_name_from_file("libcastmesh_tensor_engine.so"), "tensor_engine");
+  EXPECT_EQ(backend_name_from_file("libcastmesh_.so"), "");
+  EXPECT_EQ(backend_name_from_file("librdma.so"), "");
+  EXPECT_EQ(backend_name_from_file("libcastmesh_rdma.so.1"), "");
+}
+
+TEST(BackendStateName, NamesEveryState) {
+  EXPECT_EQ(backend_state_name(BackendState::kLoaded), "loaded");
+  EXPECT_EQ(backend_state_name(BackendState::kLibraryMissing), "library missing");
+  EXPECT_EQ(backend_state_name(BackendState::kAbiMismatch), "ABI mismatch");
+}
+
+// The process-wide API: CASTMESH_BACKEND_PATH, add_backend_search_path and the
+// backends built in this tree (found next to libcastmesh_core).
+TEST(ProcessBackends, AddedSearchPathIsFound) {
+  add_backend_search_path(plugin_dir("two_devices"));
+  absl::StatusOr<const Backend*> loaded = load_backend("test_two");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->info().devices.size(), 2u);
+}
+
+TEST(ProcessBackends, EnvironmentSearchPathIsFound) {
+  ASSERT_EQ(setenv("CASTMESH_BACKEND_PATH", (plugin_dir("nodevice") + ":" + plugin_dir("good")).c_str(), 1), 0);
+  const std::vector<BackendInfo> all = backends();
+  EXPECT_EQ(find(all, "test_good").state, BackendState::kLoaded);
+  EXPECT_EQ(find(all, "test_nodevice").state, BackendState::kNoDevice);
+  EXPECT_TRUE(load_backend("test_good").ok());
+}
+
+TEST(ProcessBackends, CoreFolderIsKnown) {
+  const std::string folder = core_library_folder();
+  ASSERT_FALSE(folder.empty());
+  EXPECT_TRUE(std::filesystem::exists(folder + "/libcastmesh_core.so")) << folder;
+}
+
+#ifdef CASTMESH_TEST_HAVE_RDMA
+TEST(ProcessBackends, RdmaBackendBuiltHereIsFoundAndReportsDevicesOrNoDevice) {
+  const BackendInfo rdma = find(backends(), "rdma");
+  EXPECT_EQ(rdma.path, core_library_folder() + "/castmesh/backends/libcastmesh_rdma.so");
+  if (rdma.state == BackendState::kLoaded) {
+    EXPECT_FALSE(rdma.devices.empty());
+    for (const DeviceInfo& device : rdma.devices) EXPECT_EQ(device.kind, CASTMESH_DEVICE_KIND_RDMA_NIC);
+  } else {
+    // Machines without an RDMA NIC (CI): a clean "no device" with the reason.
+    EXPECT_EQ(rdma.state, BackendState::kNoDevice) << rdma.message;
+    EXPECT_THAT(rdma.message, HasSubstr("no RDMA device"));
+    EXPECT_EQ(load_backend("rdma").status().code(), absl::StatusCode::kUnavailable);
+  }
+}
+#endif
+
+#ifdef CASTMESH_TEST_HAVE_TENSOR_ENGINE
+TEST(ProcessBackends, TensorEngineBuiltHereIsFoundAndReportsDevicesOrWhyNot) {
+  const BackendInfo te = find(backends(), "tensor_engine");
+  EXPECT_EQ(te.path, core_library_folder() + "/castmesh/backends/libcastmesh_tensor_engine.so");
+  if (te.state == BackendState::kLoaded) {
+    ASSERT_FALSE(te.devices.empty());
+    EXPECT_THAT(te.devices[0].detail, HasSubstr("compute_capability="));
+    EXPECT_GT(te.devices[0].memory_bytes, 0u);
+  } else {
+    // No GPU (CI): the driver or the device is missing, and the message says which.
+    EXPECT_TRUE(te.state == BackendState::kNoDriver || te.state == BackendState::kNoDevice)
+        << backend_state_name(te.state) << ": " << te.message;
+    EXPECT_THAT(te.message, ::testing::AnyOf(HasSubstr("no CUDA driver"), HasSubstr("no CUDA device"),
+                                             HasSubstr("HIP")));
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace castmesh::plugin
