@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "castmesh/shape.h"
 
 namespace castmesh {
 
@@ -72,6 +73,45 @@ class CastTree {
   std::vector<size_t> root_children_;
   std::vector<std::vector<size_t>> children_;
   std::vector<size_t> depth_;
+};
+
+// The route of one cast to a slice of a base mesh of `base_size` members.
+//
+// The tree is always the tree of the *base* mesh (positions = base ranks
+// 0 .. base_size-1), pruned to the subtrees that hold a target: a node
+// forwards only into child spans that contain a member of the slice, and
+// delivers to its own member only if that member is a target. Because the
+// path from the sender to a member is then the same whatever slice is cast
+// to, two casts from one sender reach every member in the order they were
+// sent (each hop is FIFO), even when they target different slices. The cost
+// is a few extra hops through non-target nodes: at most (depth - 1) extra
+// messages per target, none when casting to the whole mesh.
+//
+// Immutable after construction; share one route among all hops of a cast
+// (in process) or rebuild it from (base_size, slice, fanout) in each proc.
+class CastRoute {
+ public:
+  // Errors: fanout == 0, a rank of `targets` outside the base mesh.
+  static absl::StatusOr<CastRoute> Create(size_t base_size, const Slice& targets, size_t fanout);
+
+  size_t base_size() const { return base_size_; }
+  size_t fanout() const { return fanout_; }
+  // Target ranks, increasing.
+  const std::vector<size_t>& targets() const { return targets_; }
+  // Whether the node at span.begin delivers to its own member.
+  bool delivers(const CastSpan& span) const;
+  // Spans the sender sends to (each holds at least one target).
+  std::vector<CastSpan> root_children() const;
+  // Spans the node at span.begin forwards to (each holds at least one target).
+  std::vector<CastSpan> children(const CastSpan& span) const;
+
+ private:
+  bool holds_target(const CastSpan& span) const;
+  std::vector<CastSpan> pruned(std::vector<CastSpan> spans) const;
+
+  size_t base_size_ = 0;
+  size_t fanout_ = 1;
+  std::vector<size_t> targets_;
 };
 
 }  // namespace castmesh

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 
 namespace castmesh {
 
@@ -50,6 +51,45 @@ absl::StatusOr<CastTree> CastTree::Plan(size_t n, size_t fanout) {
 
 size_t CastTree::depth() const {
   return depth_.empty() ? 0 : *std::max_element(depth_.begin(), depth_.end());
+}
+
+absl::StatusOr<CastRoute> CastRoute::Create(size_t base_size, const Slice& targets,
+                                            size_t fanout) {
+  if (fanout == 0) return absl::InvalidArgumentError("cast fan-out must be at least 1");
+  CastRoute route;
+  route.base_size_ = base_size;
+  route.fanout_ = fanout;
+  route.targets_ = targets.ranks();
+  std::sort(route.targets_.begin(), route.targets_.end());
+  if (!route.targets_.empty() && route.targets_.back() >= base_size) {
+    return absl::OutOfRangeError(absl::StrCat("cast target rank ", route.targets_.back(),
+                                              " is outside the mesh of ", base_size, " members"));
+  }
+  return route;
+}
+
+bool CastRoute::holds_target(const CastSpan& span) const {
+  auto it = std::lower_bound(targets_.begin(), targets_.end(), span.begin);
+  return it != targets_.end() && *it < span.end;
+}
+
+bool CastRoute::delivers(const CastSpan& span) const {
+  return std::binary_search(targets_.begin(), targets_.end(), span.begin);
+}
+
+std::vector<CastSpan> CastRoute::pruned(std::vector<CastSpan> spans) const {
+  spans.erase(std::remove_if(spans.begin(), spans.end(),
+                             [&](const CastSpan& s) { return !holds_target(s); }),
+              spans.end());
+  return spans;
+}
+
+std::vector<CastSpan> CastRoute::root_children() const {
+  return pruned(cast_root_children(base_size_, fanout_));
+}
+
+std::vector<CastSpan> CastRoute::children(const CastSpan& span) const {
+  return pruned(cast_node_children(span, fanout_));
 }
 
 }  // namespace castmesh

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 namespace castmesh {
 namespace {
@@ -95,6 +97,92 @@ TEST(CastTree, SubtreesAreContiguousSpans) {
     }
     ASSERT_EQ(covered, s.size());
   }
+}
+
+}  // namespace
+}  // namespace castmesh
+
+namespace castmesh {
+namespace {
+
+struct Walk {
+  std::vector<int> delivered;              // per base rank
+  std::vector<std::vector<size_t>> paths;  // per base rank: span heads from the sender
+  size_t messages = 0;                     // hops sent, sender included
+  size_t sender_messages = 0;
+  size_t max_node_messages = 0;
+};
+
+Walk walk(const CastRoute& route) {
+  Walk w;
+  w.delivered.assign(route.base_size(), 0);
+  w.paths.assign(route.base_size(), {});
+  struct Hop {
+    CastSpan span;
+    std::vector<size_t> path;
+  };
+  std::vector<Hop> stack;
+  for (CastSpan s : route.root_children()) stack.push_back({s, {s.begin}});
+  w.sender_messages = w.messages = stack.size();
+  while (!stack.empty()) {
+    Hop hop = stack.back();
+    stack.pop_back();
+    if (route.delivers(hop.span)) {
+      w.delivered[hop.span.begin]++;
+      w.paths[hop.span.begin] = hop.path;
+    }
+    std::vector<CastSpan> children = route.children(hop.span);
+    w.messages += children.size();
+    w.max_node_messages = std::max(w.max_node_messages, children.size());
+    for (CastSpan c : children) {
+      std::vector<size_t> path = hop.path;
+      path.push_back(c.begin);
+      stack.push_back({c, path});
+    }
+  }
+  return w;
+}
+
+// Property: for random slices of random meshes, the pruned route delivers to
+// exactly the slice's members, the path to a member does not depend on the
+// slice (the ordering guarantee), and the message count stays near |slice|.
+TEST(CastRoute, DeliversExactlyToSliceAlongFixedPaths) {
+  std::mt19937 rng(7);
+  auto uniform = [&](size_t lo, size_t hi) {
+    return std::uniform_int_distribution<size_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 200; ++trial) {
+    Shape base = *Shape::Create({{"a", uniform(1, 5)}, {"b", uniform(1, 9)}, {"c", uniform(1, 3)}});
+    size_t fanout = uniform(1, 9);
+    CastRoute whole_route = *CastRoute::Create(base.size(), base.slice(), fanout);
+    Walk whole = walk(whole_route);
+    ASSERT_EQ(whole.messages, base.size()) << "casting to the whole mesh: one message per member";
+
+    Shape sub = base;
+    for (const char* dim : {"a", "b", "c"}) {
+      size_t n = *sub.size_of(dim);
+      int64_t start = static_cast<int64_t>(uniform(0, n - 1));
+      int64_t stop = static_cast<int64_t>(uniform(static_cast<size_t>(start) + 1, n));
+      sub = *sub.select(dim, Range(start, stop, static_cast<int64_t>(uniform(1, 2))));
+    }
+    CastRoute route = *CastRoute::Create(base.size(), sub.slice(), fanout);
+    Walk w = walk(route);
+    std::vector<size_t> members = sub.slice().ranks();
+    std::vector<int> expected(base.size(), 0);
+    for (size_t r : members) expected[r] = 1;
+    ASSERT_EQ(w.delivered, expected) << sub.to_string();
+    for (size_t r : members) ASSERT_EQ(w.paths[r], whole.paths[r]) << "rank " << r;
+    ASSERT_LE(w.sender_messages, fanout);
+    ASSERT_LE(w.max_node_messages, fanout);
+    size_t depth = CastTree::Plan(base.size(), fanout)->depth();
+    ASSERT_LE(w.messages, members.size() * depth);
+  }
+}
+
+TEST(CastRoute, Errors) {
+  Slice s = *Slice::RowMajor({4});
+  EXPECT_EQ(CastRoute::Create(2, s, 8).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(CastRoute::Create(4, s, 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
