@@ -1,0 +1,172 @@
+// Internal: how the replies of a mesh request are collected. Used by
+// ActorMesh; public only because ActorMesh is a template.
+//
+//   ReplyGather<R>   one reply per point -> ValueMesh<R> (call)
+//   ReduceNode<R>    one node of the reduction tree: its own reply and its
+//                    children's partial results, folded in row-major order
+//                    (call with a reducer)
+//   ReplyQueue<R>    replies handed out as they arrive (stream)
+//
+// All are thread-safe: replies arrive on whatever thread completes the
+// member's request. Each completes its continuation exactly once, outside
+// its lock.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "castmesh/shape.h"
+#include "castmesh/value_mesh.h"
+
+namespace castmesh::detail {
+
+// The error of a member's request, naming the member's point. Keeps the code.
+inline absl::Status member_error(const Point& point, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("mesh member ", point.to_string(), " (rank ",
+                                                  point.rank(), "): ", status.message()));
+}
+
+template <typename R>
+class ReplyGather {
+ public:
+  using Done = std::function<void(absl::StatusOr<ValueMesh<R>>)>;
+
+  ReplyGather(Shape shape, Done done)
+      : shape_(std::move(shape)), values_(shape_.size()), remaining_(shape_.size()),
+        done_(std::move(done)) {}
+
+  // The reply of the member at `position` (row-major position in shape()).
+  void set_value(size_t position, R value) {
+    std::optional<ValueMesh<R>> result;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || values_[position].has_value()) return;
+      values_[position].emplace(std::move(value));
+      if (--remaining_ != 0) return;
+      finished_ = true;
+      std::vector<R> all;
+      all.reserve(values_.size());
+      for (auto& v : values_) all.push_back(std::move(*v));
+      result.emplace(*ValueMesh<R>::Create(shape_, std::move(all)));
+    }
+    done_(std::move(*result));
+  }
+  // The request of the member at `position` failed: the whole call fails,
+  // naming the member.
+  void set_error(size_t position, const absl::Status& status) {
+    fail(member_error(*shape_.point_at(position), status));
+  }
+  // Fails the whole call (first failure wins; later replies are dropped).
+  void fail(absl::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    done_(std::move(status));
+  }
+  const Shape& shape() const { return shape_; }
+
+ private:
+  const Shape shape_;
+  absl::Mutex mu_;
+  std::vector<std::optional<R>> values_;
+  size_t remaining_;
+  bool finished_ = false;
+  Done done_;
+};
+
+// One node of a reduction along the cast tree. Slot 0 is the node's own
+// member (when it is a target), slots 1.. its child subtrees in span order,
+// so folding the slots left to right folds the members in row-major order.
+template <typename R>
+class ReduceNode {
+ public:
+  // Receives the folded result of this subtree, or its first error.
+  using Done = std::function<void(absl::StatusOr<R>)>;
+
+  ReduceNode(size_t slots, Reducer<R> reducer, Done done)
+      : slots_(slots), remaining_(slots), reducer_(std::move(reducer)), done_(std::move(done)) {}
+
+  void set_value(size_t slot, R value) {
+    std::optional<R> folded;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || slots_[slot].has_value()) return;
+      slots_[slot].emplace(std::move(value));
+      if (--remaining_ != 0) return;
+      finished_ = true;
+      for (auto& s : slots_) {
+        if (!s.has_value()) continue;  // unreachable: every slot is filled
+        folded = folded ? reducer_.combine(std::move(*folded), std::move(*s)) : std::move(*s);
+      }
+    }
+    done_(std::move(*folded));
+  }
+  void fail(absl::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    done_(std::move(status));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::optional<R>> slots_;
+  size_t remaining_;
+  bool finished_ = false;
+  Reducer<R> reducer_;
+  Done done_;
+};
+
+// Replies in arrival order. The producer side (push/close) is used by the
+// mesh; the consumer side is what ActorMesh::stream returns to the user.
+template <typename R>
+class ReplyQueue {
+ public:
+  explicit ReplyQueue(size_t expected) : expected_(expected) {}
+
+  void push(Point point, absl::StatusOr<R> value) {
+    absl::MutexLock lock(&mu_);
+    items_.emplace_back(std::move(point), std::move(value));
+  }
+
+  // The next reply (its point and value or error). Blocks up to `timeout`:
+  // DeadlineExceeded when nothing arrived in time, OutOfRange once every
+  // expected reply has been taken.
+  absl::StatusOr<std::pair<Point, absl::StatusOr<R>>> next(
+      absl::Duration timeout = absl::InfiniteDuration()) {
+    absl::MutexLock lock(&mu_);
+    if (taken_ == expected_) return absl::OutOfRangeError("every reply of the stream was taken");
+    auto has_item = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !items_.empty(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&has_item), timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat("no reply within ", absl::FormatDuration(timeout),
+                                                      " (", taken_, " of ", expected_, " taken)"));
+    }
+    auto item = std::move(items_.front());
+    items_.pop_front();
+    ++taken_;
+    return item;
+  }
+  size_t expected() const { return expected_; }
+
+ private:
+  const size_t expected_;
+  absl::Mutex mu_;
+  std::deque<std::pair<Point, absl::StatusOr<R>>> items_ ABSL_GUARDED_BY(mu_);
+  size_t taken_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace castmesh::detail
