@@ -1,0 +1,891 @@
+#include "core/transport/endpoint.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <asio/connect.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/generic/stream_protocol.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "core/log/log.h"
+#include "core/transport/address.h"
+#include "core/wire/handshake.h"
+
+namespace castmesh::transport {
+namespace {
+
+using Socket = asio::generic::stream_protocol::socket;
+using GenericEndpoint = asio::generic::stream_protocol::endpoint;
+using Clock = std::chrono::steady_clock;
+namespace v1 = wire::v1;
+
+constexpr std::size_t kReadBufferSize = 256 * 1024;
+
+absl::Status lost(const std::string& what, const std::error_code& ec) {
+  if (ec == asio::error::eof) return absl::UnavailableError(absl::StrCat(what, ": peer closed the connection"));
+  return absl::UnavailableError(absl::StrCat(what, ": ", ec.message()));
+}
+
+// "unix peer pid 123" / "tcp 127.0.0.1:5555": who is on the other end, for logs.
+std::string describe_remote(int fd) {
+  sockaddr_storage storage{};
+  socklen_t size = sizeof(storage);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&storage), &size) != 0) return "unknown peer";
+  if (storage.ss_family == AF_UNIX) {
+    ucred cred{};
+    socklen_t cred_size = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_size) == 0) {
+      return absl::StrCat("unix peer pid ", cred.pid);
+    }
+    return "unix peer";
+  }
+  if (storage.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
+    asio::ip::address_v4 a(ntohl(in->sin_addr.s_addr));
+    return absl::StrCat("tcp ", a.to_string(), ":", ntohs(in->sin_port));
+  }
+  if (storage.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
+    asio::ip::address_v6::bytes_type bytes;
+    std::memcpy(bytes.data(), &in6->sin6_addr, 16);
+    return absl::StrCat("tcp [", asio::ip::address_v6(bytes).to_string(), "]:", ntohs(in6->sin6_port));
+  }
+  return "peer";
+}
+
+void set_no_delay(Socket& socket) {
+  const int family = socket.local_endpoint().protocol().family();
+  if (family == AF_INET || family == AF_INET6) {
+    int one = 1;
+    ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+}
+
+// Resolves a unix: or tcp: address to a socket endpoint (blocking for tcp
+// host names; literals resolve at once).
+absl::StatusOr<GenericEndpoint> to_socket_endpoint(const ChannelAddress& address, asio::io_context& io) {
+  if (address.kind == ChannelAddress::Kind::kUnix) {
+    std::string path = address.abstract ? std::string(1, '\0') + address.name : address.name;
+    return GenericEndpoint(asio::local::stream_protocol::endpoint(path));
+  }
+  if (address.kind == ChannelAddress::Kind::kTcp) {
+    std::error_code ec;
+    asio::ip::address ip = asio::ip::make_address(address.host, ec);
+    if (!ec) return GenericEndpoint(asio::ip::tcp::endpoint(ip, address.port));
+    asio::ip::tcp::resolver resolver(io);
+    auto results = resolver.resolve(address.host, std::to_string(address.port), ec);
+    if (ec || results.empty()) {
+      return absl::UnavailableError(absl::StrCat("cannot resolve host '", address.host, "': ", ec.message()));
+    }
+    return GenericEndpoint(results.begin()->endpoint());
+  }
+  return absl::InvalidArgumentError("local: addresses have no socket");
+}
+
+// Endpoints listening on local:NAME, by name. Process-wide.
+struct LocalRegistry {
+  std::mutex mu;
+  absl::flat_hash_map<std::string, Endpoint::Impl*> by_name;
+};
+LocalRegistry& local_registry() {
+  static auto* registry = new LocalRegistry;  // never destroyed: used from exit paths
+  return *registry;
+}
+
+}  // namespace
+
+class Connection;
+
+class Endpoint::Impl {
+ public:
+  Impl(EndpointOptions options, MessageHandler on_message, PeerLostHandler on_peer_lost)
+      : options_(std::move(options)),
+        on_message_(std::move(on_message)),
+        on_peer_lost_(std::move(on_peer_lost)),
+        heartbeat_timer_(io_) {}
+  ~Impl() { shutdown(); }
+
+  absl::Status start();
+  void shutdown();
+  absl::Status send(std::string_view peer, v1::Envelope envelope, wire::Payload payload);
+  void disconnect(std::string_view peer);
+  std::vector<std::string> peers() const;
+  bool on_io_thread() const { return io_.get_executor().running_in_this_thread(); }
+  void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+
+  // Called by connections, on the I/O thread.
+  void on_established(const std::shared_ptr<Connection>& connection);
+  void on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report);
+  void deliver(const std::string& peer, v1::Envelope&& envelope, wire::Payload payload);
+
+  const EndpointOptions& options() const { return options_; }
+  asio::io_context& io() { return io_; }
+  const std::string& id() const { return id_; }
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
+ private:
+  absl::Status listen(const ChannelAddress& address);
+  void accept_next();
+  void arm_heartbeat();
+  absl::Status send_local(std::string_view peer, v1::Envelope envelope, wire::Payload payload);
+
+  EndpointOptions options_;
+  MessageHandler on_message_;
+  PeerLostHandler on_peer_lost_;
+  std::string id_;
+  std::string local_name_;       // registered local: name, if any
+  std::string unix_path_;        // filesystem socket to unlink at shutdown, if any
+
+  mutable asio::io_context io_{1};
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  std::optional<asio::basic_socket_acceptor<asio::generic::stream_protocol>> acceptor_;
+  asio::steady_timer heartbeat_timer_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex peers_mu_;
+  // The connection used to send to each peer (one per peer proc).
+  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;
+  // Every open connection, including not yet authenticated ones.
+  absl::flat_hash_set<std::shared_ptr<Connection>> connections_;
+};
+
+// One socket to one peer proc. Reading, handshaking and closing happen on the
+// owner's I/O thread; enqueue() may be called from any thread and is guarded
+// by out_mu_.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Endpoint::Impl& owner, bool outgoing, std::string peer)
+      : owner_(owner),
+        socket_(owner.io()),
+        handshake_timer_(owner.io()),
+        outgoing_(outgoing),
+        peer_(std::move(peer)),
+        rbuf_(new char[std::max<std::size_t>(kReadBufferSize,
+                                             owner.options().limits.max_body_size + 64)]),
+        rcap_(std::max<std::size_t>(kReadBufferSize, owner.options().limits.max_body_size + 64)) {}
+
+  Socket& socket() { return socket_; }
+  const std::string& peer() const { return peer_; }
+  bool established() const { return established_.load(std::memory_order_acquire); }
+  const std::string& remote() const { return remote_; }
+
+  // I/O thread: an accepted socket; sends the challenge.
+  void start_accepted() {
+    remote_ = describe_remote(socket_.native_handle());
+    set_no_delay(socket_);
+    my_nonce_ = wire::make_nonce();
+    v1::Handshake hs;
+    auto* challenge = hs.mutable_challenge();
+    challenge->set_version(wire::kWireVersion);
+    challenge->set_nonce(my_nonce_);
+    challenge->set_proc(owner_.id());
+    write_handshake(hs);
+    arm_handshake_timeout();
+    start_read();
+  }
+
+  // I/O thread: connects to `address`; the acceptor speaks first.
+  void start_dial(const ChannelAddress& address) {
+    auto target = to_socket_endpoint(address, owner_.io());
+    if (!target.ok()) {
+      close(target.status(), true);
+      return;
+    }
+    arm_handshake_timeout();
+    socket_.async_connect(*target, [self = shared_from_this()](const std::error_code& ec) {
+      if (self->closed_) return;
+      if (ec) {
+        self->close(lost(absl::StrCat("cannot connect to ", self->peer_), ec), true);
+        return;
+      }
+      self->remote_ = describe_remote(self->socket_.native_handle());
+      set_no_delay(self->socket_);
+      self->my_nonce_ = wire::make_nonce();
+      self->start_read();
+    });
+  }
+
+  // Any thread. See the backpressure policy in endpoint.h.
+  absl::Status enqueue(v1::Envelope& envelope, wire::Payload&& payload, bool on_io_thread) {
+    envelope.set_version(wire::kWireVersion);
+    envelope.set_payload_size(payload.size());
+    const EndpointOptions& options = owner_.options();
+    std::unique_lock lock(out_mu_);
+    if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
+    const std::size_t frame_bytes = payload.size() + 64;
+    auto fits = [&] {
+      return out_closed_ || queued_bytes_ == 0 || queued_bytes_ + frame_bytes <= options.max_outbound_bytes;
+    };
+    if (!fits()) {
+      if (on_io_thread ||
+          !out_cv_.wait_for(lock, absl::ToChronoNanoseconds(options.send_block_timeout), fits)) {
+        return absl::ResourceExhaustedError(absl::StrCat("outbound queue to ", peer_, " is full (",
+                                                         queued_bytes_, " bytes queued)"));
+      }
+      if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
+    }
+    envelope.set_sequence(next_sequence_++);
+    if (pending_.empty() || !pending_.back().payload.empty()) pending_.emplace_back();
+    Chunk& chunk = pending_.back();
+    const std::size_t before = chunk.bytes.size();
+    wire::append_frame_body(envelope, chunk.bytes);
+    std::size_t added = chunk.bytes.size() - before;
+    if (payload.size() <= kInlinePayloadLimit) {
+      chunk.bytes.append(payload.data(), payload.size());
+      added += payload.size();
+    } else {
+      added += payload.size();
+      chunk.payload = std::move(payload);
+    }
+    queued_bytes_ += added;
+    const bool schedule = !writing_ && can_write_;
+    if (schedule) writing_ = true;
+    lock.unlock();
+    if (schedule) asio::post(owner_.io(), [self = shared_from_this()] { self->flush(); });
+    return absl::OkStatus();
+  }
+
+  // I/O thread. Idempotent. `report`: tell the owner's PeerLostHandler.
+  void close(const absl::Status& why, bool report) {
+    if (closed_) return;
+    closed_ = true;
+    handshake_timer_.cancel();
+    std::error_code ignored;
+    socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+    socket_.close(ignored);
+    {
+      std::lock_guard lock(out_mu_);
+      out_closed_ = true;
+      pending_.clear();
+      queued_bytes_ = 0;
+    }
+    out_cv_.notify_all();
+    owner_.on_closed(shared_from_this(), why, report);
+  }
+
+  // I/O thread: heartbeat tick.
+  void tick(Clock::time_point now) {
+    if (closed_ || !established_) return;
+    const auto timeout = absl::ToChronoNanoseconds(owner_.options().heartbeat_timeout);
+    if (now - last_rx_ > timeout) {
+      close(absl::UnavailableError(absl::StrCat(
+                "no frame from ", peer_, " for ", absl::FormatDuration(owner_.options().heartbeat_timeout),
+                " (heartbeat timeout)")),
+            true);
+      return;
+    }
+    if (now - last_tx_ >= absl::ToChronoNanoseconds(owner_.options().heartbeat_interval)) {
+      v1::Envelope heartbeat;
+      heartbeat.set_kind(v1::Envelope::KIND_HEARTBEAT);
+      (void)enqueue(heartbeat, {}, true);  // a full queue means traffic: no heartbeat needed
+    }
+  }
+
+ private:
+  struct Chunk {
+    std::string bytes;      // one or more whole frames (small payloads inline)
+    wire::Payload payload;  // a large payload following `bytes`, written from its own memory
+  };
+
+  void arm_handshake_timeout() {
+    handshake_timer_.expires_after(absl::ToChronoNanoseconds(owner_.options().handshake_timeout));
+    handshake_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+      if (ec || self->closed_ || self->established_) return;
+      self->protocol_error(absl::DeadlineExceededError(absl::StrCat(
+          "handshake not completed within ", absl::FormatDuration(self->owner_.options().handshake_timeout))));
+    });
+  }
+
+  // --- writing (I/O thread) -------------------------------------------------
+
+  // Handshake frames go out ahead of any envelope queued meanwhile.
+  void write_handshake(const v1::Handshake& hs) {
+    {
+      std::lock_guard lock(out_mu_);
+      wire::append_frame_body(hs, handshake_out_);
+      if (writing_) return;
+      writing_ = true;
+    }
+    flush_scheduled_now();
+  }
+
+  void flush_scheduled_now() { asio::post(owner_.io(), [self = shared_from_this()] { self->flush(); }); }
+
+  // Writes everything queued now in one gather write. Runs with writing_ set.
+  void flush() {
+    if (closed_) return;
+    {
+      std::lock_guard lock(out_mu_);
+      if (!handshake_out_.empty()) {
+        inflight_.emplace_back();
+        inflight_.back().bytes.swap(handshake_out_);
+      }
+      inflight_counted_ = 0;
+      if (can_write_ && !pending_.empty()) {
+        for (const Chunk& chunk : pending_) inflight_counted_ += chunk.bytes.size() + chunk.payload.size();
+        if (inflight_.empty()) {
+          inflight_.swap(pending_);
+        } else {
+          for (Chunk& chunk : pending_) inflight_.push_back(std::move(chunk));
+          pending_.clear();
+        }
+      }
+      if (inflight_.empty()) {
+        writing_ = false;
+        return;
+      }
+    }
+    buffers_.clear();
+    for (const Chunk& chunk : inflight_) {
+      if (!chunk.bytes.empty()) buffers_.emplace_back(chunk.bytes.data(), chunk.bytes.size());
+      if (!chunk.payload.empty()) buffers_.emplace_back(chunk.payload.data(), chunk.payload.size());
+    }
+    asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+      self->on_written(ec, n);
+    });
+  }
+
+  void on_written(const std::error_code& ec, std::size_t /*written*/) {
+    if (closed_) return;
+    if (ec) {
+      close(lost(absl::StrCat("write to ", peer_), ec), true);
+      return;
+    }
+    last_tx_ = Clock::now();
+    inflight_.clear();
+    {
+      std::lock_guard lock(out_mu_);
+      queued_bytes_ -= std::min(queued_bytes_, inflight_counted_);
+    }
+    out_cv_.notify_all();
+    flush();
+  }
+
+  // Handshake done: envelopes may flow.
+  void establish() {
+    established_ = true;
+    handshake_timer_.cancel();
+    last_rx_ = last_tx_ = Clock::now();
+    bool schedule = false;
+    {
+      std::lock_guard lock(out_mu_);
+      can_write_ = true;
+      if (!writing_ && !pending_.empty()) schedule = writing_ = true;
+    }
+    if (schedule) flush_scheduled_now();
+    owner_.on_established(shared_from_this());
+  }
+
+  // --- reading (I/O thread) -------------------------------------------------
+
+  void start_read() {
+    if (closed_) return;
+    if (rbegin_ == rend_) {
+      rbegin_ = rend_ = 0;
+    } else if (rbegin_ > 0 && rcap_ - rend_ < owner_.options().limits.max_body_size + 64) {
+      std::memmove(rbuf_.get(), rbuf_.get() + rbegin_, rend_ - rbegin_);
+      rend_ -= rbegin_;
+      rbegin_ = 0;
+    }
+    socket_.async_read_some(asio::buffer(rbuf_.get() + rend_, rcap_ - rend_),
+                            [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
+                              self->on_read(ec, n);
+                            });
+  }
+
+  void on_read(const std::error_code& ec, std::size_t n) {
+    if (closed_) return;
+    if (ec) {
+      close(lost(established_ ? absl::StrCat("connection to ", peer_) : absl::StrCat("connection from ", remote_),
+                 ec),
+            true);
+      return;
+    }
+    last_rx_ = Clock::now();
+    rend_ += n;
+    const wire::FrameLimits& limits = owner_.options().limits;
+    while (!closed_) {
+      const std::size_t avail = rend_ - rbegin_;
+      if (avail < wire::kLengthPrefixSize) break;
+      const std::uint32_t body_size = wire::read_length_prefix(rbuf_.get() + rbegin_);
+      if (absl::Status st = wire::check_body_size(body_size, limits); !st.ok()) {
+        protocol_error(st);
+        return;
+      }
+      if (avail < wire::kLengthPrefixSize + body_size) break;
+      const char* body = rbuf_.get() + rbegin_ + wire::kLengthPrefixSize;
+      rbegin_ += wire::kLengthPrefixSize + body_size;
+      if (!established_) {
+        on_handshake_frame(body, body_size);
+        continue;
+      }
+      absl::StatusOr<v1::Envelope> envelope = wire::parse_envelope(body, body_size, limits);
+      if (!envelope.ok()) {
+        protocol_error(envelope.status());
+        return;
+      }
+      const std::uint64_t payload_size = envelope->payload_size();
+      const std::size_t have = rend_ - rbegin_;
+      if (payload_size <= have) {
+        wire::Payload payload =
+            payload_size == 0 ? wire::Payload() : wire::Payload::copy_of({rbuf_.get() + rbegin_, payload_size});
+        rbegin_ += payload_size;
+        deliver(std::move(*envelope), std::move(payload));
+        continue;
+      }
+      // A payload larger than what is buffered: read the rest straight into
+      // the receiver's buffer.
+      char* writable = nullptr;
+      wire::Payload payload = wire::Payload::allocate(payload_size, &writable);
+      std::memcpy(writable, rbuf_.get() + rbegin_, have);
+      rbegin_ = rend_ = 0;
+      read_payload(std::move(*envelope), std::move(payload), writable, have);
+      return;
+    }
+    start_read();
+  }
+
+  void read_payload(v1::Envelope envelope, wire::Payload payload, char* writable, std::size_t got) {
+    const std::size_t size = payload.size();
+    if (got == size) {
+      deliver(std::move(envelope), std::move(payload));
+      start_read();
+      return;
+    }
+    socket_.async_read_some(
+        asio::buffer(writable + got, size - got),
+        [self = shared_from_this(), envelope = std::move(envelope), payload = std::move(payload), writable,
+         got](const std::error_code& ec, std::size_t n) mutable {
+          if (self->closed_) return;
+          if (ec) {
+            self->close(lost(absl::StrCat("connection to ", self->peer_), ec), true);
+            return;
+          }
+          self->last_rx_ = Clock::now();
+          self->read_payload(std::move(envelope), std::move(payload), writable, got + n);
+        });
+  }
+
+  void deliver(v1::Envelope&& envelope, wire::Payload payload) {
+    if (envelope.sequence() != expected_sequence_) {
+      protocol_error(absl::DataLossError(absl::StrCat("sequence ", envelope.sequence(), " where ",
+                                                      expected_sequence_, " was expected")));
+      return;
+    }
+    ++expected_sequence_;
+    if (envelope.kind() == v1::Envelope::KIND_HEARTBEAT) return;
+    owner_.deliver(peer_, std::move(envelope), std::move(payload));
+  }
+
+  void on_handshake_frame(const char* body, std::size_t size) {
+    absl::StatusOr<v1::Handshake> hs = wire::parse_handshake(body, size);
+    if (!hs.ok()) {
+      protocol_error(hs.status());
+      return;
+    }
+    const std::string& secret = owner_.options().secret;
+    if (outgoing_ && hs->has_challenge() && acceptor_nonce_.empty()) {
+      const v1::Challenge& challenge = hs->challenge();
+      if (challenge.version() != wire::kWireVersion) {
+        protocol_error(absl::FailedPreconditionError(absl::StrCat(
+            "peer speaks wire version ", challenge.version(), ", this proc ", wire::kWireVersion)));
+        return;
+      }
+      if (challenge.nonce().size() != wire::kNonceSize) {
+        protocol_error(absl::InvalidArgumentError("challenge nonce has the wrong size"));
+        return;
+      }
+      acceptor_nonce_ = challenge.nonce();
+      acceptor_proc_ = challenge.proc();
+      v1::Handshake reply;
+      auto* response = reply.mutable_response();
+      response->set_version(wire::kWireVersion);
+      response->set_nonce(my_nonce_);
+      response->set_proc(owner_.id());
+      response->set_mac(wire::connector_mac(secret, acceptor_nonce_, my_nonce_, owner_.id()));
+      write_handshake(reply);
+      return;
+    }
+    if (outgoing_ && hs->has_accept() && !acceptor_nonce_.empty()) {
+      if (!wire::mac_equal(hs->accept().mac(),
+                           wire::acceptor_mac(secret, my_nonce_, acceptor_nonce_, acceptor_proc_))) {
+        protocol_error(absl::PermissionDeniedError(
+            absl::StrCat("authentication failed: ", peer_, " does not know the mesh secret")));
+        return;
+      }
+      if (acceptor_proc_ != peer_) {
+        CASTMESH_LOG_DEBUG("castmesh-proc {}: dialed {} answered as {}", owner_.id(), peer_, acceptor_proc_);
+      }
+      establish();
+      return;
+    }
+    if (!outgoing_ && hs->has_response()) {
+      const v1::Response& response = hs->response();
+      if (response.version() != wire::kWireVersion) {
+        protocol_error(absl::FailedPreconditionError(absl::StrCat(
+            "peer speaks wire version ", response.version(), ", this proc ", wire::kWireVersion)));
+        return;
+      }
+      if (response.nonce().size() != wire::kNonceSize ||
+          !wire::mac_equal(response.mac(),
+                           wire::connector_mac(secret, my_nonce_, response.nonce(), response.proc()))) {
+        protocol_error(absl::PermissionDeniedError(
+            absl::StrCat("authentication failed: wrong mesh secret from ", remote_, " (claims to be '",
+                         response.proc(), "')")));
+        return;
+      }
+      peer_ = response.proc();
+      v1::Handshake reply;
+      reply.mutable_accept()->set_mac(wire::acceptor_mac(secret, response.nonce(), my_nonce_, owner_.id()));
+      write_handshake(reply);
+      establish();
+      return;
+    }
+    protocol_error(absl::InvalidArgumentError("unexpected handshake step"));
+  }
+
+  void protocol_error(const absl::Status& why) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(),
+                      peer_.empty() ? "unauthenticated peer" : peer_, remote_, why.ToString());
+    close(why, true);
+  }
+
+  Endpoint::Impl& owner_;
+  Socket socket_;
+  asio::steady_timer handshake_timer_;
+  const bool outgoing_;
+  std::string peer_;     // outgoing: the address dialed; incoming: the id proven in the handshake
+  std::string remote_;   // socket-level description, for logs
+  bool closed_ = false;  // I/O thread
+  std::atomic<bool> established_{false};  // written on the I/O thread only
+  std::string my_nonce_, acceptor_nonce_, acceptor_proc_;
+  Clock::time_point last_rx_{}, last_tx_{};
+
+  // Outbound, guarded by out_mu_.
+  std::mutex out_mu_;
+  std::condition_variable out_cv_;
+  std::vector<Chunk> pending_;
+  std::size_t queued_bytes_ = 0;
+  std::uint64_t next_sequence_ = 1;
+  bool writing_ = false;    // a flush is scheduled or a write is in flight
+  bool can_write_ = false;  // handshake done: envelopes may be written
+  bool out_closed_ = false;
+  std::string handshake_out_;  // handshake frames not yet written
+  // Owned by the flush in progress (I/O thread).
+  std::vector<Chunk> inflight_;
+  std::vector<asio::const_buffer> buffers_;
+  std::size_t inflight_counted_ = 0;  // bytes of inflight_ counted in queued_bytes_
+
+  // Inbound (I/O thread).
+  std::unique_ptr<char[]> rbuf_;
+  std::size_t rcap_;
+  std::size_t rbegin_ = 0, rend_ = 0;
+  std::uint64_t expected_sequence_ = 1;
+};
+
+// --- Endpoint::Impl ----------------------------------------------------------
+
+absl::Status Endpoint::Impl::start() {
+  if (options_.secret.empty()) return absl::InvalidArgumentError("an endpoint needs a non-empty mesh secret");
+  if (options_.listen.empty()) {
+    id_ = absl::StrCat("anon:", ::getpid(), "-", absl::BytesToHexString(wire::make_nonce().substr(0, 6)));
+  } else {
+    absl::StatusOr<ChannelAddress> address = parse_channel_address(options_.listen);
+    if (!address.ok()) return address.status();
+    if (absl::Status st = listen(*address); !st.ok()) return st;
+  }
+  work_.emplace(io_.get_executor());
+  if (acceptor_) accept_next();
+  arm_heartbeat();
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "castmesh-io");
+    io_.run();
+  });
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint up (pid {})", id_, ::getpid());
+  return absl::OkStatus();
+}
+
+absl::Status Endpoint::Impl::listen(const ChannelAddress& address) {
+  if (address.kind == ChannelAddress::Kind::kLocal) {
+    std::lock_guard lock(local_registry().mu);
+    if (!local_registry().by_name.emplace(address.name, this).second) {
+      return absl::AlreadyExistsError(absl::StrCat("local:", address.name, " is already in use"));
+    }
+    local_name_ = address.name;
+    id_ = address.to_string();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<GenericEndpoint> ep = to_socket_endpoint(address, io_);
+  if (!ep.ok()) return ep.status();
+  std::error_code ec;
+  acceptor_.emplace(io_);
+  acceptor_->open(ep->protocol(), ec);
+  if (!ec && address.kind == ChannelAddress::Kind::kTcp) acceptor_->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor_->bind(*ep, ec);
+  if (ec == asio::error::address_in_use && address.kind == ChannelAddress::Kind::kUnix && !address.abstract) {
+    // A socket file left by a dead proc: remove it if nobody answers there.
+    asio::local::stream_protocol::socket probe(io_);
+    std::error_code probe_ec;
+    probe.connect(asio::local::stream_protocol::endpoint(address.name), probe_ec);
+    if (probe_ec == asio::error::connection_refused) {
+      ::unlink(address.name.c_str());
+      ec.clear();
+      acceptor_->bind(*ep, ec);
+    }
+  }
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    acceptor_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address.to_string(), ": ", ec.message()));
+  }
+  ChannelAddress bound = address;
+  if (address.kind == ChannelAddress::Kind::kTcp) {
+    GenericEndpoint local = acceptor_->local_endpoint();
+    const auto* sa = reinterpret_cast<const sockaddr*>(local.data());
+    if (sa->sa_family == AF_INET) bound.port = ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port);
+    if (sa->sa_family == AF_INET6) bound.port = ntohs(reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port);
+  }
+  if (address.kind == ChannelAddress::Kind::kUnix && !address.abstract) unix_path_ = address.name;
+  id_ = bound.to_string();
+  return absl::OkStatus();
+}
+
+void Endpoint::Impl::accept_next() {
+  acceptor_->async_accept([this](const std::error_code& ec, Socket socket) {
+    if (stopping()) return;
+    if (ec) {
+      if (ec != asio::error::operation_aborted) {
+        CASTMESH_LOG_WARN("castmesh-proc {}: accept failed: {}", id_, ec.message());
+        accept_next();
+      }
+      return;
+    }
+    auto connection = std::make_shared<Connection>(*this, /*outgoing=*/false, std::string());
+    connection->socket() = std::move(socket);
+    {
+      std::lock_guard lock(peers_mu_);
+      connections_.insert(connection);
+    }
+    connection->start_accepted();
+    accept_next();
+  });
+}
+
+void Endpoint::Impl::arm_heartbeat() {
+  heartbeat_timer_.expires_after(absl::ToChronoNanoseconds(options_.heartbeat_interval));
+  heartbeat_timer_.async_wait([this](const std::error_code& ec) {
+    if (ec || stopping()) return;
+    std::vector<std::shared_ptr<Connection>> all;
+    {
+      std::lock_guard lock(peers_mu_);
+      all.assign(connections_.begin(), connections_.end());
+    }
+    const auto now = Clock::now();
+    for (auto& connection : all) connection->tick(now);
+    arm_heartbeat();
+  });
+}
+
+void Endpoint::Impl::shutdown() {
+  if (stopping_.exchange(true, std::memory_order_acq_rel)) return;
+  if (!local_name_.empty()) {
+    std::lock_guard lock(local_registry().mu);
+    local_registry().by_name.erase(local_name_);
+  }
+  if (thread_.joinable()) {
+    asio::post(io_, [this] {
+      heartbeat_timer_.cancel();
+      if (acceptor_) {
+        std::error_code ignored;
+        acceptor_->close(ignored);
+      }
+      std::vector<std::shared_ptr<Connection>> all;
+      {
+        std::lock_guard lock(peers_mu_);
+        all.assign(connections_.begin(), connections_.end());
+      }
+      for (auto& connection : all) connection->close(absl::CancelledError("endpoint shut down"), false);
+    });
+    work_.reset();
+    thread_.join();
+  }
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_.clear();
+    connections_.clear();
+  }
+  if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
+  if (id_.empty()) return;
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint down", id_);
+}
+
+absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
+  if (peer == id_) {
+    envelope.set_version(wire::kWireVersion);
+    envelope.set_payload_size(payload.size());
+    asio::post(io_, [this, envelope = std::move(envelope), payload = std::move(payload)]() mutable {
+      deliver(id_, std::move(envelope), std::move(payload));
+    });
+    return absl::OkStatus();
+  }
+  if (peer.starts_with("local:")) return send_local(peer, std::move(envelope), std::move(payload));
+  std::shared_ptr<Connection> connection;
+  std::optional<ChannelAddress> dial;
+  {
+    std::lock_guard lock(peers_mu_);
+    if (stopping()) return absl::FailedPreconditionError("endpoint is shutting down");
+    auto it = peers_.find(std::string(peer));
+    if (it != peers_.end()) {
+      connection = it->second;
+    } else {
+      absl::StatusOr<ChannelAddress> address = parse_channel_address(peer);
+      if (!address.ok()) {
+        return absl::UnavailableError(absl::StrCat("no connection to ", std::string(peer), " and it is not dialable: ",
+                                                   address.status().message()));
+      }
+      connection = std::make_shared<Connection>(*this, /*outgoing=*/true, std::string(peer));
+      peers_.emplace(std::string(peer), connection);
+      connections_.insert(connection);
+      dial = *address;
+    }
+  }
+  // Queue first, then dial: a dial that fails at once must not race this
+  // frame into an "already closed" error (the loss is reported instead).
+  absl::Status queued = connection->enqueue(envelope, std::move(payload), on_io_thread());
+  if (dial) {
+    CASTMESH_LOG_DEBUG("castmesh-proc {}: dialing {}", id_, std::string(peer));
+    asio::post(io_, [connection, address = *dial] { connection->start_dial(address); });
+  }
+  return queued;
+}
+
+absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
+  envelope.set_version(wire::kWireVersion);
+  envelope.set_payload_size(payload.size());
+  std::lock_guard lock(local_registry().mu);
+  auto it = local_registry().by_name.find(std::string(peer.substr(6)));
+  if (it == local_registry().by_name.end()) {
+    return absl::UnavailableError(absl::StrCat("no endpoint listens on ", std::string(peer), " in this process"));
+  }
+  Impl* target = it->second;
+  // Posted while the registry lock is held, so the target cannot finish
+  // shutting down in between; it runs everything posted before it joins.
+  asio::post(target->io_, [target, from = id_, envelope = std::move(envelope), payload = std::move(payload)]() mutable {
+    target->deliver(from, std::move(envelope), std::move(payload));
+  });
+  return absl::OkStatus();
+}
+
+void Endpoint::Impl::disconnect(std::string_view peer) {
+  asio::post(io_, [this, peer = std::string(peer)] {
+    std::shared_ptr<Connection> connection;
+    {
+      std::lock_guard lock(peers_mu_);
+      auto it = peers_.find(peer);
+      if (it == peers_.end()) return;
+      connection = it->second;
+    }
+    connection->close(absl::CancelledError("disconnected"), false);
+  });
+}
+
+std::vector<std::string> Endpoint::Impl::peers() const {
+  std::lock_guard lock(peers_mu_);
+  std::vector<std::string> out;
+  for (const auto& [peer, connection] : peers_) {
+    if (connection->established()) out.push_back(peer);
+  }
+  return out;
+}
+
+void Endpoint::Impl::on_established(const std::shared_ptr<Connection>& connection) {
+  {
+    std::lock_guard lock(peers_mu_);
+    peers_.try_emplace(connection->peer(), connection);
+  }
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: peer {} up ({})", id_, connection->peer(), connection->remote());
+}
+
+void Endpoint::Impl::on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report) {
+  bool peer_gone = false;
+  {
+    std::lock_guard lock(peers_mu_);
+    connections_.erase(connection);
+    auto it = peers_.find(connection->peer());
+    if (it != peers_.end() && it->second == connection) {
+      peers_.erase(it);
+      peer_gone = true;
+      // Another authenticated connection with the same peer (both dialed at
+      // once) takes over sending.
+      for (const auto& other : connections_) {
+        if (other->established() && other->peer() == connection->peer()) {
+          peers_.emplace(connection->peer(), other);
+          peer_gone = false;
+          break;
+        }
+      }
+    }
+  }
+  if (!peer_gone || stopping()) return;
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: peer {} down: {}", id_, connection->peer(), why.ToString());
+  if (report && on_peer_lost_) {
+    try {
+      on_peer_lost_(connection->peer(), why);
+    } catch (const std::exception& e) {
+      CASTMESH_LOG_ERROR("castmesh-proc {}: peer-lost handler threw: {}", id_, e.what());
+    }
+  }
+}
+
+void Endpoint::Impl::deliver(const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
+  if (stopping() || !on_message_) return;
+  try {
+    on_message_(peer, std::move(envelope), std::move(payload));
+  } catch (const std::exception& e) {
+    CASTMESH_LOG_ERROR("castmesh-proc {}: message handler threw on a message from {}: {}", id_, peer, e.what());
+  }
+}
+
+// --- Endpoint ----------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::start(EndpointOptions options, MessageHandler on_message,
+                                                          PeerLostHandler on_peer_lost) {
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(on_message), std::move(on_peer_lost));
+  if (absl::Status st = impl->start(); !st.ok()) return st;
+  return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
+}
+
+Endpoint::Endpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Endpoint::~Endpoint() = default;  // Impl::~Impl shuts down
+const std::string& Endpoint::id() const { return impl_->id(); }
+absl::Status Endpoint::send(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
+  return impl_->send(peer, std::move(envelope), std::move(payload));
+}
+void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }
+std::vector<std::string> Endpoint::peers() const { return impl_->peers(); }
+bool Endpoint::on_io_thread() const { return impl_->on_io_thread(); }
+void Endpoint::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
+
+}  // namespace castmesh::transport

@@ -1,0 +1,122 @@
+// Endpoint: a proc's one transport endpoint. It listens on one channel
+// address (its proc id), keeps one authenticated, multiplexed connection per
+// peer proc, and moves Envelope + Payload frames between procs.
+//
+// Threading: every Endpoint owns one I/O thread (Asio io_context) that runs
+// all socket work and calls the handlers. send() may be called from any
+// thread, including from inside a handler. Handlers must not block.
+//
+// Ordering: frames sent to one peer leave in the order send() returned, over
+// one connection, and each carries a per-connection sequence number that the
+// receiver checks; so delivery is FIFO per (sender proc, receiver proc) and
+// therefore per sender-receiver actor pair.
+//
+// Coalescing: send() appends the frame to the peer's outbound queue and, if
+// no flush is pending, schedules one on the I/O thread; a flush writes
+// everything queued by then in one gather write (small frames share one
+// buffer, payloads above kInlinePayloadLimit go out from their own buffer).
+//
+// Backpressure: each peer's outbound queue is bounded by
+// EndpointOptions::max_outbound_bytes (bytes queued or being written). A
+// send() that would exceed it when the queue is not empty blocks the calling
+// thread until the queue drains below the bound, for at most
+// send_block_timeout, then fails with ResourceExhausted. On the I/O thread
+// (inside a handler) send() never blocks: over the bound it fails with
+// ResourceExhausted at once. Nothing is dropped silently: a frame is either
+// queued (send returns OK) or refused (send returns an error). Frames queued
+// to a peer whose connection is lost are dropped and the loss is reported
+// through the PeerLostHandler.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "castmesh/wire/v1/envelope.pb.h"
+#include "core/wire/frame.h"
+#include "core/wire/payload.h"
+
+namespace castmesh::transport {
+
+// Payloads up to this size are copied into the coalesced write buffer;
+// larger ones are written straight from their own memory.
+inline constexpr std::size_t kInlinePayloadLimit = 16 * 1024;
+
+// Configuration of an Endpoint; plain value.
+struct EndpointOptions {
+  // Channel URL to listen on (local:, unix:, tcp:). Empty: no listener; the
+  // endpoint then has an "anon:..." id and is reachable only over the
+  // connections it opens. tcp port 0 picks a free port (see Endpoint::id()).
+  std::string listen;
+  // Mesh secret shared by every proc of the mesh; must not be empty.
+  std::string secret;
+  wire::FrameLimits limits;
+  std::size_t max_outbound_bytes = std::size_t{256} << 20;
+  absl::Duration send_block_timeout = absl::Seconds(30);
+  // An unauthenticated connection is closed after this long.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  // An idle connection sends a heartbeat this often; a peer from which
+  // nothing arrived for heartbeat_timeout is declared lost.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+};
+
+// Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL envelope,
+// with the peer's proc id.
+using MessageHandler =
+    std::function<void(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload)>;
+// Called on the I/O thread when the connection to `peer` is lost (closed,
+// reset, heartbeat timeout, protocol error) or could not be opened. Not
+// called while the endpoint is being destroyed.
+using PeerLostHandler = std::function<void(const std::string& peer, const absl::Status& why)>;
+
+class Endpoint {
+ public:
+  // Binds the listener (if any), starts the I/O thread and returns the
+  // endpoint. Errors: bad address, address in use, empty secret.
+  static absl::StatusOr<std::unique_ptr<Endpoint>> start(EndpointOptions options,
+                                                         MessageHandler on_message,
+                                                         PeerLostHandler on_peer_lost = {});
+  // Closes every connection and the listener, joins the I/O thread. Do not
+  // destroy an endpoint from inside one of its own handlers.
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  // This proc's id: the canonical URL it listens on (with the actual port
+  // for tcp port 0), or "anon:<pid>-<random>" without a listener.
+  const std::string& id() const;
+
+  // Queues `envelope` (+ `payload`) for the proc `peer` (its id / address),
+  // opening and authenticating a connection first if there is none. Fills in
+  // version, sequence and payload_size. OK means queued, not delivered; a
+  // connection that fails later is reported through the PeerLostHandler.
+  // Sending to id() delivers to this endpoint's own handler.
+  absl::Status send(std::string_view peer, wire::v1::Envelope envelope, wire::Payload payload = {});
+
+  // Closes the connection to `peer` (if any) without reporting it lost.
+  void disconnect(std::string_view peer);
+
+  // Proc ids of the peers with an authenticated connection now.
+  std::vector<std::string> peers() const;
+
+  // True on this endpoint's I/O thread.
+  bool on_io_thread() const;
+
+  // Runs `fn` on the I/O thread (after what is already queued there).
+  void post(std::function<void()> fn);
+
+  class Impl;
+
+ private:
+  explicit Endpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace castmesh::transport

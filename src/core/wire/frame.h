@@ -1,0 +1,43 @@
+// Frame codec of the castmesh wire (proto/castmesh/wire/v1/envelope.proto):
+//   frame := u32_le(body_size) body [payload]
+// Pure functions; callable from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "castmesh/wire/v1/envelope.pb.h"
+
+namespace castmesh::wire {
+
+// The one wire version this build speaks.
+inline constexpr std::uint32_t kWireVersion = 1;
+inline constexpr std::size_t kLengthPrefixSize = 4;
+
+// What a receiver accepts; anything larger closes the connection.
+struct FrameLimits {
+  std::uint32_t max_body_size = 64 * 1024;            // envelope or handshake message
+  std::uint64_t max_payload_size = std::uint64_t{1} << 32;  // 4 GiB
+};
+
+// Appends u32_le(size) and the serialized `message` to `out`.
+void append_frame_body(const google::protobuf::MessageLite& message, std::string& out);
+
+// Reads a u32 little-endian length prefix at `p` (kLengthPrefixSize bytes).
+std::uint32_t read_length_prefix(const char* p);
+
+// InvalidArgument when a body of `size` bytes is not acceptable.
+absl::Status check_body_size(std::uint32_t size, const FrameLimits& limits);
+
+// Parses and validates an envelope body: parse errors, an unknown version or
+// a payload above the limit are InvalidArgument with the reason.
+absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
+                                            const FrameLimits& limits);
+
+// Parses a handshake body (no version check here: the step's own field).
+absl::StatusOr<v1::Handshake> parse_handshake(const char* body, std::size_t size);
+
+}  // namespace castmesh::wire

@@ -1,0 +1,42 @@
+// Payload: the immutable bytes of one message, shared without copying.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace castmesh::wire {
+
+// The bytes of one message on their way through the transport. Copying a
+// Payload shares the bytes (reference counted); the bytes are never copied
+// by the transport on the way out, and on the way in a large payload is read
+// straight into the buffer the receiver gets. Immutable once built, so any
+// thread may read a Payload; one Payload object must not be assigned
+// concurrently.
+class Payload {
+ public:
+  Payload() = default;
+
+  // Takes ownership of `bytes` (moved, not copied).
+  static Payload adopt(std::string&& bytes);
+  // Copies `bytes` (for small payloads and tests).
+  static Payload copy_of(std::string_view bytes);
+  // Shares `data[0, size)` kept alive by `owner`.
+  static Payload share(std::shared_ptr<const void> owner, const char* data, std::size_t size);
+  // A buffer of `size` uninitialised bytes for a reader to fill; `writable`
+  // is valid until the Payload is handed on. Only the reader that made it
+  // writes into it.
+  static Payload allocate(std::size_t size, char** writable);
+
+  const char* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {data_.get(), size_}; }
+
+ private:
+  std::shared_ptr<const char> data_;
+  std::size_t size_ = 0;
+};
+
+}  // namespace castmesh::wire

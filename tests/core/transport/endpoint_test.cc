@@ -1,0 +1,563 @@
+// Endpoint tests over real sockets (Unix path, Unix abstract, TCP v4/v6) and
+// the in-process local: channel. Raw POSIX clients play misbehaving peers.
+#include "core/transport/endpoint.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/transport/address.h"
+#include "core/wire/frame.h"
+#include "core/wire/handshake.h"
+
+namespace castmesh::transport {
+namespace {
+
+namespace v1 = wire::v1;
+using namespace std::chrono_literals;
+
+constexpr char kSecret[] = "test-mesh-secret";
+
+struct Received {
+  std::string peer;
+  v1::Envelope envelope;
+  wire::Payload payload;
+};
+
+// Collects what an endpoint's handlers see; waits with a deadline.
+class Inbox {
+ public:
+  MessageHandler handler() {
+    return [this](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
+      std::lock_guard lock(mu_);
+      messages_.push_back({peer, std::move(envelope), std::move(payload)});
+      cv_.notify_all();
+    };
+  }
+  PeerLostHandler lost_handler() {
+    return [this](const std::string& peer, const absl::Status& why) {
+      std::lock_guard lock(mu_);
+      lost_.emplace_back(peer, why);
+      cv_.notify_all();
+    };
+  }
+  bool wait_messages(std::size_t n, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return messages_.size() >= n; });
+  }
+  bool wait_lost(std::size_t n, std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return lost_.size() >= n; });
+  }
+  std::vector<Received> messages() {
+    std::lock_guard lock(mu_);
+    return messages_;
+  }
+  std::vector<std::pair<std::string, absl::Status>> lost() {
+    std::lock_guard lock(mu_);
+    return lost_;
+  }
+  std::size_t message_count() {
+    std::lock_guard lock(mu_);
+    return messages_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Received> messages_;
+  std::vector<std::pair<std::string, absl::Status>> lost_;
+};
+
+EndpointOptions options_for(std::string listen, std::string secret = kSecret) {
+  EndpointOptions options;
+  options.listen = std::move(listen);
+  options.secret = std::move(secret);
+  return options;
+}
+
+std::unique_ptr<Endpoint> start(EndpointOptions options, Inbox& inbox) {
+  auto endpoint = Endpoint::start(std::move(options), inbox.handler(), inbox.lost_handler());
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status();
+  return endpoint.ok() ? std::move(*endpoint) : nullptr;
+}
+
+v1::Envelope message(std::string type, std::uint64_t correlation = 0) {
+  v1::Envelope envelope;
+  envelope.set_message_type(std::move(type));
+  envelope.set_correlation(correlation);
+  return envelope;
+}
+
+// A test-side socket speaking (or abusing) the wire protocol by hand.
+class RawPeer {
+ public:
+  explicit RawPeer(int fd) : fd_(fd) {}
+  ~RawPeer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  static std::unique_ptr<RawPeer> connect_to(const std::string& url) {
+    auto address = parse_channel_address(url);
+    EXPECT_TRUE(address.ok());
+    int fd = -1;
+    if (address->kind == ChannelAddress::Kind::kUnix) {
+      fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un sa{};
+      sa.sun_family = AF_UNIX;
+      socklen_t len = 0;
+      if (address->abstract) {
+        std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
+        len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size());
+      } else {
+        std::memcpy(sa.sun_path, address->name.data(), address->name.size());
+        len = sizeof(sa);
+      }
+      EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), len), 0) << std::strerror(errno);
+    } else {
+      fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(address->port);
+      sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0) << std::strerror(errno);
+    }
+    return std::make_unique<RawPeer>(fd);
+  }
+
+  void write_bytes(const std::string& bytes) {
+    std::size_t off = 0;
+    while (off < bytes.size()) {
+      ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;  // the endpoint may already have closed on us
+      off += static_cast<std::size_t>(n);
+    }
+  }
+  void write_frame(const google::protobuf::MessageLite& message) {
+    std::string frame;
+    wire::append_frame_body(message, frame);
+    write_bytes(frame);
+  }
+  // Reads exactly n bytes; false on EOF/error/timeout.
+  bool read_exact(char* out, std::size_t n, std::chrono::milliseconds timeout = 5s) {
+    std::size_t got = 0;
+    while (got < n) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(timeout.count())) <= 0) return false;
+      ssize_t r = ::recv(fd_, out + got, n - got, 0);
+      if (r <= 0) return false;
+      got += static_cast<std::size_t>(r);
+    }
+    return true;
+  }
+  bool read_body(std::string& body) {
+    char prefix[wire::kLengthPrefixSize];
+    if (!read_exact(prefix, sizeof(prefix))) return false;
+    body.resize(wire::read_length_prefix(prefix));
+    return read_exact(body.data(), body.size());
+  }
+  // True when the other side closes within the timeout (ignores data).
+  bool closed_by_peer(std::chrono::milliseconds timeout = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd pfd{fd_, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);
+      if (r <= 0) return true;
+    }
+    return false;
+  }
+  // Connector side of the handshake with `secret`; true when accepted.
+  bool handshake_as_connector(const std::string& secret, const std::string& my_id) {
+    std::string body;
+    if (!read_body(body)) return false;
+    auto hs = wire::parse_handshake(body.data(), body.size());
+    if (!hs.ok() || !hs->has_challenge()) return false;
+    const std::string nonce = wire::make_nonce();
+    v1::Handshake reply;
+    reply.mutable_response()->set_version(wire::kWireVersion);
+    reply.mutable_response()->set_nonce(nonce);
+    reply.mutable_response()->set_proc(my_id);
+    reply.mutable_response()->set_mac(wire::connector_mac(secret, hs->challenge().nonce(), nonce, my_id));
+    write_frame(reply);
+    if (!read_body(body)) return false;
+    auto accept = wire::parse_handshake(body.data(), body.size());
+    return accept.ok() && accept->has_accept();
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// A listening endpoint A and a dialing endpoint B for one channel kind.
+class ChannelTest : public ::testing::TestWithParam<std::string> {};
+
+std::string listen_url(const std::string& kind, const std::string& tag) {
+  static std::atomic<int> counter{0};
+  const std::string unique = std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + tag;
+  if (kind == "unix-path") return "unix:" + ::testing::TempDir() + "cm-" + unique + ".sock";
+  if (kind == "unix-abstract") return "unix:@castmesh-test-" + unique;
+  if (kind == "tcp4") return "tcp:127.0.0.1:0";
+  if (kind == "tcp6") return "tcp:[::1]:0";
+  return "local:test-" + unique;
+}
+
+TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
+  Inbox inbox_a, inbox_b;
+  Endpoint* a_raw = nullptr;
+  auto a = Endpoint::start(
+      options_for(listen_url(GetParam(), "a")),
+      [&](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
+        inbox_a.handler()(peer, v1::Envelope(envelope), payload);
+        v1::Envelope reply = message("test.Pong", envelope.correlation());
+        reply.set_destination(envelope.source());
+        ASSERT_TRUE(a_raw->send(peer, std::move(reply), wire::Payload::copy_of("pong")).ok());
+      },
+      inbox_a.lost_handler());
+  if (!a.ok() && GetParam() == "tcp6") GTEST_SKIP() << "no IPv6 loopback here: " << a.status();
+  ASSERT_TRUE(a.ok()) << a.status();
+  a_raw = a->get();
+  auto b = start(options_for(listen_url(GetParam(), "b")), inbox_b);
+  ASSERT_TRUE(b);
+
+  v1::Envelope ping = message("test.Ping", 77);
+  ping.set_source(b->id() + "/actor[1]");
+  ping.set_destination((*a)->id() + "/actor[2]");
+  ping.set_port(5);
+  ASSERT_TRUE(b->send((*a)->id(), ping, wire::Payload::copy_of("ping")).ok());
+  ASSERT_TRUE(inbox_b.wait_messages(1));
+
+  auto at_a = inbox_a.messages();
+  ASSERT_EQ(at_a.size(), 1u);
+  EXPECT_EQ(at_a[0].peer, b->id());
+  EXPECT_EQ(at_a[0].envelope.version(), wire::kWireVersion);
+  EXPECT_EQ(at_a[0].envelope.source(), b->id() + "/actor[1]");
+  EXPECT_EQ(at_a[0].envelope.destination(), (*a)->id() + "/actor[2]");
+  EXPECT_EQ(at_a[0].envelope.port(), 5u);
+  EXPECT_EQ(at_a[0].envelope.message_type(), "test.Ping");
+  EXPECT_EQ(at_a[0].envelope.correlation(), 77u);
+  EXPECT_EQ(at_a[0].payload.view(), "ping");
+  auto at_b = inbox_b.messages();
+  EXPECT_EQ(at_b[0].peer, (*a)->id());
+  EXPECT_EQ(at_b[0].envelope.message_type(), "test.Pong");
+  EXPECT_EQ(at_b[0].envelope.correlation(), 77u);
+  EXPECT_EQ(at_b[0].envelope.destination(), b->id() + "/actor[1]");
+  EXPECT_EQ(at_b[0].payload.view(), "pong");
+  if (GetParam() != "local") {
+    EXPECT_EQ(b->peers(), std::vector<std::string>{(*a)->id()});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllChannels, ChannelTest,
+                         ::testing::Values("unix-path", "unix-abstract", "tcp4", "tcp6", "local"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::erase(name, '-');
+                           return name;
+                         });
+
+TEST(Endpoint, TcpPortZeroReportsTheBoundPort) {
+  Inbox inbox;
+  auto a = start(options_for("tcp:127.0.0.1:0"), inbox);
+  ASSERT_TRUE(a);
+  auto address = parse_channel_address(a->id());
+  ASSERT_TRUE(address.ok());
+  EXPECT_NE(address->port, 0);
+}
+
+TEST(Endpoint, RefusesAnEmptySecretAndABusyAddress) {
+  Inbox inbox;
+  EXPECT_FALSE(Endpoint::start(options_for("unix:@castmesh-test-nosecret", ""), inbox.handler()).ok());
+  const std::string url = listen_url("unix-abstract", "busy");
+  auto a = start(options_for(url), inbox);
+  ASSERT_TRUE(a);
+  auto again = Endpoint::start(options_for(url), inbox.handler());
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("cannot listen"), std::string::npos);
+}
+
+TEST(Endpoint, SendsToItselfThroughItsOwnHandler) {
+  Inbox inbox;
+  auto a = start(options_for(listen_url("unix-abstract", "self")), inbox);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->send(a->id(), message("self"), wire::Payload::copy_of("me")).ok());
+  ASSERT_TRUE(inbox.wait_messages(1));
+  EXPECT_EQ(inbox.messages()[0].payload.view(), "me");
+}
+
+TEST(Endpoint, WrongSecretIsRefusedAndNothingIsDelivered) {
+  Inbox inbox_a, inbox_b, inbox_c;
+  auto a = start(options_for(listen_url("unix-abstract", "a")), inbox_a);
+  auto b = start(options_for(listen_url("unix-abstract", "b"), "not-the-secret"), inbox_b);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(b->send(a->id(), message("intruder"), wire::Payload::copy_of("x")).ok());
+  ASSERT_TRUE(inbox_b.wait_lost(1));
+  EXPECT_EQ(inbox_b.lost()[0].first, a->id());
+  EXPECT_TRUE(a->peers().empty());
+
+  // A peer with the right secret is still served.
+  auto c = start(options_for(""), inbox_c);
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send(a->id(), message("friend")).ok());
+  ASSERT_TRUE(inbox_a.wait_messages(1));
+  std::this_thread::sleep_for(100ms);
+  auto got = inbox_a.messages();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].envelope.message_type(), "friend");
+}
+
+TEST(Endpoint, ConnectorRefusesAnAcceptorWithoutTheSecret) {
+  // The handshake is mutual: a fake acceptor that cannot produce the
+  // acceptor MAC is refused by the connector.
+  const std::string url = listen_url("unix-abstract", "fake");
+  auto address = parse_channel_address(url);
+  int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size());
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sa), len), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+
+  Inbox inbox;
+  auto b = start(options_for(""), inbox);
+  ASSERT_TRUE(b->send(url, message("hello")).ok());
+  RawPeer fake(::accept(listener, nullptr, nullptr));
+  v1::Handshake challenge;
+  challenge.mutable_challenge()->set_version(wire::kWireVersion);
+  challenge.mutable_challenge()->set_nonce(wire::make_nonce());
+  challenge.mutable_challenge()->set_proc(url);
+  fake.write_frame(challenge);
+  std::string body;
+  ASSERT_TRUE(fake.read_body(body));
+  v1::Handshake accept;
+  accept.mutable_accept()->set_mac(std::string(32, 'x'));
+  fake.write_frame(accept);
+  EXPECT_TRUE(fake.closed_by_peer());
+  ASSERT_TRUE(inbox.wait_lost(1));
+  EXPECT_EQ(inbox.lost()[0].second.code(), absl::StatusCode::kPermissionDenied);
+  ::close(listener);
+}
+
+TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
+  Inbox inbox_a, inbox_c;
+  Endpoint* a_raw = nullptr;
+  auto a = Endpoint::start(
+      options_for(listen_url("unix-abstract", "a")),
+      [&](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
+        inbox_a.handler()(peer, v1::Envelope(envelope), payload);
+        (void)a_raw->send(peer, message("echo"));
+      },
+      inbox_a.lost_handler());
+  ASSERT_TRUE(a.ok());
+  a_raw = a->get();
+  auto c = start(options_for(listen_url("unix-abstract", "c")), inbox_c);
+  ASSERT_TRUE(c);
+  std::size_t echoes = 0;
+  auto c_still_served = [&] {
+    ++echoes;
+    EXPECT_TRUE(c->send((*a)->id(), message("ping")).ok());
+    return inbox_c.wait_messages(echoes);
+  };
+  ASSERT_TRUE(c_still_served());
+
+  {  // Garbage instead of a handshake.
+    auto raw = RawPeer::connect_to((*a)->id());
+    std::string body;
+    ASSERT_TRUE(raw->read_body(body));  // the challenge
+    raw->write_bytes(std::string("\x08\x00\x00\x00garbage!", 12));
+    EXPECT_TRUE(raw->closed_by_peer());
+  }
+  ASSERT_TRUE(c_still_served());
+  {  // An oversized length prefix.
+    auto raw = RawPeer::connect_to((*a)->id());
+    raw->write_bytes(std::string("\xff\xff\xff\x7f", 4));
+    EXPECT_TRUE(raw->closed_by_peer());
+  }
+  ASSERT_TRUE(c_still_served());
+  {  // Authenticated, then an unknown wire version.
+    auto raw = RawPeer::connect_to((*a)->id());
+    ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-version"));
+    v1::Envelope envelope = message("x");
+    envelope.set_version(2);
+    envelope.set_sequence(1);
+    raw->write_frame(envelope);
+    EXPECT_TRUE(raw->closed_by_peer());
+  }
+  ASSERT_TRUE(c_still_served());
+  {  // Authenticated, then a sequence gap.
+    auto raw = RawPeer::connect_to((*a)->id());
+    ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-gap"));
+    v1::Envelope envelope = message("x");
+    envelope.set_version(wire::kWireVersion);
+    envelope.set_sequence(5);
+    raw->write_frame(envelope);
+    EXPECT_TRUE(raw->closed_by_peer());
+  }
+  ASSERT_TRUE(c_still_served());
+  {  // Authenticated, then an envelope that is not protobuf.
+    auto raw = RawPeer::connect_to((*a)->id());
+    ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-junk"));
+    raw->write_bytes(std::string("\x04\x00\x00\x00\xff\xff\xff\xff", 8));
+    EXPECT_TRUE(raw->closed_by_peer());
+  }
+  ASSERT_TRUE(c_still_served());
+  // The authenticated abusers were reported lost; c never was.
+  ASSERT_TRUE(inbox_a.wait_lost(3));
+  for (const auto& [peer, why] : inbox_a.lost()) EXPECT_NE(peer, c->id()) << why;
+  // Nothing from the raw peers reached the handler.
+  for (const auto& m : inbox_a.messages()) EXPECT_EQ(m.peer, c->id());
+}
+
+TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 5000;
+  Inbox inbox_a, inbox_b;
+  auto a = start(options_for(listen_url("unix-abstract", "a")), inbox_a);
+  auto b = start(options_for(""), inbox_b);
+  ASSERT_TRUE(a && b);
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        v1::Envelope envelope = message("seq", static_cast<std::uint64_t>(i));
+        envelope.set_port(static_cast<std::uint64_t>(t));
+        ASSERT_TRUE(b->send(a->id(), std::move(envelope), wire::Payload::copy_of("0123456789abcdef")).ok());
+      }
+    });
+  }
+  for (auto& s : senders) s.join();
+  ASSERT_TRUE(inbox_a.wait_messages(kThreads * kPerThread, 30s));
+  std::vector<std::int64_t> next(kThreads, 0);
+  for (const auto& m : inbox_a.messages()) {
+    const auto t = m.envelope.port();
+    ASSERT_LT(t, static_cast<std::uint64_t>(kThreads));
+    ASSERT_EQ(static_cast<std::int64_t>(m.envelope.correlation()), next[t]) << "thread " << t;
+    ++next[t];
+  }
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(next[t], kPerThread);
+}
+
+std::string pattern(std::size_t size, char seed) {
+  std::string s(size, '\0');
+  for (std::size_t i = 0; i < size; ++i) s[i] = static_cast<char>(seed + i * 31 + (i >> 12));
+  return s;
+}
+
+TEST(Endpoint, LargeAndSmallPayloadsArriveIntactAndInOrder) {
+  Inbox inbox_a, inbox_b;
+  auto a = start(options_for("tcp:127.0.0.1:0"), inbox_a);
+  auto b = start(options_for(""), inbox_b);
+  ASSERT_TRUE(a && b);
+  const std::vector<std::size_t> sizes = {64u << 20, 10, (1u << 20) + 3, 0, kInlinePayloadLimit + 1, 100000};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(b->send(a->id(), message("blob", i), wire::Payload::adopt(pattern(sizes[i], char('a' + i)))).ok());
+  }
+  ASSERT_TRUE(inbox_a.wait_messages(sizes.size(), 60s));
+  auto got = inbox_a.messages();
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(got[i].envelope.correlation(), i);
+    ASSERT_EQ(got[i].payload.size(), sizes[i]);
+    EXPECT_TRUE(got[i].payload.view() == pattern(sizes[i], char('a' + i))) << "payload " << i << " differs";
+  }
+}
+
+TEST(Endpoint, LossOfAPeerIsReported) {
+  Inbox inbox_a, inbox_b;
+  auto a = start(options_for(listen_url("unix-abstract", "a")), inbox_a);
+  auto b = start(options_for(""), inbox_b);
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(b->send(a->id(), message("hi")).ok());
+  ASSERT_TRUE(inbox_a.wait_messages(1));
+  const std::string a_id = a->id();
+  a.reset();
+  ASSERT_TRUE(inbox_b.wait_lost(1));
+  EXPECT_EQ(inbox_b.lost()[0].first, a_id);
+  // A new send re-dials, fails, and is reported again: never a hang.
+  ASSERT_TRUE(b->send(a_id, message("again")).ok());
+  ASSERT_TRUE(inbox_b.wait_lost(2));
+  EXPECT_NE(inbox_b.lost()[1].second.message().find("cannot connect"), std::string::npos)
+      << inbox_b.lost()[1].second;
+}
+
+TEST(Endpoint, SilentPeerIsDroppedAfterTheHeartbeatTimeout) {
+  Inbox inbox;
+  EndpointOptions options = options_for(listen_url("unix-abstract", "hb"));
+  options.heartbeat_interval = absl::Milliseconds(50);
+  options.heartbeat_timeout = absl::Milliseconds(300);
+  auto a = start(options, inbox);
+  ASSERT_TRUE(a);
+  auto raw = RawPeer::connect_to(a->id());
+  ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@silent"));
+  ASSERT_TRUE(inbox.wait_lost(1));
+  EXPECT_EQ(inbox.lost()[0].first, "unix:@silent");
+  EXPECT_NE(inbox.lost()[0].second.message().find("heartbeat"), std::string::npos);
+}
+
+TEST(Endpoint, HandshakeTimesOutForAPeerThatSaysNothing) {
+  Inbox inbox;
+  EndpointOptions options = options_for(listen_url("unix-abstract", "mute"));
+  options.handshake_timeout = absl::Milliseconds(200);
+  auto a = start(options, inbox);
+  ASSERT_TRUE(a);
+  auto raw = RawPeer::connect_to(a->id());
+  EXPECT_TRUE(raw->closed_by_peer());
+}
+
+TEST(Endpoint, FullOutboundQueueBlocksThenFailsWithResourceExhausted) {
+  // A peer that authenticates and then never reads.
+  const std::string url = listen_url("unix-abstract", "stuck");
+  auto address = parse_channel_address(url);
+  int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size());
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sa), len), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+
+  Inbox inbox;
+  EndpointOptions options = options_for("");
+  options.max_outbound_bytes = 1 << 20;
+  options.send_block_timeout = absl::Milliseconds(200);
+  options.heartbeat_timeout = absl::Seconds(30);
+  auto b = start(options, inbox);
+  ASSERT_TRUE(b->send(url, message("first")).ok());
+  RawPeer stuck(::accept(listener, nullptr, nullptr));
+  const std::string nonce = wire::make_nonce();
+  v1::Handshake challenge;
+  challenge.mutable_challenge()->set_version(wire::kWireVersion);
+  challenge.mutable_challenge()->set_nonce(nonce);
+  challenge.mutable_challenge()->set_proc(url);
+  stuck.write_frame(challenge);
+  std::string body;
+  ASSERT_TRUE(stuck.read_body(body));
+  auto response = wire::parse_handshake(body.data(), body.size());
+  ASSERT_TRUE(response.ok() && response->has_response());
+  v1::Handshake accept;
+  accept.mutable_accept()->set_mac(wire::acceptor_mac(kSecret, response->response().nonce(), nonce, url));
+  stuck.write_frame(accept);
+
+  absl::Status status;
+  const std::string chunk(256 * 1024, 'z');
+  for (int i = 0; i < 400 && status.ok(); ++i) {
+    status = b->send(url, message("fill"), wire::Payload::copy_of(chunk));
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  ::close(listener);
+}
+
+}  // namespace
+}  // namespace castmesh::transport

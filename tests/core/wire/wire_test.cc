@@ -1,0 +1,78 @@
+#include <gtest/gtest.h>
+
+#include "core/wire/frame.h"
+#include "core/wire/handshake.h"
+#include "core/wire/payload.h"
+
+namespace castmesh::wire {
+namespace {
+
+TEST(Frame, RoundTripsAnEnvelope) {
+  v1::Envelope envelope;
+  envelope.set_version(kWireVersion);
+  envelope.set_source("unix:@a/actor[1]");
+  envelope.set_destination("unix:@b/actor[2]");
+  envelope.set_port(7);
+  envelope.set_sequence(42);
+  envelope.set_message_type("demo.Ping");
+  envelope.set_payload_size(3);
+  std::string frame;
+  append_frame_body(envelope, frame);
+  ASSERT_GE(frame.size(), kLengthPrefixSize);
+  const std::uint32_t body = read_length_prefix(frame.data());
+  ASSERT_EQ(body + kLengthPrefixSize, frame.size());
+  ASSERT_TRUE(check_body_size(body, FrameLimits{}).ok());
+  auto parsed = parse_envelope(frame.data() + kLengthPrefixSize, body, FrameLimits{});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->destination(), "unix:@b/actor[2]");
+  EXPECT_EQ(parsed->sequence(), 42u);
+  EXPECT_EQ(parsed->message_type(), "demo.Ping");
+}
+
+TEST(Frame, RejectsUnknownVersionOversizeAndGarbage) {
+  FrameLimits limits;
+  limits.max_payload_size = 100;
+  v1::Envelope envelope;
+  envelope.set_version(99);
+  std::string body = envelope.SerializeAsString();
+  auto bad_version = parse_envelope(body.data(), body.size(), limits);
+  ASSERT_FALSE(bad_version.ok());
+  EXPECT_NE(bad_version.status().message().find("unknown wire version 99"), std::string::npos);
+
+  envelope.set_version(kWireVersion);
+  envelope.set_payload_size(101);
+  body = envelope.SerializeAsString();
+  EXPECT_FALSE(parse_envelope(body.data(), body.size(), limits).ok());
+
+  const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff";
+  EXPECT_FALSE(parse_envelope(garbage.data(), garbage.size(), limits).ok());
+  EXPECT_FALSE(check_body_size(0, limits).ok());
+  EXPECT_FALSE(check_body_size(limits.max_body_size + 1, limits).ok());
+  EXPECT_FALSE(parse_handshake(garbage.data(), garbage.size()).ok());
+}
+
+TEST(Handshake, MacsDependOnSecretNoncesAndRole) {
+  const std::string a = make_nonce(), c = make_nonce();
+  EXPECT_EQ(a.size(), kNonceSize);
+  EXPECT_NE(a, c);
+  const std::string mac = connector_mac("s3cret", a, c, "unix:@p");
+  EXPECT_TRUE(mac_equal(mac, connector_mac("s3cret", a, c, "unix:@p")));
+  EXPECT_FALSE(mac_equal(mac, connector_mac("other", a, c, "unix:@p")));
+  EXPECT_FALSE(mac_equal(mac, connector_mac("s3cret", c, a, "unix:@p")));
+  EXPECT_FALSE(mac_equal(mac, connector_mac("s3cret", a, c, "unix:@q")));
+  EXPECT_FALSE(mac_equal(mac, acceptor_mac("s3cret", a, c, "unix:@p")));
+  EXPECT_EQ(make_secret().size(), 64u);
+}
+
+TEST(Payload, SharesWithoutCopying) {
+  std::string big(1 << 20, 'x');
+  const char* where = big.data();
+  Payload p = Payload::adopt(std::move(big));
+  EXPECT_EQ(p.data(), where);
+  Payload q = p;
+  EXPECT_EQ(q.data(), where);
+  EXPECT_EQ(Payload::copy_of("abc").view(), "abc");
+}
+
+}  // namespace
+}  // namespace castmesh::wire
