@@ -15,6 +15,9 @@
 // no flush is pending, schedules one on the I/O thread; a flush writes
 // everything queued by then in one gather write (small frames share one
 // buffer, payloads above kInlinePayloadLimit go out from their own buffer).
+// Exception for latency: a small frame sent on an idle connection more than
+// ~10 us after the previous one is written at once by the sending thread
+// (one non-blocking send(); whatever does not fit goes the normal way).
 //
 // Backpressure: each peer's outbound queue is bounded by
 // EndpointOptions::max_outbound_bytes (bytes queued or being written). A

@@ -1,9 +1,69 @@
 #include "core/wire/payload.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
 #include <utility>
 
 namespace castmesh::wire {
+namespace {
+
+// Large receive buffers are recycled: a fresh 64 MiB allocation costs a page
+// fault per 4 KiB on first touch (about as long as moving the bytes over a
+// Unix socket), and received payloads are usually dropped soon after their
+// handler ran. Buffers of at least kPooledMin bytes return here when their
+// last Payload goes away; up to kPoolBytes stay cached. Thread-safe.
+class LargeBufferPool {
+ public:
+  static constexpr std::size_t kPooledMin = std::size_t{1} << 20;
+  static constexpr std::size_t kPoolBytes = std::size_t{512} << 20;
+
+  // A buffer of at least `size` bytes (at most 25% larger); its capacity in
+  // `capacity`.
+  char* take(std::size_t size, std::size_t* capacity) {
+    {
+      std::lock_guard lock(mu_);
+      auto it = free_.lower_bound(size);
+      if (it != free_.end() && it->first <= size + size / 4) {
+        char* buffer = it->second;
+        *capacity = it->first;
+        cached_bytes_ -= it->first;
+        free_.erase(it);
+        return buffer;
+      }
+    }
+    *capacity = size;
+    char* buffer = static_cast<char*>(std::malloc(size));
+    if (buffer == nullptr) throw std::bad_alloc();
+    return buffer;
+  }
+
+  void give(char* buffer, std::size_t capacity) {
+    {
+      std::lock_guard lock(mu_);
+      if (cached_bytes_ + capacity <= kPoolBytes) {
+        cached_bytes_ += capacity;
+        free_.emplace(capacity, buffer);
+        return;
+      }
+    }
+    std::free(buffer);
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<std::size_t, char*> free_;
+  std::size_t cached_bytes_ = 0;
+};
+
+LargeBufferPool& large_buffer_pool() {
+  static auto* pool = new LargeBufferPool;  // never destroyed: payloads may outlive statics
+  return *pool;
+}
+
+}  // namespace
 
 Payload Payload::adopt(std::string&& bytes) {
   auto owner = std::make_shared<std::string>(std::move(bytes));
@@ -28,6 +88,16 @@ Payload Payload::share(std::shared_ptr<const void> owner, const char* data, std:
 }
 
 Payload Payload::allocate(std::size_t size, char** writable) {
+  if (size >= LargeBufferPool::kPooledMin) {
+    std::size_t capacity = 0;
+    char* buffer = large_buffer_pool().take(size, &capacity);
+    *writable = buffer;
+    Payload p;
+    p.size_ = size;
+    p.data_ = std::shared_ptr<const char>(
+        buffer, [capacity](const char* b) { large_buffer_pool().give(const_cast<char*>(b), capacity); });
+    return p;
+  }
   // make_shared_for_overwrite: no zero-fill of a buffer the reader is about
   // to overwrite (64 MiB of memset is measurable).
   std::shared_ptr<char[]> buffer = std::make_shared_for_overwrite<char[]>(size == 0 ? 1 : size);

@@ -1,0 +1,436 @@
+// Cross-process transport benchmark: castmesh Endpoint vs a raw-socket
+// baseline written here, over Unix and TCP loopback, in one run.
+//
+//   transport_bench [--quick]
+//
+// Each measurement starts a server process (this binary re-executed with
+// --serve ...), so client and server are separate processes as in a real
+// mesh. Figures:
+//   rtt      ping-pong round trip, 8-byte payload (raw: 8-byte read/write)
+//            castmesh "io": the next ping is sent from the reply handler
+//            (transport cost only); "thread": a user thread sends and
+//            waits for each reply (adds two thread hand-offs).
+//   tput     one-way stream of N messages of 1 KiB / 1 MiB / 64 MiB, then
+//            an ack; MiB/s of payload.
+//   burst    1,000,000 one-way 16-byte messages from one thread; msg/s.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/transport/address.h"
+#include "core/transport/endpoint.h"
+
+extern char** environ;
+
+namespace {
+
+using castmesh::transport::Endpoint;
+using castmesh::transport::EndpointOptions;
+namespace v1 = castmesh::wire::v1;
+using castmesh::wire::Payload;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kSecret[] = "bench-secret";
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// --- raw sockets -------------------------------------------------------------
+
+bool write_all(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+bool read_all(int fd, void* data, std::size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// Listens on a fresh abstract Unix name or a free loopback TCP port; returns
+// the fd and writes the address ("unix:@..." / "tcp:127.0.0.1:N").
+int raw_listen(const std::string& kind, std::string& url) {
+  if (kind == "unix") {
+    url = castmesh::transport::unique_abstract_unix_address();
+    const std::string name = url.substr(6);
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path + 1, name.data(), name.size());
+    ::bind(fd, reinterpret_cast<sockaddr*>(&sa), static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size()));
+    ::listen(fd, 4);
+    return fd;
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+  ::listen(fd, 4);
+  socklen_t len = sizeof(sa);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  url = "tcp:127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  return fd;
+}
+
+int raw_connect(const std::string& url) {
+  auto address = castmesh::transport::parse_channel_address(url);
+  int fd;
+  if (address->kind == castmesh::transport::ChannelAddress::Kind::kUnix) {
+    fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa),
+                  static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size())) != 0) return -1;
+  } else {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(address->port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) return -1;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  return fd;
+}
+
+// Raw server: "echo" answers each 8-byte read; "sink" reads count messages
+// (u64 length + bytes, into one reused buffer) and answers one ack byte.
+int serve_raw(const std::string& kind, const std::string& mode) {
+  std::string url;
+  int listener = raw_listen(kind, url);
+  std::printf("%s\n", url.c_str());
+  std::fflush(stdout);
+  int fd = ::accept(listener, nullptr, nullptr);
+  int one = 1;
+  if (kind == "tcp") ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (mode == "echo") {
+    char buf[8];
+    while (read_all(fd, buf, sizeof(buf)) && write_all(fd, buf, sizeof(buf))) {
+    }
+    return 0;
+  }
+  std::vector<char> buffer;
+  std::uint64_t count = 0;
+  while (read_all(fd, &count, sizeof(count))) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::uint64_t size = 0;
+      if (!read_all(fd, &size, sizeof(size))) return 1;
+      if (buffer.size() < size) buffer.resize(size);
+      if (!read_all(fd, buffer.data(), size)) return 1;
+    }
+    char ack = 1;
+    write_all(fd, &ack, 1);
+  }
+  return 0;
+}
+
+// --- castmesh ----------------------------------------------------------------
+
+int serve_castmesh(const std::string& kind) {
+  EndpointOptions options;
+  options.listen = kind == "unix" ? castmesh::transport::unique_abstract_unix_address() : "tcp:127.0.0.1:0";
+  options.secret = kSecret;
+  Endpoint* self = nullptr;
+  std::uint64_t received = 0;
+  std::atomic<bool> done{false};
+  auto endpoint = Endpoint::start(
+      options,
+      [&](const std::string& peer, v1::Envelope&& envelope, Payload payload) {
+        if (envelope.message_type() == "ping") {
+          v1::Envelope pong;
+          pong.set_message_type("pong");
+          (void)self->send(peer, std::move(pong), std::move(payload));
+        } else if (envelope.message_type() == "data") {
+          ++received;
+        } else if (envelope.message_type() == "done") {
+          v1::Envelope ack;
+          ack.set_message_type("ack");
+          ack.set_correlation(received);
+          received = 0;
+          (void)self->send(peer, std::move(ack));
+        }
+      },
+      [&](const std::string&, const absl::Status&) {
+        done = true;
+        done.notify_all();
+      });
+  if (!endpoint.ok()) {
+    std::fprintf(stderr, "serve: %s\n", endpoint.status().ToString().c_str());
+    return 1;
+  }
+  self = endpoint->get();
+  std::printf("%s\n", self->id().c_str());
+  std::fflush(stdout);
+  done.wait(false);  // until the client disconnects
+  return 0;
+}
+
+// A server process and the address it printed.
+struct Server {
+  pid_t pid = -1;
+  std::string url;
+  ~Server() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+std::unique_ptr<Server> spawn_server(const std::vector<std::string>& args) {
+  int pipefd[2];
+  if (::pipe(pipefd) != 0) return nullptr;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipefd[0]);
+  std::vector<std::string> argv_storage = {"/proc/self/exe", "--serve"};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  auto server = std::make_unique<Server>();
+  if (posix_spawn(&server->pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ) != 0) return nullptr;
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipefd[1]);
+  char c;
+  while (::read(pipefd[0], &c, 1) == 1 && c != '\n') server->url.push_back(c);
+  ::close(pipefd[0]);
+  return server;
+}
+
+// Client side of the castmesh measurements: one endpoint, the reply handler
+// drives ping-pong chains or signals the waiting thread.
+class Client {
+ public:
+  explicit Client(const std::string& server) : server_(server) {
+    EndpointOptions options;
+    options.secret = kSecret;
+    auto endpoint = Endpoint::start(options, [this](const std::string&, v1::Envelope&& e, Payload p) {
+      on_reply(std::move(e), std::move(p));
+    });
+    endpoint_ = std::move(*endpoint);
+  }
+
+  // Ping-pong driven from the I/O thread: each pong sends the next ping.
+  double rtt_io_us(int rounds) {
+    remaining_ = rounds;
+    chain_ = true;
+    replies_ = 0;
+    const auto t0 = Clock::now();
+    ping();
+    wait_replies(rounds);
+    chain_ = false;
+    return seconds_since(t0) * 1e6 / rounds;
+  }
+
+  // Ping-pong from this thread: send, block until the pong, repeat.
+  double rtt_thread_us(int rounds) {
+    replies_ = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < rounds; ++i) {
+      ping();
+      wait_replies(i + 1);
+    }
+    return seconds_since(t0) * 1e6 / rounds;
+  }
+
+  // MiB/s of payload for `count` one-way messages of `size` bytes.
+  double throughput_mib_s(std::size_t size, int count) {
+    Payload payload = Payload::adopt(std::string(size, 'x'));
+    replies_ = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      v1::Envelope e;
+      e.set_message_type("data");
+      check(endpoint_->send(server_, std::move(e), payload));
+    }
+    finish(count);
+    return double(size) * count / (1 << 20) / seconds_since(t0);
+  }
+
+  // Messages/s for a burst of small one-way messages from this thread.
+  double burst_msg_s(int count) {
+    Payload payload = Payload::copy_of("0123456789abcdef");
+    replies_ = 0;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < count; ++i) {
+      v1::Envelope e;
+      e.set_message_type("data");
+      check(endpoint_->send(server_, std::move(e), payload));
+    }
+    finish(count);
+    return count / seconds_since(t0);
+  }
+
+ private:
+  static void check(const absl::Status& st) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "send failed: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  void ping() {
+    v1::Envelope e;
+    e.set_message_type("ping");
+    check(endpoint_->send(server_, std::move(e), Payload::copy_of("8bytes!!")));
+  }
+  void finish(int count) {
+    v1::Envelope done;
+    done.set_message_type("done");
+    check(endpoint_->send(server_, std::move(done)));
+    wait_replies(1);
+    if (acked_ != static_cast<std::uint64_t>(count)) {
+      std::fprintf(stderr, "server counted %llu of %d\n", static_cast<unsigned long long>(acked_), count);
+      std::exit(1);
+    }
+  }
+  void on_reply(v1::Envelope&& e, Payload) {
+    if (e.message_type() == "ack") acked_ = e.correlation();
+    if (chain_ && --remaining_ > 0) ping();
+    replies_.fetch_add(1, std::memory_order_release);
+    replies_.notify_all();
+  }
+  void wait_replies(int n) {
+    for (int seen = replies_.load(std::memory_order_acquire); seen < n; seen = replies_.load(std::memory_order_acquire)) {
+      replies_.wait(seen, std::memory_order_acquire);
+    }
+  }
+
+  std::string server_;
+  std::unique_ptr<Endpoint> endpoint_;
+  std::atomic<int> replies_{0};
+  int remaining_ = 0;
+  std::atomic<bool> chain_{false};
+  std::uint64_t acked_ = 0;
+};
+
+double raw_rtt_us(const std::string& kind, int rounds) {
+  auto server = spawn_server({"raw", kind, "echo"});
+  int fd = raw_connect(server->url);
+  char buf[8] = "8bytes!";
+  for (int i = 0; i < 1000; ++i) {
+    write_all(fd, buf, 8);
+    read_all(fd, buf, 8);
+  }
+  const auto t0 = Clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    write_all(fd, buf, 8);
+    read_all(fd, buf, 8);
+  }
+  const double us = seconds_since(t0) * 1e6 / rounds;
+  ::close(fd);
+  return us;
+}
+
+double raw_throughput_mib_s(const std::string& kind, std::size_t size, int count) {
+  auto server = spawn_server({"raw", kind, "sink"});
+  int fd = raw_connect(server->url);
+  std::string payload(size, 'x');
+  const auto t0 = Clock::now();
+  std::uint64_t n = static_cast<std::uint64_t>(count);
+  write_all(fd, &n, sizeof(n));
+  for (int i = 0; i < count; ++i) {
+    std::uint64_t s = size;
+    write_all(fd, &s, sizeof(s));
+    write_all(fd, payload.data(), size);
+  }
+  char ack;
+  read_all(fd, &ack, 1);
+  const double mib_s = double(size) * count / (1 << 20) / seconds_since(t0);
+  ::close(fd);
+  return mib_s;
+}
+
+void row(const char* kind, const char* what, double raw, double cm, const char* unit, bool lower_is_better) {
+  if (raw > 0) {
+    const double ratio = lower_is_better ? cm / raw : cm / raw;
+    std::printf("%-5s %-26s %12.1f %12.1f  %-6s %6.2fx\n", kind, what, raw, cm, unit, ratio);
+  } else {
+    std::printf("%-5s %-26s %12s %12.1f  %-6s\n", kind, what, "-", cm, unit);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[1]) == "--serve") {
+    if (std::string(argv[2]) == "raw" && argc == 5) return serve_raw(argv[3], argv[4]);
+    if (std::string(argv[2]) == "castmesh" && argc == 4) return serve_castmesh(argv[3]);
+    return 2;
+  }
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  // Each figure is the best of `reps` runs, raw and castmesh alternating, so
+  // both see the same background load (this machine is shared).
+  const int reps = quick ? 2 : 5;
+  const int rtt_rounds = quick ? 2000 : 10000;
+  // Runs raw and castmesh alternately `reps` times; the best of each.
+  auto compare = [&](auto&& raw_run, auto&& cm_run, bool lower_is_better) {
+    double raw = lower_is_better ? 1e300 : 0, cm = raw;
+    for (int i = 0; i < reps; ++i) {
+      const double r = raw_run(), c = cm_run();
+      raw = lower_is_better ? std::min(raw, r) : std::max(raw, r);
+      cm = lower_is_better ? std::min(cm, c) : std::max(cm, c);
+    }
+    return std::pair{raw, cm};
+  };
+  std::printf("%-5s %-26s %12s %12s  %-6s %7s\n", "chan", "measure (best of runs)", "raw", "castmesh", "unit",
+              "cm/raw");
+  for (const std::string kind : {"unix", "tcp"}) {
+    auto server = spawn_server({"castmesh", kind});
+    Client client(server->url);
+    client.rtt_io_us(1000);  // warm-up (connect + handshake)
+    const auto [raw_rtt, io_rtt] =
+        compare([&] { return raw_rtt_us(kind, rtt_rounds); }, [&] { return client.rtt_io_us(rtt_rounds); }, true);
+    const auto [raw_rtt2, thread_rtt] =
+        compare([&] { return raw_rtt_us(kind, rtt_rounds); }, [&] { return client.rtt_thread_us(rtt_rounds); }, true);
+    row(kind.c_str(), "rtt 8B, handler-driven", raw_rtt, io_rtt, "us", true);
+    row(kind.c_str(), "rtt 8B, thread send+wait", raw_rtt2, thread_rtt, "us", true);
+    struct Size {
+      const char* name;
+      std::size_t bytes;
+      int count;
+    };
+    for (const Size s : {Size{"tput 1KiB", 1024, quick ? 20000 : 100000}, Size{"tput 1MiB", 1 << 20, quick ? 100 : 500},
+                         Size{"tput 64MiB", 64u << 20, quick ? 4 : 8}}) {
+      const auto [raw, cm] = compare([&] { return raw_throughput_mib_s(kind, s.bytes, s.count); },
+                                     [&] { return client.throughput_mib_s(s.bytes, s.count); }, false);
+      row(kind.c_str(), s.name, raw, cm, "MiB/s", false);
+    }
+    const int burst = quick ? 200000 : 1000000;
+    row(kind.c_str(), "burst 16B one-way", 0, compare([] { return 0.0; }, [&] { return client.burst_msg_s(burst); }, false).second / 1e3, "Kmsg/s",
+        false);
+  }
+  return 0;
+}
