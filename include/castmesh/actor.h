@@ -1,0 +1,139 @@
+// Actor: the base class of every actor.
+//
+// An actor is an object with private state that handles one message at a
+// time; it may run on any scheduler thread between messages, never on two at
+// once. Declare the handled messages as methods plus a handler list:
+//
+//   struct Add { int n; };
+//   struct Get {};
+//   class Counter : public castmesh::Actor {
+//    public:
+//     explicit Counter(int start) : value_(start) {}
+//     void add(const Add& m) { value_ += m.n; }
+//     int get(const Get&) { return value_; }
+//     using Handlers = castmesh::Handlers<&Counter::add, &Counter::get>;
+//    private:
+//     int value_;
+//   };
+//   auto c = runtime.spawn<Counter>(5);
+//   c.tell(Add{2});
+//   absl::StatusOr<int> v = c.ask(Get{}).get();   // Future<int>
+//
+// The methods of this base class (self, spawn, stop, monitor, timers,
+// on_complete) may only be called from inside the actor's own handlers and
+// hooks (on_start onwards), never from its constructor or other threads.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "castmesh/detail/handlers.h"
+#include "castmesh/future.h"
+#include "castmesh/port.h"
+#include "castmesh/ref.h"
+#include "castmesh/runtime.h"
+#include "castmesh/supervision.h"
+
+namespace castmesh {
+
+class Actor {
+ public:
+  Actor() = default;
+  Actor(const Actor&) = delete;
+  Actor& operator=(const Actor&) = delete;
+  virtual ~Actor() = default;
+
+  // Hooks, run inside the actor. on_start runs before the first message;
+  // on_stop when it stops (normal stop, failure or runtime shutdown), before
+  // the object is destroyed. An exception from on_start fails the actor.
+  virtual void on_start() {}
+  virtual void on_stop() {}
+  // A child failed. Return true if handled (this actor keeps running; the
+  // child stays stopped); false escalates (this actor fails, its parent is
+  // told). Default: escalate.
+  virtual bool on_child_failed(const SupervisionEvent& event) { return false; }
+  // An actor this one monitors stopped.
+  virtual void on_down(const DownEvent& event) {}
+
+ protected:
+  // This actor's address and ref.
+  const Address& address() const;
+  UntypedRef self() const;
+  template <typename A>
+  ActorRef<A> self_as() const {
+    return ActorRef<A>(self().endpoint());
+  }
+  Runtime& runtime() const;
+
+  // Spawns a child (this actor is its parent and supervisor).
+  template <typename A, typename... Args>
+  ActorRef<A> spawn(Args&&... args);
+  template <typename A, typename... Args>
+  absl::StatusOr<ActorRef<A>> spawn_with(SpawnOptions options, Args&&... args);
+
+  // Stops this actor once the current handler returns. Messages still in the
+  // mailbox are dropped; their requests fail with an error naming the actor.
+  void stop();
+  // Fails this actor as if a handler had thrown (parent gets an event).
+  void fail(absl::Status reason);
+
+  // Watches `target`: on_down runs here when it stops (at once if it is
+  // already gone).
+  void monitor(const UntypedRef& target);
+
+  // Delivers `msg` to this actor after `delay` / every `period`. Timers end
+  // when cancelled or when the actor stops.
+  template <typename M>
+  TimerId send_after(absl::Duration delay, M msg);
+  template <typename M>
+  TimerId send_every(absl::Duration period, M msg);
+  void cancel_timer(TimerId id);
+
+  // Runs `f(absl::StatusOr<T>)` inside this actor (one at a time with its
+  // handlers) once `future` completes. Dropped if the actor stopped first.
+  template <typename T, typename F>
+  void on_complete(Future<T> future, F f);
+
+ private:
+  friend class detail::ActorCell;
+  friend struct ActorAccess;
+  TimerId add_timer(absl::Duration delay, absl::Duration period, std::function<void()> fire);
+  detail::ActorCell* cell_ = nullptr;
+};
+
+
+template <typename A, typename... Args>
+ActorRef<A> Actor::spawn(Args&&... args) {
+  return runtime().spawn_child<A>(cell_, SpawnOptions{}, std::forward<Args>(args)...).value();
+}
+template <typename A, typename... Args>
+absl::StatusOr<ActorRef<A>> Actor::spawn_with(SpawnOptions options, Args&&... args) {
+  return runtime().spawn_child<A>(cell_, std::move(options), std::forward<Args>(args)...);
+}
+
+template <typename M>
+TimerId Actor::send_after(absl::Duration delay, M msg) {
+  auto shared = std::make_shared<M>(std::move(msg));
+  return add_timer(delay, absl::ZeroDuration(), [ref = self(), shared] { ref.tell(std::move(*shared)); });
+}
+template <typename M>
+TimerId Actor::send_every(absl::Duration period, M msg) {
+  return add_timer(period, period, [ref = self(), msg = std::move(msg)] { ref.tell(M(msg)); });
+}
+
+template <typename T, typename F>
+void Actor::on_complete(Future<T> future, F f) {
+  std::move(future).on_ready([target = self().endpoint(), fn = std::move(f)](absl::StatusOr<T> v) mutable {
+    auto run = [fn = std::move(fn), v = std::move(v)]() mutable { fn(std::move(v)); };
+    detail::post(*target, new detail::TypedClosureEnvelope<decltype(run)>(std::move(run)));
+  });
+}
+
+}  // namespace castmesh

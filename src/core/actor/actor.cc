@@ -1,0 +1,44 @@
+#include "castmesh/actor.h"
+
+#include "core/actor/runtime_core.h"
+
+namespace castmesh {
+
+const Address& Actor::address() const { return cell_->address(); }
+UntypedRef Actor::self() const { return UntypedRef(cell_->shared_from_this()); }
+Runtime& Actor::runtime() const { return *cell_->runtime()->owner; }
+void Actor::stop() { cell_->stop_after_current(); }
+void Actor::fail(absl::Status reason) {
+  if (reason.ok()) reason = absl::UnknownError("Actor::fail with an OK status");
+  cell_->fail(std::move(reason), "", cell_->address());
+}
+
+void Actor::monitor(const UntypedRef& target) {
+  detail::Watcher w{cell_->weak_from_this(), {}};
+  if (!target.valid()) {
+    detail::notify_down(w, DownEvent{{}, absl::InvalidArgumentError("monitor of an empty ref")});
+    return;
+  }
+  detail::RuntimeCore* rt = cell_->runtime();
+  const Address& a = target.address();
+  if (a.proc != rt->proc_id()) {
+    rt->watch_remote(a, std::move(w));
+  } else if (auto cell = rt->find_local(a)) {
+    cell->add_watcher(std::move(w));
+  } else {
+    detail::notify_down(w, DownEvent{a, absl::NotFoundError("no actor " + a.to_string())});
+  }
+}
+
+TimerId Actor::add_timer(absl::Duration delay, absl::Duration period, std::function<void()> fire) {
+  const TimerId id = cell_->runtime()->timers().add(delay, period, std::move(fire));
+  if (id != 0) cell_->track_timer(id);
+  return id;
+}
+
+void Actor::cancel_timer(TimerId id) {
+  cell_->runtime()->timers().cancel(id);
+  cell_->untrack_timer(id);
+}
+
+}  // namespace castmesh

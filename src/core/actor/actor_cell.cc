@@ -1,0 +1,315 @@
+#include "core/actor/text.h"
+
+#include <exception>
+
+#include "core/actor/runtime_core.h"
+#include "core/log/log.h"
+
+namespace castmesh::detail {
+
+namespace {
+thread_local ActorCell* tl_cell = nullptr;
+
+std::string describe_exception(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+// Restores the thread's current cell when a turn ends.
+struct CurrentCellScope {
+  explicit CurrentCellScope(ActorCell* c) : prev(std::exchange(tl_cell, c)) {}
+  ~CurrentCellScope() { tl_cell = prev; }
+  ActorCell* prev;
+};
+}  // namespace
+
+absl::Status actor_stopped_error(const Address& a, const absl::Status& reason) {
+  if (reason.ok()) return absl::UnavailableError(str_cat("actor ", a.to_string(), " stopped"));
+  return absl::UnavailableError(str_cat("actor ", a.to_string(), " stopped: ", reason.message()));
+}
+
+void notify_down(const Watcher& w, const DownEvent& ev) {
+  if (w.callback) {
+    w.callback(ev);
+    return;
+  }
+  if (auto cell = w.cell.lock()) {
+    auto* env = new TypedEnvelope<DownEvent>(ev);
+    env->kind = EnvelopeKind::kDown;
+    env->type_id = type_id<DownEvent>();
+    cell->deliver(env);
+  }
+}
+
+ActorCell* ActorCell::current() { return tl_cell; }
+
+ActorCell::ActorCell(RuntimeCore* rt, Address address, std::unique_ptr<Actor> actor, const HandlerTable& table,
+                     std::shared_ptr<ActorCell> parent)
+    : Endpoint(std::move(address)), rt_(rt), actor_(std::move(actor)), table_(table), parent_(std::move(parent)) {
+  actor_->cell_ = this;
+}
+
+ActorCell::~ActorCell() = default;
+
+void ActorCell::start(DedicatedThread* thread) {
+  self_ = shared_from_this();
+  thread_ = thread;
+  mailbox_.mark_scheduled();
+  schedule();
+}
+
+void ActorCell::schedule() {
+  if (thread_ != nullptr) {
+    thread_->wake();
+  } else {
+    rt_->scheduler().schedule(this);
+  }
+}
+
+void ActorCell::deliver(Envelope* env) {
+  switch (mailbox_.push(env)) {
+    case Mailbox::PushResult::kOk:
+      return;
+    case Mailbox::PushResult::kUnblocked:
+      schedule();
+      return;
+    case Mailbox::PushResult::kClosed: {
+      absl::Status reason;
+      {
+        std::lock_guard<std::mutex> lock(links_mu_);
+        reason = final_reason_;
+      }
+      reject(env, actor_stopped_error(address(), reason));
+      return;
+    }
+  }
+}
+
+Schedulable::TurnResult ActorCell::run_turn(int batch) {
+  CurrentCellScope scope(this);
+  if (!started_) {
+    started_ = true;
+    if (!stop_now_.load(std::memory_order_acquire)) {
+      run_guarded("on_start", "", [this] { actor_->on_start(); });
+    }
+  }
+  int handled = 0;
+  while (handled < batch && !stop_requested_ && !failed_ && !stop_now_.load(std::memory_order_relaxed)) {
+    Envelope* env = mailbox_.pop();
+    if (env == nullptr) {
+      if (mailbox_.try_block()) return TurnResult::kIdle;  // `this` may run elsewhere from here on
+      continue;
+    }
+    dispatch(env);
+    ++handled;
+  }
+  if (stop_requested_ || failed_ || stop_now_.load(std::memory_order_acquire)) {
+    finish();
+    return TurnResult::kStopped;
+  }
+  if (mailbox_.try_block()) return TurnResult::kIdle;
+  return TurnResult::kMore;
+}
+
+void ActorCell::dispatch(Envelope* env) {
+  switch (env->kind) {
+    case EnvelopeKind::kUser:
+      dispatch_user(env);
+      break;
+    case EnvelopeKind::kStop:
+      stop_requested_ = true;
+      break;
+    case EnvelopeKind::kClosure:
+      run_guarded("continuation", "", [env] { static_cast<ClosureEnvelope*>(env)->run(); });
+      break;
+    case EnvelopeKind::kDown: {
+      const auto& ev = static_cast<TypedEnvelope<DownEvent>*>(env)->value;
+      run_guarded("on_down", type_name<DownEvent>(), [this, &ev] { actor_->on_down(ev); });
+      break;
+    }
+    case EnvelopeKind::kSupervision: {
+      const auto& ev = static_cast<TypedEnvelope<SupervisionEvent>*>(env)->value;
+      bool handled = false;
+      run_guarded("on_child_failed", type_name<SupervisionEvent>(),
+                  [this, &ev, &handled] { handled = actor_->on_child_failed(ev); });
+      if (!handled && !failed_) {
+        fail(absl::Status(ev.reason.code(),
+                          str_cat("unhandled failure of child ", ev.child.to_string(), ": ", ev.reason.message())),
+             std::string(type_name<SupervisionEvent>()), ev.origin.empty() ? ev.child : ev.origin);
+      }
+      break;
+    }
+  }
+  delete env;
+}
+
+void ActorCell::dispatch_user(Envelope* env) {
+  if (env->reply && env->reply.get()->cancelled()) return;  // cancelled before it started
+  HandlerFn fn = env->handler;
+  if (fn == nullptr || env->handler_class != table_.class_id) {
+    const HandlerEntry* entry = table_.find(env->type_id);
+    fn = entry ? entry->fn : nullptr;
+  }
+  if (fn == nullptr) {
+    absl::Status err = absl::UnimplementedError(str_cat("actor ", address().to_string(), " (", table_.class_name,
+                                                             ") has no handler for message type ",
+                                                             type_name_of(env->type_id)));
+    if (env->reply) {
+      env->reply.complete_error(std::move(err));
+    } else {
+      CASTMESH_LOG_WARN("{}; message dropped", sv(err.message()));
+    }
+    return;
+  }
+  try {
+    fn(actor_.get(), env);
+  } catch (...) {
+    const std::string_view mtype = type_name_of(env->type_id);
+    absl::Status reason =
+        absl::InternalError(str_cat("handler for ", mtype, " threw: ", describe_exception(std::current_exception())));
+    env->reply.complete_error(
+        absl::AbortedError(str_cat("actor ", address().to_string(), " failed: ", reason.message())));
+    fail(std::move(reason), std::string(mtype), address());
+  }
+}
+
+void ActorCell::run_guarded(const char* what, std::string_view message_type, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (...) {
+    fail(absl::InternalError(str_cat(what, " threw: ", describe_exception(std::current_exception()))),
+         std::string(message_type), address());
+  }
+}
+
+void ActorCell::fail(absl::Status reason, std::string message_type, Address origin) {
+  if (failed_) return;
+  failed_ = true;
+  failure_ = std::move(reason);
+  failure_message_type_ = std::move(message_type);
+  failure_origin_ = std::move(origin);
+  CASTMESH_LOG_WARN("actor {} failed: {}", address().to_string(), sv(failure_.message()));
+}
+
+void ActorCell::untrack_timer(TimerId id) { std::erase(timers_, id); }
+
+void ActorCell::request_stop_now(absl::Status reason) {
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    if (stopped_) return;
+    if (stop_now_reason_.ok()) stop_now_reason_ = std::move(reason);
+  }
+  stop_now_.store(true, std::memory_order_release);
+  auto* env = new Envelope();
+  env->kind = EnvelopeKind::kStop;
+  deliver(env);  // wakes the actor; dropped if it already closed
+}
+
+void ActorCell::add_watcher(Watcher w) {
+  absl::Status reason;
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    if (!stopped_) {
+      watchers_.push_back(std::move(w));
+      return;
+    }
+    reason = final_reason_;
+  }
+  notify_down(w, DownEvent{address(), reason});
+}
+
+bool ActorCell::add_child(std::shared_ptr<ActorCell> child) {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  if (stopped_) return false;
+  children_.push_back(std::move(child));
+  return true;
+}
+
+void ActorCell::remove_child(ActorCell* child) {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  std::erase_if(children_, [child](const auto& c) { return c.get() == child; });
+}
+
+void ActorCell::finish() {
+  std::shared_ptr<ActorCell> keep = std::move(self_);  // released last: may destroy this cell
+  absl::Status reason;
+  if (failed_) {
+    reason = failure_;
+  } else if (stop_now_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    reason = stop_now_reason_;
+  }
+  if (started_) {
+    try {
+      actor_->on_stop();
+    } catch (...) {
+      CASTMESH_LOG_ERROR("actor {}: on_stop threw: {}", address().to_string(),
+                         describe_exception(std::current_exception()));
+    }
+  }
+  for (TimerId id : timers_) rt_->timers().cancel(id);
+  timers_.clear();
+
+  std::shared_ptr<ActorCell> parent;
+  std::vector<std::shared_ptr<ActorCell>> children;
+  std::vector<Watcher> watchers;
+  {
+    std::lock_guard<std::mutex> lock(links_mu_);
+    stopped_ = true;
+    final_reason_ = reason;
+    parent = std::move(parent_);
+    children.swap(children_);
+    watchers.swap(watchers_);
+  }
+  // Refuse further messages; fail the requests still queued.
+  const absl::Status dropped = actor_stopped_error(address(), reason);
+  for (Envelope* env = mailbox_.close(); env != nullptr;) {
+    Envelope* next = env->next;
+    env->reply.complete_error(dropped);
+    delete env;
+    env = next;
+  }
+  actor_.reset();
+
+  for (auto& child : children) {
+    child->request_stop_now(absl::UnavailableError(str_cat("parent ", address().to_string(), " stopped")));
+  }
+  const DownEvent down{address(), reason};
+  for (const auto& w : watchers) notify_down(w, down);
+
+  if (failed_) {
+    SupervisionEvent ev{address(), reason, failure_message_type_, failure_origin_};
+    bool delivered = false;
+    if (parent) {
+      auto* env = new TypedEnvelope<SupervisionEvent>(ev);
+      env->kind = EnvelopeKind::kSupervision;
+      env->type_id = type_id<SupervisionEvent>();
+      delivered = parent->mailbox_push_system(env);
+    }
+    if (!delivered) rt_->report_unhandled(ev);
+  }
+  if (parent) parent->remove_child(this);
+  CASTMESH_LOG_DEBUG("actor {} stopped{}{}", address().to_string(), reason.ok() ? "" : ": ", sv(reason.message()));
+  rt_->on_cell_stopped(this);
+}
+
+bool ActorCell::mailbox_push_system(Envelope* env) {
+  switch (mailbox_.push(env)) {
+    case Mailbox::PushResult::kOk:
+      return true;
+    case Mailbox::PushResult::kUnblocked:
+      schedule();
+      return true;
+    case Mailbox::PushResult::kClosed:
+      delete env;
+      return false;
+  }
+  return false;
+}
+
+}  // namespace castmesh::detail

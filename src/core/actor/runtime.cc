@@ -1,0 +1,90 @@
+#include "castmesh/runtime.h"
+
+#include "core/actor/runtime_core.h"
+
+namespace castmesh {
+
+Runtime::Runtime(RuntimeOptions options) : core_(std::make_unique<detail::RuntimeCore>(this, std::move(options))) {}
+
+Runtime::~Runtime() { core_->shutdown(); }
+
+UntypedRef Runtime::resolve(const Address& address) { return UntypedRef(core_->resolve(address)); }
+void Runtime::shutdown() { core_->shutdown(); }
+const ProcId& Runtime::proc_id() const { return core_->proc_id(); }
+absl::Status Runtime::set_proc_id(ProcId id) { return core_->set_proc_id(std::move(id)); }
+void Runtime::set_remote_router(std::shared_ptr<RemoteRouter> router) { core_->set_router(std::move(router)); }
+
+absl::Status Runtime::deliver_wire(WireMessage msg) {
+  if (msg.port != 0) {
+    const PortAddress port{msg.destination, msg.port};
+    if (!msg.error.ok()) {
+      core_->fail_reply_port(port, std::move(msg.error));
+      return absl::OkStatus();
+    }
+    return core_->deliver_serialized_reply(port, msg.type_name, msg.payload);
+  }
+  return core_->deliver_serialized(msg.destination, msg.type_name, msg.payload, msg.reply_to, msg.sender);
+}
+
+absl::Status Runtime::deliver_serialized(const Address& destination, std::string_view type_name,
+                                         std::string_view bytes, const std::optional<PortAddress>& reply_to,
+                                         const Address& sender) {
+  return core_->deliver_serialized(destination, type_name, bytes, reply_to, sender);
+}
+
+absl::Status Runtime::deliver_serialized_reply(const PortAddress& port, std::string_view type_name,
+                                               std::string_view bytes) {
+  return core_->deliver_serialized_reply(port, type_name, bytes);
+}
+
+void Runtime::fail_reply_port(const PortAddress& port, absl::Status error) {
+  core_->fail_reply_port(port, std::move(error));
+}
+void Runtime::fail_pending_to_proc(const ProcId& proc, absl::Status error) {
+  core_->fail_pending_to_proc(proc, error);
+}
+void Runtime::report_remote_down(const Address& actor, absl::Status reason) {
+  core_->report_remote_down(actor, reason);
+}
+void Runtime::report_proc_down(const ProcId& proc, absl::Status reason) { core_->report_proc_down(proc, reason); }
+
+absl::Status Runtime::deliver_supervision_event(const Address& parent, SupervisionEvent event) {
+  auto cell = core_->find_local(parent);
+  if (!cell) return absl::NotFoundError("no actor " + parent.to_string());
+  auto* env = new detail::TypedEnvelope<SupervisionEvent>(std::move(event));
+  env->kind = detail::EnvelopeKind::kSupervision;
+  env->type_id = type_id<SupervisionEvent>();
+  if (!cell->mailbox_push_system(env)) return absl::UnavailableError("actor " + parent.to_string() + " stopped");
+  return absl::OkStatus();
+}
+
+void Runtime::monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down) {
+  detail::Watcher w{{}, std::move(on_down)};
+  if (!target.valid()) {
+    detail::notify_down(w, DownEvent{{}, absl::InvalidArgumentError("monitor of an empty ref")});
+    return;
+  }
+  const Address& a = target.address();
+  if (a.proc != core_->proc_id()) {
+    core_->watch_remote(a, std::move(w));
+  } else if (auto cell = core_->find_local(a)) {
+    cell->add_watcher(std::move(w));
+  } else {
+    detail::notify_down(w, DownEvent{a, absl::NotFoundError("no actor " + a.to_string())});
+  }
+}
+
+bool Runtime::cancel_timer(TimerId id) { return core_->timers().cancel(id); }
+TimerId Runtime::add_timer(absl::Duration delay, absl::Duration period, std::function<void()> fire) {
+  return core_->timers().add(delay, period, std::move(fire));
+}
+
+size_t Runtime::live_actors() const { return core_->live_actors(); }
+int Runtime::worker_count() const { return core_->scheduler().worker_count(); }
+
+Runtime* Runtime::current() {
+  detail::RuntimeCore* rt = detail::RuntimeCore::current();
+  return rt ? rt->owner : nullptr;
+}
+
+}  // namespace castmesh

@@ -1,0 +1,547 @@
+#include "core/actor/runtime_core.h"
+
+#include "core/actor/text.h"
+
+#include <thread>
+
+#include "core/log/log.h"
+
+namespace castmesh::detail {
+
+namespace {
+thread_local RuntimeCore* tl_runtime = nullptr;
+std::atomic<RuntimeCore*> g_default_runtime{nullptr};
+
+// "ns::Foo<int>" -> "Foo".
+std::string default_name(std::string_view class_name) {
+  std::string_view n = class_name.substr(0, class_name.find('<'));
+  const size_t colon = n.rfind("::");
+  if (colon != std::string_view::npos) n = n.substr(colon + 2);
+  std::string out(n);
+  for (char& c : out) {
+    if (c == '/' || c == '[' || c == ']' || c == '#' || c == ' ') c = '_';
+  }
+  return out.empty() ? std::string("actor") : out;
+}
+
+// An address nothing lives at (or a spawn refused during shutdown).
+class DeadEndpoint final : public Endpoint {
+ public:
+  DeadEndpoint(Address a, absl::Status why) : Endpoint(std::move(a)), why_(std::move(why)) {}
+  void deliver(Envelope* env) override { reject(env, why_); }
+
+ private:
+  absl::Status why_;
+};
+
+class UnresolvedEndpoint final : public Endpoint {
+ public:
+  using Endpoint::Endpoint;
+  void deliver(Envelope* env) override {
+    RuntimeCore* rt = RuntimeCore::current();
+    if (rt == nullptr) {
+      reject(env, absl::FailedPreconditionError(
+                      str_cat("no runtime on this thread to resolve actor ", address().to_string())));
+      return;
+    }
+    rt->resolve(address())->deliver(env);
+  }
+};
+
+// The answer port of a request from another proc (or a OncePort decoded
+// from bytes). Answering encodes the value and routes it back.
+class RemoteReplySink final : public ReplySink {
+ public:
+  RemoteReplySink(PortAddress port, uint32_t value_type, RuntimeCore* rt)
+      : port_(std::move(port)), value_type_(value_type), rt_(rt) {}
+
+  void add_promise() override { promises_.fetch_add(1, std::memory_order_relaxed); }
+  void drop_promise() override {
+    if (promises_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (!done_.load(std::memory_order_acquire)) {
+        complete_error(absl::AbortedError("request dropped without a reply"));
+      }
+      delete this;
+    }
+  }
+  uint32_t value_type() const override { return value_type_; }
+  bool cancelled() const override { return false; }
+  PortAddress port_address() override { return port_; }
+
+  void complete_value(uint32_t type, void* value) override {
+    if (done_.exchange(true, std::memory_order_acq_rel)) return;
+    if (value_type_ != 0 && type != value_type_) {
+      send_error(type_mismatch(type_name_of(type), type_name_of(value_type_)));
+      return;
+    }
+    RuntimeCore* rt = runtime();
+    if (rt == nullptr) return;
+    if (port_.owner.proc == rt->proc_id()) {  // our own port, handed around: no bytes needed
+      if (ReplySink* sink = rt->take_reply(port_.port)) {
+        sink->complete_value(type, value);
+        sink->drop_promise();
+      }
+      return;
+    }
+    const MessageCodec* codec = codec_for(type);
+    if (codec == nullptr) {
+      send_error(absl::FailedPreconditionError(str_cat("reply type ", type_name_of(type),
+                                                            " has no codec (CASTMESH_REGISTER_MESSAGE)")));
+      return;
+    }
+    WireMessage m;
+    m.destination = port_.owner;
+    m.port = port_.port;
+    m.type_name = codec->wire_name;
+    if (absl::Status st = codec->encode(value, &m.payload); !st.ok()) {
+      send_error(st);
+      return;
+    }
+    route(rt, std::move(m));
+  }
+  void complete_error(absl::Status status) override {
+    if (done_.exchange(true, std::memory_order_acq_rel)) return;
+    send_error(std::move(status));
+  }
+
+ private:
+  RuntimeCore* runtime() const {
+    RuntimeCore* rt = rt_ ? rt_ : RuntimeCore::current();
+    if (rt == nullptr) CASTMESH_LOG_ERROR("reply to {} lost: no runtime on this thread", port_.to_string());
+    return rt;
+  }
+  void send_error(absl::Status status) {
+    RuntimeCore* rt = runtime();
+    if (rt == nullptr) return;
+    if (port_.owner.proc == rt->proc_id()) {
+      rt->fail_reply_port(port_, std::move(status));
+      return;
+    }
+    WireMessage m;
+    m.destination = port_.owner;
+    m.port = port_.port;
+    m.error = status.ok() ? absl::UnknownError("empty error") : std::move(status);
+    route(rt, std::move(m));
+  }
+  static void route(RuntimeCore* rt, WireMessage m) {
+    auto router = rt->router();
+    if (!router) {
+      CASTMESH_LOG_WARN("reply to {} dropped: no RemoteRouter installed", PortAddress{m.destination, m.port}.to_string());
+      return;
+    }
+    router->route(std::move(m));
+  }
+
+  const PortAddress port_;
+  const uint32_t value_type_;
+  RuntimeCore* const rt_;
+  std::atomic<int32_t> promises_{0};
+  std::atomic<bool> done_{false};
+};
+}  // namespace
+
+// ---- free functions used by the public headers ----
+
+std::shared_ptr<Endpoint> unresolved_endpoint(Address address) {
+  return std::make_shared<UnresolvedEndpoint>(std::move(address));
+}
+
+void reject(Envelope* env, absl::Status status) {
+  if (env->reply) {
+    env->reply.complete_error(std::move(status));
+  } else if (env->kind == EnvelopeKind::kUser) {
+    CASTMESH_LOG_DEBUG("message {} dropped: {}", type_name_of(env->type_id), sv(status.message()));
+  }
+  delete env;
+}
+
+void post(Endpoint& target, Envelope* closure) { target.deliver(closure); }
+
+void request_stop(Endpoint& target) {
+  if (auto* cell = dynamic_cast<ActorCell*>(&target)) {
+    auto* env = new Envelope();
+    env->kind = EnvelopeKind::kStop;
+    cell->mailbox_push_system(env);
+    return;
+  }
+  auto* env = new Envelope();
+  env->kind = EnvelopeKind::kStop;
+  target.deliver(env);
+}
+
+ReplySink* make_remote_reply_sink(PortAddress port, uint32_t value_type) {
+  return new RemoteReplySink(std::move(port), value_type, nullptr);
+}
+
+absl::StatusOr<std::shared_ptr<Endpoint>> spawn_actor(RuntimeCore* rt, ActorCell* parent,
+                                                      std::unique_ptr<Actor> actor, const HandlerTable& table,
+                                                      SpawnOptions options) {
+  return rt->spawn(parent, std::move(actor), table, std::move(options));
+}
+
+// ---- RuntimeCore ----
+
+RuntimeCore::RuntimeCore(Runtime* owner_runtime, RuntimeOptions opts)
+    : owner(owner_runtime), options(std::move(opts)), proc_id_(options.proc_id.empty() ? "local" : options.proc_id) {
+  int workers = options.workers;
+  if (workers <= 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  scheduler_ = std::make_unique<Scheduler>(workers, options.batch, [this] { on_thread_start(); });
+  RuntimeCore* expected = nullptr;
+  g_default_runtime.compare_exchange_strong(expected, this);
+  g_default_runtime.store(this);
+}
+
+RuntimeCore::~RuntimeCore() {
+  shutdown();
+  RuntimeCore* self = this;
+  g_default_runtime.compare_exchange_strong(self, nullptr);
+}
+
+void RuntimeCore::on_thread_start() { tl_runtime = this; }
+
+RuntimeCore* RuntimeCore::current() {
+  if (tl_runtime) return tl_runtime;
+  return g_default_runtime.load(std::memory_order_acquire);
+}
+
+absl::Status RuntimeCore::set_proc_id(ProcId id) {
+  if (spawned_any_.load()) return absl::FailedPreconditionError("set_proc_id after actors were spawned");
+  if (id.empty()) return absl::InvalidArgumentError("empty proc id");
+  proc_id_ = std::move(id);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
+                                                             const HandlerTable& table, SpawnOptions options) {
+  std::string name = options.name.empty() ? default_name(table.class_name) : std::move(options.name);
+  if (name.find_first_of("/[]#") != std::string::npos) {
+    return absl::InvalidArgumentError(str_cat("actor name '", name, "' holds '/', '[', ']' or '#'"));
+  }
+  const uint64_t index = options.index ? *options.index : next_index_.fetch_add(1, std::memory_order_relaxed);
+  Address address{proc_id_, std::move(name), index};
+  spawned_any_.store(true, std::memory_order_relaxed);
+  if (shutting_down()) {
+    return std::shared_ptr<Endpoint>(
+        std::make_shared<DeadEndpoint>(std::move(address), absl::UnavailableError("runtime is shutting down")));
+  }
+  std::shared_ptr<ActorCell> parent_ref = parent ? parent->shared_from_this() : nullptr;
+  auto cell = std::make_shared<ActorCell>(this, address, std::move(actor), table, parent_ref);
+  {
+    std::lock_guard<std::mutex> lock(dir_mu_);
+    auto [it, inserted] = directory_.try_emplace(std::make_pair(address.name, address.index), cell);
+    if (!inserted) {
+      if (!it->second.expired()) {
+        return absl::AlreadyExistsError(str_cat("an actor ", address.to_string(), " already exists"));
+      }
+      it->second = cell;
+    }
+  }
+  live_.fetch_add(1, std::memory_order_acq_rel);
+  DedicatedThread* thread = nullptr;
+  if (options.dedicated_thread) {
+    std::lock_guard<std::mutex> lock(threads_mu_);
+    dedicated_.push_back(std::make_unique<DedicatedThread>(cell.get(), this->options.batch,
+                                                           [this] { on_thread_start(); }));
+    thread = dedicated_.back().get();
+  }
+  const bool orphan = parent_ref && !parent_ref->add_child(cell);
+  cell->start(thread);
+  if (orphan) cell->request_stop_now(absl::UnavailableError("parent stopped before the child started"));
+  return std::shared_ptr<Endpoint>(std::move(cell));
+}
+
+std::shared_ptr<ActorCell> RuntimeCore::find_local(const Address& address) {
+  if (address.proc != proc_id_) return nullptr;
+  std::lock_guard<std::mutex> lock(dir_mu_);
+  auto it = directory_.find(std::make_pair(address.name, address.index));
+  return it == directory_.end() ? nullptr : it->second.lock();
+}
+
+std::shared_ptr<Endpoint> RuntimeCore::resolve(const Address& address) {
+  if (address.proc != proc_id_) return std::make_shared<RemoteEndpoint>(this, address);
+  if (auto cell = find_local(address)) return cell;
+  return std::make_shared<DeadEndpoint>(address, absl::NotFoundError(str_cat("no actor ", address.to_string())));
+}
+
+void RuntimeCore::on_cell_stopped(ActorCell* cell) {
+  {
+    std::lock_guard<std::mutex> lock(dir_mu_);
+    auto it = directory_.find(std::make_pair(cell->address().name, cell->address().index));
+    if (it != directory_.end()) {
+      auto held = it->second.lock();
+      if (!held || held.get() == cell) directory_.erase(it);
+    }
+  }
+  if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard<std::mutex> lock(live_mu_);
+    live_cv_.notify_all();
+  }
+}
+
+void RuntimeCore::report_unhandled(const SupervisionEvent& ev) {
+  CASTMESH_LOG_ERROR("unhandled actor failure: {}", ev.to_string());
+  if (options.on_unhandled_failure) options.on_unhandled_failure(ev);
+}
+
+void RuntimeCore::shutdown() {
+  if (ActorCell::current() != nullptr || scheduler_->on_worker_thread()) {
+    CASTMESH_LOG_ERROR("Runtime::shutdown() called from inside an actor; only requesting every actor to stop");
+    shutting_down_.store(true, std::memory_order_release);
+    std::vector<std::shared_ptr<ActorCell>> cells;
+    {
+      std::lock_guard<std::mutex> lock(dir_mu_);
+      for (auto& [key, weak] : directory_) {
+        if (auto c = weak.lock()) cells.push_back(std::move(c));
+      }
+    }
+    for (auto& c : cells) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
+    return;
+  }
+  if (shut_down_.exchange(true)) return;
+  shutting_down_.store(true, std::memory_order_release);
+  timers_.stop();
+  // Actors spawned concurrently with this loop are caught on a later round.
+  while (live_.load(std::memory_order_acquire) > 0) {
+    std::vector<std::shared_ptr<ActorCell>> cells;
+    {
+      std::lock_guard<std::mutex> lock(dir_mu_);
+      for (auto& [key, weak] : directory_) {
+        if (auto c = weak.lock()) cells.push_back(std::move(c));
+      }
+    }
+    for (auto& c : cells) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
+    cells.clear();
+    std::unique_lock<std::mutex> lock(live_mu_);
+    live_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return live_.load() == 0; });
+  }
+  scheduler_->stop();
+  std::vector<std::unique_ptr<DedicatedThread>> threads;
+  {
+    std::lock_guard<std::mutex> lock(threads_mu_);
+    threads.swap(dedicated_);
+  }
+  threads.clear();  // joins
+  absl::flat_hash_map<uint64_t, PendingReply> ports;
+  {
+    std::lock_guard<std::mutex> lock(ports_mu_);
+    ports.swap(ports_);
+  }
+  for (auto& [id, p] : ports) {
+    p.sink->complete_error(absl::UnavailableError("runtime shut down"));
+    p.sink->drop_promise();
+  }
+  set_router(nullptr);
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    remote_watchers_.clear();
+  }
+}
+
+// ---- remote seam ----
+
+std::shared_ptr<RemoteRouter> RuntimeCore::router() {
+  std::lock_guard<std::mutex> lock(router_mu_);
+  return router_;
+}
+
+void RuntimeCore::set_router(std::shared_ptr<RemoteRouter> r) {
+  std::shared_ptr<RemoteRouter> old;
+  {
+    std::lock_guard<std::mutex> lock(router_mu_);
+    old = std::exchange(router_, std::move(r));
+  }
+}
+
+uint64_t RuntimeCore::register_reply(ReplySink* sink, ProcId destination) {
+  sink->add_promise();
+  std::lock_guard<std::mutex> lock(ports_mu_);
+  const uint64_t id = next_port_++;
+  ports_.emplace(id, PendingReply{sink, std::move(destination)});
+  return id;
+}
+
+ReplySink* RuntimeCore::take_reply(uint64_t port) {
+  std::lock_guard<std::mutex> lock(ports_mu_);
+  auto it = ports_.find(port);
+  if (it == ports_.end()) return nullptr;
+  ReplySink* sink = it->second.sink;
+  ports_.erase(it);
+  return sink;
+}
+
+void RuntimeCore::fail_pending_to_proc(const ProcId& proc, const absl::Status& error) {
+  std::vector<ReplySink*> failed;
+  {
+    std::lock_guard<std::mutex> lock(ports_mu_);
+    for (auto it = ports_.begin(); it != ports_.end();) {
+      if (it->second.destination == proc) {
+        failed.push_back(it->second.sink);
+        ports_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (ReplySink* s : failed) {
+    s->complete_error(error);
+    s->drop_promise();
+  }
+}
+
+void RuntimeCore::watch_remote(const Address& actor, Watcher w) {
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    remote_watchers_[actor].push_back(std::move(w));
+  }
+  if (auto r = router()) r->watch(actor);
+}
+
+void RuntimeCore::report_remote_down(const Address& actor, const absl::Status& reason) {
+  std::vector<Watcher> watchers;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    auto it = remote_watchers_.find(actor);
+    if (it == remote_watchers_.end()) return;
+    watchers = std::move(it->second);
+    remote_watchers_.erase(it);
+  }
+  const DownEvent ev{actor, reason};
+  for (const auto& w : watchers) notify_down(w, ev);
+}
+
+void RuntimeCore::report_proc_down(const ProcId& proc, const absl::Status& reason) {
+  fail_pending_to_proc(proc, reason);
+  std::vector<std::pair<Address, std::vector<Watcher>>> down;
+  {
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    for (auto it = remote_watchers_.begin(); it != remote_watchers_.end();) {
+      if (it->first.proc == proc) {
+        down.emplace_back(it->first, std::move(it->second));
+        remote_watchers_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& [addr, watchers] : down) {
+    const DownEvent ev{addr, reason};
+    for (const auto& w : watchers) notify_down(w, ev);
+  }
+}
+
+absl::Status RuntimeCore::deliver_serialized(const Address& dst, std::string_view type_name, std::string_view bytes,
+                                             const std::optional<PortAddress>& reply_to, const Address& sender) {
+  ReplyRef reply;
+  if (reply_to) reply = ReplyRef(new RemoteReplySink(*reply_to, 0, this));
+  const auto fail = [&](absl::Status st) {
+    reply.complete_error(st);
+    return st;
+  };
+  if (dst.proc != proc_id_) {
+    return fail(absl::InvalidArgumentError(
+        str_cat("message for ", dst.to_string(), " delivered to proc ", proc_id_)));
+  }
+  auto cell = find_local(dst);
+  if (!cell) return fail(absl::NotFoundError(str_cat("no actor ", dst.to_string())));
+  if (type_name == kStopWireName) {
+    request_stop(*cell);
+    return absl::OkStatus();
+  }
+  uint32_t tid = 0;
+  const MessageCodec* codec = codec_for_wire_name(type_name, &tid);
+  if (codec == nullptr) {
+    return fail(absl::UnimplementedError(str_cat("actor ", dst.to_string(), ": unknown message type '",
+                                                      type_name, "' (no codec registered in this proc)")));
+  }
+  void* payload = nullptr;
+  Envelope* env = codec->make_envelope(&payload);
+  if (absl::Status st = codec->decode(bytes, payload); !st.ok()) {
+    delete env;
+    return fail(absl::InvalidArgumentError(
+        str_cat("message ", type_name, " for ", dst.to_string(), " could not be decoded: ", st.message())));
+  }
+  env->type_id = tid;
+  env->reply = std::move(reply);
+  (void)sender;  // kept for logging by the transport; actors do not see senders
+  cell->deliver(env);
+  return absl::OkStatus();
+}
+
+absl::Status RuntimeCore::deliver_serialized_reply(const PortAddress& port, std::string_view type_name,
+                                                   std::string_view bytes) {
+  if (port.owner.proc != proc_id_) {
+    return absl::InvalidArgumentError(str_cat("reply for ", port.to_string(), " delivered to proc ", proc_id_));
+  }
+  ReplySink* sink = take_reply(port.port);
+  if (sink == nullptr) {
+    return absl::NotFoundError(str_cat("no pending reply port ", port.to_string(), " (answered, or unknown)"));
+  }
+  uint32_t tid = sink->value_type();
+  const MessageCodec* codec = tid != 0 ? codec_for(tid) : codec_for_wire_name(type_name, &tid);
+  absl::Status st;
+  if (codec == nullptr) {
+    st = absl::UnimplementedError(str_cat("reply type '", type_name, "' has no codec in this proc"));
+  } else if (codec->wire_name != type_name) {
+    st = absl::InvalidArgumentError(
+        str_cat("reply of type '", type_name, "' for a request expecting '", codec->wire_name, "'"));
+  } else {
+    void* value = codec->create();
+    st = codec->decode(bytes, value);
+    if (st.ok()) sink->complete_value(tid, value);
+    codec->destroy(value);
+  }
+  if (!st.ok()) sink->complete_error(st);
+  sink->drop_promise();
+  return st;
+}
+
+void RuntimeCore::fail_reply_port(const PortAddress& port, absl::Status error) {
+  if (port.owner.proc != proc_id_) return;
+  if (ReplySink* sink = take_reply(port.port)) {
+    sink->complete_error(std::move(error));
+    sink->drop_promise();
+  }
+}
+
+// ---- RemoteEndpoint ----
+
+void RemoteEndpoint::deliver(Envelope* env) {
+  WireMessage m;
+  m.destination = address();
+  if (ActorCell* me = ActorCell::current()) m.sender = me->address();
+  if (env->kind == EnvelopeKind::kStop) {
+    m.type_name = std::string(kStopWireName);
+  } else if (env->kind != EnvelopeKind::kUser) {
+    delete env;  // internal envelopes never cross procs
+    return;
+  } else {
+    const MessageCodec* codec = codec_for(env->type_id);
+    if (codec == nullptr) {
+      reject(env, absl::FailedPreconditionError(str_cat(
+                      "message type ", type_name_of(env->type_id), " to ", address().to_string(),
+                      " has no codec: use a protobuf message or CASTMESH_REGISTER_MESSAGE")));
+      return;
+    }
+    m.type_name = codec->wire_name;
+    if (absl::Status st = codec->encode(env->payload(), &m.payload); !st.ok()) {
+      reject(env, st);
+      return;
+    }
+  }
+  auto router = rt_->router();
+  if (!router) {
+    reject(env, absl::UnavailableError(
+                    str_cat("no route to proc ", address().proc, " (no RemoteRouter installed)")));
+    return;
+  }
+  uint64_t port = 0;
+  if (env->reply) {
+    port = rt_->register_reply(env->reply.get(), address().proc);
+    m.reply_to = PortAddress{rt_->reply_owner(), port};
+  }
+  env->reply.reset();
+  delete env;
+  router->route(std::move(m));
+}
+
+}  // namespace castmesh::detail

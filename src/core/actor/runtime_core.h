@@ -1,0 +1,213 @@
+// Internal: the state behind castmesh::Runtime and the cell of each actor.
+#pragma once
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/status/status.h>
+#include <absl/synchronization/mutex.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "castmesh/runtime.h"
+#include "core/mailbox/mailbox.h"
+#include "core/scheduler/scheduler.h"
+#include "core/scheduler/timer_queue.h"
+
+namespace castmesh::detail {
+
+class ActorCell;
+
+// Someone to tell when an actor stops: a local actor (gets on_down) or a
+// plain callback (Runtime::monitor).
+struct Watcher {
+  std::weak_ptr<ActorCell> cell;
+  std::function<void(const DownEvent&)> callback;
+};
+void notify_down(const Watcher& w, const DownEvent& ev);
+
+// The cell of one local actor: its mailbox, its object, and its links
+// (parent, children, monitors). The actor object is touched only by the
+// thread running the cell's turn; links are guarded by links_mu_.
+// Lifetime: refs hold the cell (a small shell once stopped); the cell holds
+// itself alive (self_) from start until it has stopped.
+class ActorCell final : public Endpoint, public Schedulable, public std::enable_shared_from_this<ActorCell> {
+ public:
+  ActorCell(RuntimeCore* rt, Address address, std::unique_ptr<Actor> actor, const HandlerTable& table,
+            std::shared_ptr<ActorCell> parent);
+  ~ActorCell() override;
+
+  // Endpoint
+  void deliver(Envelope* env) override;
+  uint32_t actor_class() const override { return table_.class_id; }
+  RuntimeCore* runtime() const override { return rt_; }
+
+  // Schedulable
+  TurnResult run_turn(int batch) override;
+
+  // Makes the actor runnable for the first time (on_start runs first).
+  void start(DedicatedThread* thread);
+  // Any thread: stop before the next message, dropping the rest.
+  void request_stop_now(absl::Status reason);
+  // Any thread: watch this actor (runs at once if it already stopped).
+  void add_watcher(Watcher w);
+  // Any thread: link a child; false if this actor already stopped.
+  bool add_child(std::shared_ptr<ActorCell> child);
+  void remove_child(ActorCell* child);
+
+  // Actor thread only (from Actor methods).
+  void stop_after_current() { stop_requested_ = true; }
+  void fail(absl::Status reason, std::string message_type, Address origin);
+  void track_timer(TimerId id) { timers_.push_back(id); }
+  void untrack_timer(TimerId id);
+  // Pushes a runtime-made envelope; false (and deleted) if the actor stopped.
+  bool mailbox_push_system(Envelope* env);
+  Actor* actor() const { return actor_.get(); }
+  std::string_view class_name() const { return table_.class_name; }
+
+  // The cell whose turn runs on this thread, or nullptr.
+  static ActorCell* current();
+
+ private:
+  void schedule();
+  void dispatch(Envelope* env);
+  void dispatch_user(Envelope* env);
+  void run_guarded(const char* what, std::string_view message_type, const std::function<void()>& fn);
+  void finish();
+
+  RuntimeCore* const rt_;
+  Mailbox mailbox_;
+  std::unique_ptr<Actor> actor_;
+  const HandlerTable& table_;
+  DedicatedThread* thread_ = nullptr;
+  std::shared_ptr<ActorCell> self_;
+
+  // Actor thread only.
+  bool started_ = false;
+  bool stop_requested_ = false;
+  bool failed_ = false;
+  absl::Status failure_;
+  std::string failure_message_type_;
+  Address failure_origin_;
+  std::vector<TimerId> timers_;
+
+  // Set by other threads (shutdown).
+  std::atomic<bool> stop_now_{false};
+
+  std::mutex links_mu_;
+  bool stopped_ = false;  // guarded by links_mu_
+  absl::Status stop_now_reason_;  // guarded by links_mu_
+  std::shared_ptr<ActorCell> parent_;  // guarded by links_mu_
+  std::vector<std::shared_ptr<ActorCell>> children_;  // guarded by links_mu_
+  std::vector<Watcher> watchers_;  // guarded by links_mu_
+  absl::Status final_reason_;  // guarded by links_mu_ once stopped_
+};
+
+// One request waiting for an answer from another proc (or a local reply
+// port whose address was handed out).
+struct PendingReply {
+  ReplySink* sink = nullptr;  // holds one promise
+  ProcId destination;         // empty: not tied to a proc
+};
+
+class RuntimeCore {
+ public:
+  RuntimeCore(Runtime* owner, RuntimeOptions options);
+  ~RuntimeCore();
+
+  Runtime* const owner;
+  const RuntimeOptions options;
+
+  const ProcId& proc_id() const { return proc_id_; }
+  absl::Status set_proc_id(ProcId id);
+  Scheduler& scheduler() { return *scheduler_; }
+  bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
+
+  absl::StatusOr<std::shared_ptr<Endpoint>> spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
+                                                  const HandlerTable& table, SpawnOptions options);
+  // Local cell at `address` or nullptr.
+  std::shared_ptr<ActorCell> find_local(const Address& address);
+  std::shared_ptr<Endpoint> resolve(const Address& address);
+  void on_cell_stopped(ActorCell* cell);
+  void report_unhandled(const SupervisionEvent& ev);
+  void shutdown();
+
+  // Remote seam.
+  std::shared_ptr<RemoteRouter> router();
+  void set_router(std::shared_ptr<RemoteRouter> r);
+  // Registers `sink` (taking its promise) and returns its port id.
+  uint64_t register_reply(ReplySink* sink, ProcId destination);
+  // Removes a reply port; returns its sink (with its promise) or nullptr.
+  ReplySink* take_reply(uint64_t port);
+  Address reply_owner() const { return Address{proc_id_, "_reply", 0}; }
+  void fail_pending_to_proc(const ProcId& proc, const absl::Status& error);
+  void watch_remote(const Address& actor, Watcher w);
+  void report_remote_down(const Address& actor, const absl::Status& reason);
+  void report_proc_down(const ProcId& proc, const absl::Status& reason);
+  absl::Status deliver_serialized(const Address& dst, std::string_view type_name, std::string_view bytes,
+                                  const std::optional<PortAddress>& reply_to, const Address& sender);
+  absl::Status deliver_serialized_reply(const PortAddress& port, std::string_view type_name, std::string_view bytes);
+  void fail_reply_port(const PortAddress& port, absl::Status error);
+
+  TimerQueue& timers() { return timers_; }
+  size_t live_actors() const { return live_.load(std::memory_order_acquire); }
+
+  // Thread-local runtime (worker, dedicated thread, running actor) or the
+  // process default.
+  static RuntimeCore* current();
+
+ private:
+  void on_thread_start();
+
+  ProcId proc_id_;
+  std::atomic<bool> spawned_any_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> shut_down_{false};
+  std::unique_ptr<Scheduler> scheduler_;
+  TimerQueue timers_;
+
+  std::atomic<uint64_t> next_index_{0};
+  std::mutex dir_mu_;
+  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::weak_ptr<ActorCell>> directory_;
+
+  std::atomic<size_t> live_{0};
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+
+  std::mutex threads_mu_;
+  std::vector<std::unique_ptr<DedicatedThread>> dedicated_;
+
+  std::mutex router_mu_;
+  std::shared_ptr<RemoteRouter> router_;
+
+  std::mutex ports_mu_;
+  uint64_t next_port_ = 1;
+  absl::flat_hash_map<uint64_t, PendingReply> ports_;
+
+  std::mutex watch_mu_;
+  absl::flat_hash_map<Address, std::vector<Watcher>> remote_watchers_;
+};
+
+// An actor of another proc; sends are encoded and routed.
+class RemoteEndpoint final : public Endpoint {
+ public:
+  RemoteEndpoint(RuntimeCore* rt, Address address) : Endpoint(std::move(address)), rt_(rt) {}
+  void deliver(Envelope* env) override;
+  RuntimeCore* runtime() const override { return rt_; }
+
+ private:
+  RuntimeCore* const rt_;
+};
+
+// Wire name of a stop request (UntypedRef::stop on a remote actor).
+inline constexpr std::string_view kStopWireName = "castmesh.Stop";
+
+// "actor proc/name[i] stopped: reason" (kUnavailable).
+absl::Status actor_stopped_error(const Address& a, const absl::Status& reason);
+
+}  // namespace castmesh::detail

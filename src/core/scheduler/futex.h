@@ -1,0 +1,28 @@
+// Blocking on a 32-bit atomic word without polling (Linux futex). Used to
+// park idle workers and threads waiting on futures, so a wake-up is one
+// system call and an idle runtime burns no CPU. Any thread.
+#pragma once
+
+#include <absl/time/time.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace castmesh::detail {
+
+// Sleeps while *word == expected, until woken or `deadline`. Returns false
+// when the deadline passed. Spurious returns are possible; re-check.
+bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline);
+// Wakes up to `count` threads sleeping on `word`.
+void futex_wake(std::atomic<uint32_t>* word, int count);
+
+// Spin hint for short busy-waits.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace castmesh::detail

@@ -1,0 +1,338 @@
+#include "core/scheduler/scheduler.h"
+
+#include <algorithm>
+
+#include "core/scheduler/futex.h"
+
+namespace castmesh::detail {
+
+namespace {
+constexpr int kMaxNextStreak = 16;   // next-slot picks before the local queue gets a turn
+constexpr int kGlobalCheckEvery = 61;
+constexpr int kSpinRounds = 32;      // short spin before parking (about 1-3 us)
+constexpr int kPausesPerRound = 16;
+}  // namespace
+
+void SchedQueue::push(Schedulable* s) {
+  s->sched_next_ = nullptr;
+  if (tail) {
+    tail->sched_next_ = s;
+  } else {
+    head = s;
+  }
+  tail = s;
+  ++size;
+}
+
+Schedulable* SchedQueue::pop() {
+  Schedulable* s = head;
+  if (!s) return nullptr;
+  head = s->sched_next_;
+  if (!head) tail = nullptr;
+  s->sched_next_ = nullptr;
+  --size;
+  return s;
+}
+
+struct Scheduler::Worker {
+  Scheduler* owner = nullptr;
+  size_t index = 0;
+  std::thread thread;
+  Schedulable* next = nullptr;  // owner thread only
+  int next_streak = 0;
+  uint64_t tick = 0;
+  uint32_t rng = 0;
+  bool searching = false;
+  std::mutex mu;
+  SchedQueue queue;
+  std::atomic<size_t> queue_size{0};
+  std::atomic<uint32_t> wake_token{0};
+};
+
+namespace {
+thread_local Scheduler::Worker* tl_worker = nullptr;
+}
+
+Scheduler::Scheduler(int workers, int batch, std::function<void()> on_thread_start)
+    : batch_(std::max(1, batch)), on_thread_start_(std::move(on_thread_start)) {
+  const int n = std::max(1, workers);
+  workers_.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->owner = this;
+    w->index = static_cast<size_t>(i);
+    w->rng = 0x9e3779b9u * static_cast<uint32_t>(i + 1);
+    workers_.push_back(std::move(w));
+  }
+  for (auto& w : workers_) {
+    Worker* raw = w.get();
+    raw->thread = std::thread([this, raw] { run(raw); });
+  }
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+bool Scheduler::on_worker_thread() const { return tl_worker != nullptr && tl_worker->owner == this; }
+
+void Scheduler::schedule(Schedulable* s) {
+  Worker* w = tl_worker;
+  if (w != nullptr && w->owner == this) {
+    if (w->next == nullptr) {
+      // Runs right after the current turn on this thread; no wake-up needed.
+      w->next = s;
+      return;
+    }
+    Schedulable* prev = w->next;
+    w->next = s;
+    push_local(w, prev);
+  } else {
+    push_global(s);
+  }
+  notify_one();
+}
+
+void Scheduler::before_blocking() {
+  Worker* w = tl_worker;
+  if (w == nullptr || w->owner != this) return;
+  bool moved = false;
+  if (w->next) {
+    push_global(std::exchange(w->next, nullptr));
+    moved = true;
+  }
+  SchedQueue local;
+  {
+    std::lock_guard<std::mutex> lock(w->mu);
+    std::swap(local, w->queue);
+    w->queue_size.store(0, std::memory_order_relaxed);
+  }
+  while (Schedulable* s = local.pop()) {
+    push_global(s);
+    moved = true;
+  }
+  if (moved) notify_one();
+}
+
+void Scheduler::push_global(Schedulable* s) {
+  std::lock_guard<std::mutex> lock(global_mu_);
+  global_.push(s);
+  global_size_.store(global_.size, std::memory_order_relaxed);
+}
+
+Schedulable* Scheduler::pop_global() {
+  if (global_size_.load(std::memory_order_relaxed) == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(global_mu_);
+  Schedulable* s = global_.pop();
+  global_size_.store(global_.size, std::memory_order_relaxed);
+  return s;
+}
+
+void Scheduler::push_local(Worker* w, Schedulable* s) {
+  std::lock_guard<std::mutex> lock(w->mu);
+  w->queue.push(s);
+  w->queue_size.store(w->queue.size, std::memory_order_relaxed);
+}
+
+Schedulable* Scheduler::find_work(Worker* w) {
+  ++w->tick;
+  if (w->tick % kGlobalCheckEvery == 0) {
+    if (Schedulable* s = pop_global()) return s;
+  }
+  if (w->next) {
+    if (w->next_streak < kMaxNextStreak) {
+      ++w->next_streak;
+      return std::exchange(w->next, nullptr);
+    }
+    // Let the local queue run before the next slot again (fairness).
+    push_local(w, std::exchange(w->next, nullptr));
+  }
+  w->next_streak = 0;
+  if (w->queue_size.load(std::memory_order_relaxed) > 0) {
+    std::lock_guard<std::mutex> lock(w->mu);
+    Schedulable* s = w->queue.pop();
+    w->queue_size.store(w->queue.size, std::memory_order_relaxed);
+    if (s) return s;
+  }
+  if (Schedulable* s = pop_global()) return s;
+  return steal(w);
+}
+
+Schedulable* Scheduler::steal(Worker* w) {
+  const size_t n = workers_.size();
+  if (n < 2) return nullptr;
+  w->rng = w->rng * 1664525u + 1013904223u;
+  const size_t start = w->rng % n;
+  for (size_t i = 0; i < n; ++i) {
+    Worker* victim = workers_[(start + i) % n].get();
+    if (victim == w || victim->queue_size.load(std::memory_order_relaxed) == 0) continue;
+    SchedQueue taken;
+    {
+      std::lock_guard<std::mutex> lock(victim->mu);
+      const size_t take = (victim->queue.size + 1) / 2;
+      for (size_t k = 0; k < take; ++k) taken.push(victim->queue.pop());
+      victim->queue_size.store(victim->queue.size, std::memory_order_relaxed);
+    }
+    Schedulable* first = taken.pop();
+    if (!first) continue;
+    if (taken.size > 0) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      while (Schedulable* s = taken.pop()) w->queue.push(s);
+      w->queue_size.store(w->queue.size, std::memory_order_relaxed);
+    }
+    return first;
+  }
+  return nullptr;
+}
+
+void Scheduler::notify_one() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (num_sleepers_.load(std::memory_order_relaxed) == 0) return;
+  if (num_searching_.load(std::memory_order_relaxed) > 0) return;
+  Worker* target = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(sleep_mu_);
+    if (sleepers_.empty()) return;
+    target = sleepers_.back();
+    sleepers_.pop_back();
+    num_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    num_searching_.fetch_add(1, std::memory_order_seq_cst);
+    target->wake_token.store(1, std::memory_order_release);
+  }
+  futex_wake(&target->wake_token, 1);
+}
+
+void Scheduler::leave_searching(Worker* w) {
+  if (!w->searching) return;
+  w->searching = false;
+  // The last searcher to find work wakes another if more work is waiting.
+  if (num_searching_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+      global_size_.load(std::memory_order_relaxed) > 0) {
+    notify_one();
+  }
+}
+
+bool Scheduler::cancel_sleep(Worker* w) {
+  std::lock_guard<std::mutex> lock(sleep_mu_);
+  auto it = std::find(sleepers_.begin(), sleepers_.end(), w);
+  if (it != sleepers_.end()) {
+    sleepers_.erase(it);
+    num_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    return false;
+  }
+  // A notifier took us off the list (and counted us as searching).
+  w->wake_token.store(0, std::memory_order_relaxed);
+  w->searching = true;
+  return true;
+}
+
+bool Scheduler::park(Worker* w) {
+  {
+    std::lock_guard<std::mutex> lock(sleep_mu_);
+    w->wake_token.store(0, std::memory_order_relaxed);
+    sleepers_.push_back(w);
+    num_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  if (w->searching) {
+    w->searching = false;
+    num_searching_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (;;) {
+    // Re-check after announcing: a push that missed our registration is
+    // visible here (both sides fence).
+    if (done_.load(std::memory_order_acquire)) {
+      cancel_sleep(w);
+      return false;
+    }
+    if (global_size_.load(std::memory_order_relaxed) > 0 || w->queue_size.load(std::memory_order_relaxed) > 0) {
+      cancel_sleep(w);
+      return true;
+    }
+    bool others_have_work = false;
+    for (auto& other : workers_) {
+      if (other->queue_size.load(std::memory_order_relaxed) > 0) others_have_work = true;
+    }
+    if (others_have_work) {
+      cancel_sleep(w);
+      return true;
+    }
+    futex_wait(&w->wake_token, 0, absl::InfiniteFuture());
+    if (w->wake_token.load(std::memory_order_acquire) == 1) {
+      std::lock_guard<std::mutex> lock(sleep_mu_);
+      w->wake_token.store(0, std::memory_order_relaxed);
+      w->searching = true;
+      return !done_.load(std::memory_order_acquire);
+    }
+  }
+}
+
+void Scheduler::run(Worker* w) {
+  tl_worker = w;
+  if (on_thread_start_) on_thread_start_();
+  while (!done_.load(std::memory_order_acquire)) {
+    Schedulable* s = find_work(w);
+    for (int round = 0; s == nullptr && round < kSpinRounds; ++round) {
+      for (int k = 0; k < kPausesPerRound; ++k) cpu_relax();
+      s = find_work(w);
+    }
+    if (s == nullptr) {
+      if (!park(w)) break;
+      continue;
+    }
+    leave_searching(w);
+    if (s->run_turn(batch_) == Schedulable::TurnResult::kMore) {
+      push_local(w, s);
+      // More than one runnable actor here: let a parked worker help.
+      if (w->queue_size.load(std::memory_order_relaxed) > 1 || w->next != nullptr) notify_one();
+    }
+  }
+  tl_worker = nullptr;
+}
+
+void Scheduler::stop() {
+  if (done_.exchange(true)) {
+    for (auto& w : workers_) {
+      if (w->thread.joinable() && w->thread.get_id() != std::this_thread::get_id()) w->thread.join();
+    }
+    return;
+  }
+  std::vector<Worker*> sleeping;
+  {
+    std::lock_guard<std::mutex> lock(sleep_mu_);
+    sleeping.swap(sleepers_);
+    num_sleepers_.store(0);
+    for (Worker* w : sleeping) w->wake_token.store(1, std::memory_order_release);
+  }
+  for (Worker* w : sleeping) futex_wake(&w->wake_token, 1);
+  for (auto& w : workers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+DedicatedThread::DedicatedThread(Schedulable* s, int batch, std::function<void()> on_thread_start)
+    : s_(s), batch_(std::max(1, batch)), on_thread_start_(std::move(on_thread_start)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+DedicatedThread::~DedicatedThread() { join(); }
+
+void DedicatedThread::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void DedicatedThread::wake() {
+  if (token_.exchange(1, std::memory_order_release) == 0) futex_wake(&token_, 1);
+}
+
+void DedicatedThread::run() {
+  if (on_thread_start_) on_thread_start_();
+  for (;;) {
+    while (token_.exchange(0, std::memory_order_acquire) == 0) futex_wait(&token_, 0, absl::InfiniteFuture());
+    Schedulable::TurnResult r;
+    do {
+      r = s_->run_turn(batch_);
+    } while (r == Schedulable::TurnResult::kMore);
+    if (r == Schedulable::TurnResult::kStopped) return;
+  }
+}
+
+}  // namespace castmesh::detail

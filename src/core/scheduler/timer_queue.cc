@@ -1,0 +1,68 @@
+#include "core/scheduler/timer_queue.h"
+
+#include <absl/time/clock.h>
+
+#include <memory>
+
+namespace castmesh::detail {
+
+TimerQueue::~TimerQueue() { stop(); }
+
+uint64_t TimerQueue::add(absl::Duration delay, absl::Duration period, std::function<void()> fire) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_) return 0;
+  const uint64_t id = next_id_++;
+  timers_.emplace(id, Timer{period, std::make_shared<std::function<void()>>(std::move(fire))});
+  heap_.push(Entry{absl::Now() + delay, id});
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  cv_.notify_one();
+  return id;
+}
+
+bool TimerQueue::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return timers_.erase(id) > 0;  // its heap entry is skipped when it comes up
+}
+
+void TimerQueue::stop() {
+  std::thread t;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    timers_.clear();
+    heap_ = {};
+    t = std::move(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable()) t.join();
+}
+
+void TimerQueue::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    if (heap_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const Entry top = heap_.top();
+    const absl::Time now = absl::Now();
+    if (top.when > now) {
+      cv_.wait_for(lock, absl::ToChronoNanoseconds(top.when - now));
+      continue;
+    }
+    heap_.pop();
+    auto it = timers_.find(top.id);
+    if (it == timers_.end()) continue;  // cancelled
+    auto fire = it->second.fire;
+    if (it->second.period > absl::ZeroDuration()) {
+      heap_.push(Entry{top.when + it->second.period, top.id});
+    } else {
+      timers_.erase(it);
+    }
+    lock.unlock();
+    (*fire)();
+    lock.lock();
+  }
+}
+
+}  // namespace castmesh::detail
