@@ -266,14 +266,9 @@ void ActorCell::finish() {
     children.swap(children_);
     watchers.swap(watchers_);
   }
-  // Refuse further messages; fail the requests still queued.
-  const absl::Status dropped = actor_stopped_error(address(), reason);
-  for (Envelope* env = mailbox_.close(); env != nullptr;) {
-    Envelope* next = env->next;
-    env->reply.complete_error(dropped);
-    delete env;
-    env = next;
-  }
+  // Refuse further messages (senders fail at once from here on); the
+  // requests still queued fail last, once everything else is done.
+  Envelope* queued = mailbox_.close();
   actor_.reset();
 
   for (auto& child : children) {
@@ -295,7 +290,15 @@ void ActorCell::finish() {
   }
   if (parent) parent->remove_child(this);
   CASTMESH_LOG_DEBUG("actor {} stopped{}{}", address().to_string(), reason.ok() ? "" : ": ", sv(reason.message()));
-  rt_->on_cell_stopped(this);
+  const absl::Status dropped = actor_stopped_error(address(), reason);
+  RuntimeCore* rt = rt_;
+  rt->on_cell_stopped(this);
+  for (Envelope* env = queued; env != nullptr;) {
+    Envelope* next = env->next;
+    env->reply.complete_error(dropped);
+    delete env;
+    env = next;
+  }
 }
 
 bool ActorCell::mailbox_push_system(Envelope* env) {

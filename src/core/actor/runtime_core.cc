@@ -10,7 +10,13 @@ namespace castmesh::detail {
 
 namespace {
 thread_local RuntimeCore* tl_runtime = nullptr;
-std::atomic<RuntimeCore*> g_default_runtime{nullptr};
+// Live runtimes in creation order; a plain thread's current runtime is the
+// most recently created one still alive.
+std::mutex g_runtimes_mu;
+std::vector<RuntimeCore*>& live_runtimes() {
+  static auto* v = new std::vector<RuntimeCore*>();
+  return *v;
+}
 
 // "ns::Foo<int>" -> "Foo".
 std::string default_name(std::string_view class_name) {
@@ -186,22 +192,22 @@ RuntimeCore::RuntimeCore(Runtime* owner_runtime, RuntimeOptions opts)
   int workers = options.workers;
   if (workers <= 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   scheduler_ = std::make_unique<Scheduler>(workers, options.batch, [this] { on_thread_start(); });
-  RuntimeCore* expected = nullptr;
-  g_default_runtime.compare_exchange_strong(expected, this);
-  g_default_runtime.store(this);
+  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  live_runtimes().push_back(this);
 }
 
 RuntimeCore::~RuntimeCore() {
   shutdown();
-  RuntimeCore* self = this;
-  g_default_runtime.compare_exchange_strong(self, nullptr);
+  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  std::erase(live_runtimes(), this);
 }
 
 void RuntimeCore::on_thread_start() { tl_runtime = this; }
 
 RuntimeCore* RuntimeCore::current() {
   if (tl_runtime) return tl_runtime;
-  return g_default_runtime.load(std::memory_order_acquire);
+  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  return live_runtimes().empty() ? nullptr : live_runtimes().back();
 }
 
 absl::Status RuntimeCore::set_proc_id(ProcId id) {

@@ -35,7 +35,7 @@ void FutureStateBase::publish() {
 bool FutureStateBase::wait(absl::Time deadline) {
   if (is_ready()) return true;
   // A pooled worker about to block: let other workers run what it queued.
-  if (RuntimeCore* rt = RuntimeCore::current()) rt->scheduler().before_blocking();
+  Scheduler::before_blocking_on_this_thread();
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool ready = true;
   while (ready_.load(std::memory_order_seq_cst) == 0) {

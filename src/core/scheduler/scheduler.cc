@@ -112,6 +112,10 @@ void Scheduler::before_blocking() {
   if (moved) notify_one();
 }
 
+void Scheduler::before_blocking_on_this_thread() {
+  if (Worker* w = tl_worker) w->owner->before_blocking();
+}
+
 void Scheduler::push_global(Schedulable* s) {
   std::lock_guard<std::mutex> lock(global_mu_);
   global_.push(s);

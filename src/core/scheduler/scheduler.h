@@ -63,6 +63,8 @@ class Scheduler {
   // The calling thread is about to block (e.g. Future::get inside a
   // handler): hand its pending work to others so nothing waits on it.
   void before_blocking();
+  // before_blocking() on the scheduler of the calling worker thread, if any.
+  static void before_blocking_on_this_thread();
   // True when called on one of this scheduler's workers.
   bool on_worker_thread() const;
   // Stops and joins the workers (work still queued is not run). Idempotent.

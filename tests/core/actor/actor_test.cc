@@ -254,6 +254,7 @@ TEST(Actor, LifecycleHooksAndStopDrainsEarlierMessages) {
   EXPECT_EQ(hooks.stopped.load(), 1);
   EXPECT_EQ(hooks.destroyed.load(), 1);
   EXPECT_EQ(a.ask(Get{}).get().status().code(), absl::StatusCode::kUnavailable);
+  for (int i = 0; i < 5000 && rt.live_actors() != 0; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(rt.live_actors(), 0u);
 }
 
