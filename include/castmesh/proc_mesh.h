@@ -1,0 +1,231 @@
+// Procs: castmesh across operating-system processes.
+//
+//  * castmesh::init(argc, argv): call first in main(). In a process started
+//    by a LocalAllocator it runs the worker proc and never returns (SPMD: the
+//    same binary is both controller and worker).
+//  * CASTMESH_REGISTER_ACTOR(Type, CtorArgs...): lets other procs spawn Type
+//    by name with serializable constructor arguments.
+//  * LocalAllocator::allocate(runtime, n): starts n worker procs on this
+//    machine and returns a ProcMesh once all have joined.
+//  * ProcMesh::spawn<A>(name, args...): one actor of A per proc; the refs
+//    work from any proc exactly like local ones.
+//
+// See docs/procs.md. Thread-safety is stated per type.
+#pragma once
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+#include <absl/time/time.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "castmesh/address.h"
+#include "castmesh/message.h"
+#include "castmesh/ref.h"
+#include "castmesh/runtime.h"
+#include "castmesh/supervision.h"
+
+namespace castmesh {
+
+// Process bootstrap. Call at the top of main(), before creating a Runtime.
+// If this process was started by a LocalAllocator (environment variable
+// CASTMESH_BOOTSTRAP set), it becomes a worker proc: it connects to its
+// controller, serves actor spawn requests and messages, and exits the process
+// (std::exit) when the controller stops it, disconnects or dies; init() then
+// never returns. Otherwise it records argv (the default worker command
+// re-executes this binary with it) and returns. Main thread only.
+void init(int argc, char** argv);
+
+namespace detail {
+
+// How a proc spawns a registered actor type from encoded arguments.
+struct ActorFactory {
+  std::string name;                    // registration name (wire name)
+  std::vector<std::string> arg_types;  // C++ names of the constructor arguments
+  std::function<absl::StatusOr<Address>(Runtime&, SpawnOptions, const std::vector<std::string>& args)> spawn;
+};
+// Registers `factory` for the actor class `class_id`. Thread-safe; meant for
+// static initialisation. A second registration of a name keeps the first.
+void register_actor_factory(uint32_t class_id, ActorFactory factory);
+// The registration name of an actor class, or "" if it is not registered.
+std::string registered_actor_name(uint32_t class_id);
+
+template <typename T>
+absl::Status encode_value(const T& value, std::string* out) {
+  ensure_codec<T>();
+  const MessageCodec* codec = codec_for(type_id<T>());
+  if (codec == nullptr) {
+    return absl::FailedPreconditionError("no codec for " + std::string(type_name<T>()) +
+                                         ": register one with CASTMESH_REGISTER_MESSAGE");
+  }
+  return codec->encode(&value, out);
+}
+
+template <typename T>
+absl::Status decode_value(std::string_view bytes, T* value) {
+  ensure_codec<T>();
+  const MessageCodec* codec = codec_for(type_id<T>());
+  if (codec == nullptr) return absl::FailedPreconditionError("no codec for " + std::string(type_name<T>()));
+  return codec->decode(bytes, value);
+}
+
+template <typename A, typename... Args, std::size_t... I>
+absl::StatusOr<Address> spawn_from_encoded(Runtime& runtime, SpawnOptions options,
+                                           const std::vector<std::string>& args, std::index_sequence<I...>) {
+  std::tuple<Args...> values;
+  absl::Status status;
+  ((status.ok() ? (void)(status = decode_value(args[I], &std::get<I>(values))) : (void)0), ...);
+  if (!status.ok()) return status;
+  auto ref = runtime.spawn_with<A>(std::move(options), std::move(std::get<I>(values))...);
+  if (!ref.ok()) return ref.status();
+  return ref->address();
+}
+
+class ProcMeshState;
+
+}  // namespace detail
+
+// Registers actor class A under `name` with constructor arguments Args...
+// (each needs a codec: arithmetic, std::string, protobuf messages, or one
+// registered with CASTMESH_REGISTER_MESSAGE). Prefer the macro below.
+template <typename A, typename... Args>
+bool register_actor(std::string name) {
+  detail::ActorFactory factory;
+  factory.name = std::move(name);
+  factory.arg_types = {std::string(type_name<Args>())...};
+  factory.spawn = [](Runtime& runtime, SpawnOptions options,
+                     const std::vector<std::string>& args) -> absl::StatusOr<Address> {
+    if (args.size() != sizeof...(Args)) {
+      return absl::InvalidArgumentError("wrong number of constructor arguments for " +
+                                        std::string(type_name<A>()));
+    }
+    return detail::spawn_from_encoded<A, std::decay_t<Args>...>(runtime, std::move(options), args,
+                                                               std::index_sequence_for<Args...>{});
+  };
+  detail::register_actor_factory(type_id<A>(), std::move(factory));
+  return true;
+}
+
+#define CASTMESH_DETAIL_CONCAT2(a, b) a##b
+#define CASTMESH_DETAIL_CONCAT(a, b) CASTMESH_DETAIL_CONCAT2(a, b)
+// At namespace scope in a .cc file linked into every proc (controller and
+// workers): CASTMESH_REGISTER_ACTOR(Counter, int, std::string);
+#define CASTMESH_REGISTER_ACTOR(Type, ...)                                                   \
+  static const bool CASTMESH_DETAIL_CONCAT(castmesh_actor_registered_, __LINE__) [[maybe_unused]] = \
+      ::castmesh::register_actor<Type __VA_OPT__(, ) __VA_ARGS__>(#Type)
+
+// One proc of a mesh. Plain value.
+struct ProcInfo {
+  ProcId id;          // its address, e.g. "unix:@castmesh-1234-0a1b2c3d4e5f"
+  int rank = 0;       // 0..size-1
+  int64_t pid = 0;    // operating-system process id
+};
+
+// How a LocalAllocator starts worker procs. Plain value.
+struct LocalAllocatorOptions {
+  // A worker that has not joined by then fails the allocation.
+  absl::Duration join_timeout = absl::Seconds(30);
+  // The worker command. Empty: re-execute this binary (/proc/self/exe) with
+  // the argv given to castmesh::init. Otherwise e.g.
+  // {"python3", "-m", "castmesh._worker"}; argv[0] is looked up in PATH.
+  std::vector<std::string> worker_argv;
+  // Extra environment variables for the workers.
+  std::vector<std::pair<std::string, std::string>> worker_env;
+  // "unix" (abstract Unix sockets, default) or "tcp" (IPv4 loopback).
+  std::string transport = "unix";
+  // Mesh secret; empty: a fresh random one. Passed to workers through the
+  // environment (CASTMESH_SECRET, removed from the worker's environment once
+  // read).
+  std::string secret;
+  // Failures of actors spawned on workers by a plain thread (no parent
+  // actor), and of such actors whose proc died. Runs on a transport thread;
+  // must not block. Default: logged at error.
+  std::function<void(const SupervisionEvent&)> on_supervision_event;
+};
+
+// A set of procs with ranks 0..size-1 (a Shape comes with the mesh layer).
+// Copies share the procs; when the last copy goes away (or stop() is
+// called) the workers are asked to exit, and killed if they do not within a
+// few seconds. Any thread may call spawn/stop, but not an endpoint's I/O
+// thread (they block for the replies).
+class ProcMesh {
+ public:
+  ProcMesh() = default;
+
+  size_t size() const;
+  const std::vector<ProcInfo>& procs() const;
+  const ProcInfo& proc(size_t rank) const;
+  // The secret of the mesh (e.g. for procs that join by other means).
+  const std::string& secret() const;
+  // The controller's runtime (the one given to LocalAllocator::allocate).
+  Runtime& runtime() const;
+
+  // Spawns one actor of A on every proc, named `name` with index = rank,
+  // from constructor arguments args (encoded with their codecs; A must be
+  // registered with matching argument types). Its parent is the spawning
+  // proc's root: failures go to LocalAllocatorOptions::on_supervision_event.
+  template <typename A, typename... Args>
+  absl::StatusOr<std::vector<ActorRef<A>>> spawn(const std::string& name, const Args&... args) const {
+    return spawn_supervised<A>(Address{}, name, args...);
+  }
+  // Same, with `parent` (a local actor) receiving the supervision events
+  // (Actor::on_child_failed) of the spawned actors.
+  template <typename A, typename... Args>
+  absl::StatusOr<std::vector<ActorRef<A>>> spawn_supervised(const Address& parent, const std::string& name,
+                                                           const Args&... args) const {
+    std::vector<std::string> encoded(sizeof...(Args));
+    std::vector<std::string> arg_types = {std::string(type_name<Args>())...};
+    absl::Status status;
+    std::size_t i = 0;
+    ((status.ok() ? (void)(status = detail::encode_value(args, &encoded[i++])) : (void)0), ...);
+    if (!status.ok()) return status;
+    auto addresses = spawn_encoded(type_id<A>(), name, std::move(encoded), std::move(arg_types), parent);
+    if (!addresses.ok()) return addresses.status();
+    std::vector<ActorRef<A>> refs;
+    refs.reserve(addresses->size());
+    for (Address& a : *addresses) {
+      auto ref = runtime().resolve(a).template as<A>();
+      if (!ref.ok()) return ref.status();
+      refs.push_back(std::move(*ref));
+    }
+    return refs;
+  }
+
+  // Asks every worker to exit and waits for them (killing stragglers after
+  // 5 s). Idempotent.
+  absl::Status stop();
+
+  // Untyped spawn used by the templates.
+  absl::StatusOr<std::vector<Address>> spawn_encoded(uint32_t class_id, const std::string& name,
+                                                     std::vector<std::string> args,
+                                                     std::vector<std::string> arg_types,
+                                                     const Address& parent) const;
+
+ private:
+  friend class LocalAllocator;
+  std::shared_ptr<detail::ProcMeshState> state_;
+};
+
+// Starts worker procs on this machine (fork/exec). Thread-safe.
+class LocalAllocator {
+ public:
+  explicit LocalAllocator(LocalAllocatorOptions options = {});
+  // Starts `procs` workers and returns once all have joined. `runtime`
+  // becomes a proc of the mesh (its proc id is set to its listen address):
+  // call this before spawning actors on it. Errors: a worker that exits or
+  // does not join within join_timeout (kDeadlineExceeded, naming its rank
+  // and pid); every worker started is killed in that case.
+  absl::StatusOr<ProcMesh> allocate(Runtime& runtime, int procs);
+
+ private:
+  LocalAllocatorOptions options_;
+};
+
+}  // namespace castmesh

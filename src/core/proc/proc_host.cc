@@ -1,0 +1,416 @@
+#include "core/proc/proc_host.h"
+
+#include <condition_variable>
+#include <shared_mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/wire/v1/control.pb.h"
+#include "core/log/log.h"
+#include "core/proc/actor_registry.h"
+#include "core/transport/address.h"
+
+namespace castmesh::proc {
+namespace {
+
+namespace v1 = wire::v1;
+constexpr uint32_t kReplyFlag = 1;
+
+// Hosts by runtime, so a second allocation on one runtime reuses its host.
+struct HostDirectory {
+  std::mutex mu;
+  absl::flat_hash_map<const Runtime*, std::weak_ptr<ProcHost>> by_runtime;
+};
+HostDirectory& host_directory() {
+  static auto* directory = new HostDirectory;
+  return *directory;
+}
+
+absl::Status status_from(int code, const std::string& message) {
+  if (code == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+}  // namespace
+
+// The RemoteRouter installed in the runtime. It outlives nothing: the host
+// detaches it (under the exclusive lock) before the endpoint goes away, and
+// a route() racing with that fails its request instead of touching a dead
+// endpoint.
+class ProcHost::Router : public RemoteRouter {
+ public:
+  Router(ProcHost* host, Runtime* runtime) : host_(host), runtime_(runtime) {}
+
+  void detach() {
+    std::unique_lock lock(mu_);
+    host_ = nullptr;
+  }
+
+  void route(WireMessage msg) override {
+    std::shared_lock lock(mu_);
+    if (host_ == nullptr) {
+      lock.unlock();
+      fail(msg, absl::UnavailableError("this proc's transport is shut down"));
+      return;
+    }
+    v1::Envelope envelope;
+    envelope.set_kind(v1::Envelope::KIND_MESSAGE);
+    envelope.set_destination(msg.destination.to_string());
+    envelope.set_port(msg.port);
+    if (!msg.sender.empty()) envelope.set_source(msg.sender.to_string());
+    envelope.set_message_type(msg.type_name);
+    if (msg.reply_to) envelope.set_reply_to(msg.reply_to->to_string());
+    if (!msg.error.ok()) {
+      envelope.set_error_code(static_cast<int>(msg.error.code()));
+      envelope.set_error_message(std::string(msg.error.message()));
+    }
+    ProcHost* host = host_;
+    const ProcId& peer = msg.destination.proc;
+    absl::Status sent = host->endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(std::move(msg.payload)));
+    if (!sent.ok()) {
+      const std::string who = host->describe(peer);
+      lock.unlock();
+      fail(msg, absl::UnavailableError(absl::StrCat("cannot send to proc ", who, ": ", sent.message())));
+    }
+  }
+
+ private:
+  void fail(const WireMessage& msg, absl::Status error) {
+    if (msg.port == 0 && msg.reply_to) {
+      // The reply port lives on this proc: the request fails now.
+      runtime_->fail_reply_port(*msg.reply_to, std::move(error));
+    } else {
+      CASTMESH_LOG_WARN("dropping message to {}: {}", msg.destination.to_string(), error.ToString());
+    }
+  }
+
+  std::shared_mutex mu_;
+  ProcHost* host_;
+  Runtime* runtime_;  // the runtime this router is installed in (it outlives its router's use)
+};
+
+struct ProcHost::PendingRequest {
+  ProcId peer;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  absl::StatusOr<std::string> result = absl::UnknownError("no reply");
+
+  void complete(absl::StatusOr<std::string> value) {
+    {
+      std::lock_guard lock(mu);
+      if (done) return;
+      done = true;
+      result = std::move(value);
+    }
+    cv.notify_all();
+  }
+};
+
+absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, ProcHostOptions options) {
+  {
+    std::lock_guard lock(host_directory().mu);
+    auto it = host_directory().by_runtime.find(&runtime);
+    if (it != host_directory().by_runtime.end() && !it->second.expired()) {
+      return absl::AlreadyExistsError("this runtime is already a proc (ProcHost attached)");
+    }
+  }
+  std::shared_ptr<ProcHost> host(new ProcHost(runtime, options.secret));
+  transport::EndpointOptions endpoint_options;
+  endpoint_options.listen = options.listen.empty() ? transport::unique_abstract_unix_address() : options.listen;
+  endpoint_options.secret = options.secret;
+  endpoint_options.heartbeat_interval = options.heartbeat_interval;
+  endpoint_options.heartbeat_timeout = options.heartbeat_timeout;
+  ProcHost* raw = host.get();
+  auto endpoint = transport::Endpoint::start(
+      endpoint_options,
+      [raw](const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
+        raw->on_message(peer, std::move(envelope), std::move(payload));
+      },
+      [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); });
+  if (!endpoint.ok()) return endpoint.status();
+  host->endpoint_ = std::move(*endpoint);
+  if (absl::Status st = runtime.set_proc_id(host->endpoint_->id()); !st.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot make this runtime a proc: ", st.message(),
+        " (allocate procs before spawning actors on the controller's runtime)"));
+  }
+  host->router_ = std::make_shared<Router>(raw, &runtime);
+  runtime.set_remote_router(host->router_);
+  host->on_control(v1::SpawnRequest().GetTypeName(),
+                   [raw](const ProcId& peer, uint64_t correlation, const std::string& payload) {
+                     raw->handle_spawn(peer, correlation, payload);
+                   });
+  host->on_control(v1::Supervision().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
+    v1::Supervision message;
+    if (!message.ParseFromString(payload)) {
+      CASTMESH_LOG_WARN("castmesh-proc {}: malformed Supervision from {}", raw->id(), peer);
+      return;
+    }
+    SupervisionEvent event;
+    if (auto child = Address::parse(message.child()); child.ok()) event.child = *child;
+    if (auto origin = Address::parse(message.origin()); origin.ok()) event.origin = *origin;
+    event.reason = status_from(message.reason_code(), message.reason_message());
+    if (event.reason.ok()) event.reason = absl::UnknownError("remote actor failed");
+    event.message_type = message.message_type();
+    raw->deliver_failure(message.parent(), std::move(event));
+  });
+  {
+    std::lock_guard lock(host_directory().mu);
+    host_directory().by_runtime[&runtime] = host;
+  }
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: proc up (pid {})", host->id(), ::getpid());
+  return host;
+}
+
+std::shared_ptr<ProcHost> ProcHost::of(const Runtime& runtime) {
+  std::lock_guard lock(host_directory().mu);
+  auto it = host_directory().by_runtime.find(&runtime);
+  return it == host_directory().by_runtime.end() ? nullptr : it->second.lock();
+}
+
+ProcHost::~ProcHost() {
+  {
+    std::lock_guard lock(host_directory().mu);
+    auto it = host_directory().by_runtime.find(&runtime_);
+    if (it != host_directory().by_runtime.end() && it->second.expired()) host_directory().by_runtime.erase(it);
+  }
+  if (router_) {
+    router_->detach();
+    runtime_.set_remote_router(nullptr);
+  }
+  endpoint_.reset();  // joins the I/O thread: no handler runs after this
+  std::lock_guard lock(mu_);
+  for (auto& [id, pending] : pending_) pending->complete(absl::CancelledError("proc shut down"));
+}
+
+absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::MessageLite& message,
+                                    uint64_t correlation, bool is_reply) {
+  v1::Envelope envelope;
+  envelope.set_kind(v1::Envelope::KIND_CONTROL);
+  envelope.set_message_type(message.GetTypeName());
+  envelope.set_correlation(correlation);
+  if (is_reply) envelope.set_flags(kReplyFlag);
+  return endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(message.SerializeAsString()));
+}
+
+absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::protobuf::MessageLite& message,
+                                              absl::Duration timeout) {
+  auto pending = std::make_shared<PendingRequest>();
+  pending->peer = peer;
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    id = next_id_++;
+    pending_.emplace(id, pending);
+  }
+  absl::Status sent = send_control(peer, message, id);
+  if (!sent.ok()) pending->complete(sent);
+  {
+    std::unique_lock lock(pending->mu);
+    if (!pending->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return pending->done; })) {
+      pending->done = true;
+      pending->result = absl::DeadlineExceededError(absl::StrCat("no answer from proc ", describe(peer), " within ",
+                                                                 absl::FormatDuration(timeout)));
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    pending_.erase(id);
+  }
+  return pending->result;
+}
+
+void ProcHost::on_control(const std::string& type_name, ControlHandler handler) {
+  std::lock_guard lock(mu_);
+  control_handlers_[type_name] = std::move(handler);
+}
+
+uint64_t ProcHost::add_peer_lost_observer(PeerLostObserver observer) {
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_id_++;
+  peer_lost_observers_.emplace(id, std::move(observer));
+  return id;
+}
+
+void ProcHost::remove_peer_lost_observer(uint64_t id) {
+  std::lock_guard lock(mu_);
+  peer_lost_observers_.erase(id);
+}
+
+void ProcHost::describe_peer(const ProcId& peer, std::string description) {
+  std::lock_guard lock(mu_);
+  descriptions_[peer] = std::move(description);
+}
+
+std::string ProcHost::describe(const ProcId& peer) {
+  std::lock_guard lock(mu_);
+  auto it = descriptions_.find(peer);
+  return it == descriptions_.end() ? peer : absl::StrCat(peer, " (", it->second, ")");
+}
+
+void ProcHost::set_root_failure_handler(std::function<void(const SupervisionEvent&)> handler) {
+  std::lock_guard lock(mu_);
+  root_failure_handler_ = std::move(handler);
+}
+
+void ProcHost::deliver_failure(const std::string& parent, SupervisionEvent event) {
+  if (!parent.empty()) {
+    auto address = Address::parse(parent);
+    if (address.ok() && runtime_.deliver_supervision_event(*address, event).ok()) return;
+    CASTMESH_LOG_WARN("castmesh-proc {}: parent {} of failed actor {} is gone; reporting to the root", id(), parent,
+                      event.child.to_string());
+  }
+  std::function<void(const SupervisionEvent&)> handler;
+  {
+    std::lock_guard lock(mu_);
+    handler = root_failure_handler_;
+  }
+  if (handler) {
+    handler(event);
+  } else {
+    CASTMESH_LOG_ERROR("castmesh-proc {}: remote actor {} failed: {}", id(), event.child.to_string(),
+                       event.reason.ToString());
+  }
+}
+
+bool ProcHost::forward_failure(const SupervisionEvent& event) {
+  std::pair<ProcId, std::string> spawner;
+  {
+    std::lock_guard lock(mu_);
+    auto it = spawned_for_others_.find(event.child.to_string());
+    if (it == spawned_for_others_.end()) return false;
+    spawner = std::move(it->second);
+    spawned_for_others_.erase(it);
+  }
+  v1::Supervision message;
+  message.set_parent(spawner.second);
+  message.set_child(event.child.to_string());
+  message.set_reason_code(static_cast<int>(event.reason.code()));
+  message.set_reason_message(std::string(event.reason.message()));
+  message.set_message_type(event.message_type);
+  message.set_origin(event.origin.to_string());
+  if (absl::Status st = send_control(spawner.first, message); !st.ok()) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: cannot report failure of {} to {}: {}", id(), event.child.to_string(),
+                      spawner.first, st.ToString());
+  }
+  return true;
+}
+
+void ProcHost::handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload) {
+  v1::SpawnReply reply;
+  auto fail = [&](const absl::Status& error) {
+    reply.set_error_code(static_cast<int>(error.code()));
+    reply.set_error_message(std::string(error.message()));
+  };
+  v1::SpawnRequest request;
+  if (!request.ParseFromString(payload)) {
+    fail(absl::InvalidArgumentError("malformed SpawnRequest"));
+  } else if (auto factory = find_actor_factory(request.actor_type()); !factory) {
+    fail(absl::NotFoundError(absl::StrCat("actor type '", request.actor_type(), "' is not registered in proc ", id(),
+                                          " (CASTMESH_REGISTER_ACTOR)")));
+  } else if (std::vector<std::string>(request.arg_types().begin(), request.arg_types().end()) !=
+             factory->arg_types) {
+    fail(absl::InvalidArgumentError(absl::StrCat("constructor arguments of '", request.actor_type(),
+                                                 "' do not match its registration (",
+                                                 absl::StrJoin(factory->arg_types, ", "), ")")));
+  } else {
+    SpawnOptions options;
+    options.name = request.name();
+    options.index = request.index();
+    std::vector<std::string> args(request.args().begin(), request.args().end());
+    absl::StatusOr<Address> address;
+    try {
+      address = factory->spawn(runtime_, std::move(options), args);
+    } catch (const std::exception& e) {
+      address = absl::InternalError(absl::StrCat("constructor of '", request.actor_type(), "' threw: ", e.what()));
+    }
+    if (!address.ok()) {
+      fail(address.status());
+    } else {
+      reply.set_address(address->to_string());
+      std::lock_guard lock(mu_);
+      spawned_for_others_[address->to_string()] = {peer, request.parent()};
+    }
+  }
+  if (absl::Status st = send_control(peer, reply, correlation, /*is_reply=*/true); !st.ok()) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: cannot answer spawn request of {}: {}", id(), peer, st.ToString());
+  }
+}
+
+void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
+  if (envelope.kind() == v1::Envelope::KIND_CONTROL) {
+    if (envelope.flags() & kReplyFlag) {
+      std::shared_ptr<PendingRequest> pending;
+      {
+        std::lock_guard lock(mu_);
+        auto it = pending_.find(envelope.correlation());
+        if (it != pending_.end()) pending = it->second;
+      }
+      if (pending) pending->complete(std::string(payload.view()));
+      return;
+    }
+    ControlHandler handler;
+    {
+      std::lock_guard lock(mu_);
+      auto it = control_handlers_.find(envelope.message_type());
+      if (it != control_handlers_.end()) handler = it->second;
+    }
+    if (handler) {
+      handler(peer, envelope.correlation(), std::string(payload.view()));
+    } else {
+      CASTMESH_LOG_WARN("castmesh-proc {}: unknown control message '{}' from {}", id(), envelope.message_type(), peer);
+    }
+    return;
+  }
+  auto destination = Address::parse(envelope.destination());
+  if (!destination.ok()) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: dropping message from {} with bad destination '{}'", id(), peer,
+                      envelope.destination());
+    return;
+  }
+  absl::Status delivered;
+  if (envelope.port() == 0) {
+    std::optional<PortAddress> reply_to;
+    if (!envelope.reply_to().empty()) {
+      auto port = PortAddress::parse(envelope.reply_to());
+      if (port.ok()) reply_to = std::move(*port);
+    }
+    Address sender;
+    if (!envelope.source().empty()) {
+      if (auto s = Address::parse(envelope.source()); s.ok()) sender = std::move(*s);
+    }
+    delivered = runtime_.deliver_serialized(*destination, envelope.message_type(), payload.view(), reply_to, sender);
+  } else {
+    const PortAddress port{*destination, envelope.port()};
+    if (envelope.error_code() != 0) {
+      runtime_.fail_reply_port(port, status_from(envelope.error_code(), envelope.error_message()));
+    } else {
+      delivered = runtime_.deliver_serialized_reply(port, envelope.message_type(), payload.view());
+    }
+  }
+  if (!delivered.ok()) {
+    CASTMESH_LOG_DEBUG("castmesh-proc {}: message from {} to {} not delivered: {}", id(), peer,
+                       envelope.destination(), delivered.ToString());
+  }
+}
+
+void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
+  const absl::Status gone = absl::UnavailableError(absl::StrCat("proc ", describe(peer), " is gone: ", why.message()));
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: {}", id(), std::string(gone.message()));
+  runtime_.report_proc_down(peer, gone);
+  std::vector<std::shared_ptr<PendingRequest>> failed;
+  std::vector<PeerLostObserver> observers;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, pending] : pending_) {
+      if (pending->peer == peer) failed.push_back(pending);
+    }
+    for (auto& [id, observer] : peer_lost_observers_) observers.push_back(observer);
+  }
+  for (auto& pending : failed) pending->complete(gone);
+  for (auto& observer : observers) observer(peer, gone);
+}
+
+}  // namespace castmesh::proc

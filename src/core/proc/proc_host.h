@@ -1,0 +1,111 @@
+// ProcHost: makes one Runtime a proc of a mesh. It owns the proc's transport
+// Endpoint, installs itself as the Runtime's RemoteRouter (actor messages to
+// other procs become Envelopes and back), reports dead peers to the Runtime
+// (pending requests fail, monitors fire), and carries proc-level control
+// messages (join, spawn by registered name, supervision, stop).
+//
+// Threading: public methods are thread-safe. Control handlers and peer-lost
+// observers run on the endpoint's I/O thread and must not block; request()
+// blocks its caller and must not be called on that thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "castmesh/runtime.h"
+#include "castmesh/supervision.h"
+#include "core/transport/endpoint.h"
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace castmesh::proc {
+
+// Environment variables between a LocalAllocator and its workers.
+inline constexpr char kEnvBootstrap[] = "CASTMESH_BOOTSTRAP";  // controller's proc id
+inline constexpr char kEnvSecret[] = "CASTMESH_SECRET";
+inline constexpr char kEnvRank[] = "CASTMESH_RANK";
+inline constexpr char kEnvWorldSize[] = "CASTMESH_WORLD_SIZE";
+inline constexpr char kEnvTransport[] = "CASTMESH_TRANSPORT";  // "unix" | "tcp"
+inline constexpr char kEnvParentPid[] = "CASTMESH_PARENT_PID";
+
+struct ProcHostOptions {
+  std::string listen;  // channel URL; empty: a fresh abstract Unix address
+  std::string secret;
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+};
+
+class ProcHost : public std::enable_shared_from_this<ProcHost> {
+ public:
+  using ControlHandler = std::function<void(const ProcId& peer, uint64_t correlation, const std::string& payload)>;
+  using PeerLostObserver = std::function<void(const ProcId& peer, const absl::Status& why)>;
+
+  // Starts the endpoint, sets runtime's proc id to its address and installs
+  // the router. The runtime must outlive the host; one host per runtime.
+  static absl::StatusOr<std::shared_ptr<ProcHost>> attach(Runtime& runtime, ProcHostOptions options);
+  // The host attached to `runtime`, or nullptr.
+  static std::shared_ptr<ProcHost> of(const Runtime& runtime);
+  // Uninstalls the router and closes every connection.
+  ~ProcHost();
+
+  const ProcId& id() const { return endpoint_->id(); }
+  Runtime& runtime() const { return runtime_; }
+  const std::string& secret() const { return secret_; }
+
+  // One-way control message (Envelope.kind = KIND_CONTROL).
+  absl::Status send_control(const ProcId& peer, const google::protobuf::MessageLite& message,
+                            uint64_t correlation = 0, bool is_reply = false);
+  // Sends a control request and waits for the reply's payload; fails when
+  // `peer` is lost first or after `timeout`.
+  absl::StatusOr<std::string> request(const ProcId& peer, const google::protobuf::MessageLite& message,
+                                      absl::Duration timeout);
+  // Handles incoming control messages of one type (full protobuf name).
+  void on_control(const std::string& type_name, ControlHandler handler);
+  // Called (I/O thread) for every lost peer, after the runtime was told.
+  uint64_t add_peer_lost_observer(PeerLostObserver observer);
+  void remove_peer_lost_observer(uint64_t id);
+  // A human description used in errors about `peer` ("rank 2, pid 1234").
+  void describe_peer(const ProcId& peer, std::string description);
+  // Failures of actors this proc spawned for another proc go back to the
+  // spawner as Supervision messages. True when `event` was such a failure.
+  bool forward_failure(const SupervisionEvent& event);
+  // Delivers a failure to the local actor `parent` (Actor::on_child_failed),
+  // or, when `parent` is empty or gone, to the root failure handler (or the
+  // log if there is none).
+  void deliver_failure(const std::string& parent, SupervisionEvent event);
+  void set_root_failure_handler(std::function<void(const SupervisionEvent&)> handler);
+
+ private:
+  class Router;
+  struct PendingRequest;
+
+  ProcHost(Runtime& runtime, std::string secret) : runtime_(runtime), secret_(std::move(secret)) {}
+  void on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload);
+  void on_peer_lost(const std::string& peer, const absl::Status& why);
+  void handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload);
+  std::string describe(const ProcId& peer);
+
+  Runtime& runtime_;
+  std::string secret_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::shared_ptr<Router> router_;
+
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, ControlHandler> control_handlers_;
+  absl::flat_hash_map<uint64_t, PeerLostObserver> peer_lost_observers_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_;
+  absl::flat_hash_map<ProcId, std::string> descriptions_;
+  // Actors spawned here for other procs: child address -> (spawner proc, parent address).
+  absl::flat_hash_map<std::string, std::pair<ProcId, std::string>> spawned_for_others_;
+  std::function<void(const SupervisionEvent&)> root_failure_handler_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace castmesh::proc

@@ -1,0 +1,449 @@
+// Cross-process tests: a controller (this test) and worker procs (this same
+// binary, re-executed; castmesh::init in main() turns them into workers).
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "castmesh/actor.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/runtime.h"
+#include "core/transport/address.h"
+#include "core/transport/endpoint.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// --- messages (each with a codec, so they can cross procs) ------------------
+
+struct Ping {
+  int64_t n = 0;
+};
+struct GetPid {};
+struct GetTag {};
+struct Seq {
+  int64_t sender = 0;
+  int64_t n = 0;
+};
+struct CheckOrder {};
+struct Relay {
+  std::string target;  // an ActorRef<Echo>, as bytes
+  int64_t n = 0;
+};
+struct Boom {};
+struct Hang {};
+
+absl::Status encode_int(int64_t v, std::string* out) {
+  *out = std::to_string(v);
+  return absl::OkStatus();
+}
+absl::Status decode_int(std::string_view b, int64_t* v) {
+  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), v) ? absl::OkStatus()
+                                                                     : absl::InvalidArgumentError("not a number");
+}
+absl::Status encode_ping(const Ping& m, std::string* out) { return encode_int(m.n, out); }
+absl::Status decode_ping(std::string_view b, Ping* m) { return decode_int(b, &m->n); }
+absl::Status encode_empty_pid(const GetPid&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_empty_pid(std::string_view, GetPid*) { return absl::OkStatus(); }
+absl::Status encode_empty_tag(const GetTag&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_empty_tag(std::string_view, GetTag*) { return absl::OkStatus(); }
+absl::Status encode_empty_check(const CheckOrder&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_empty_check(std::string_view, CheckOrder*) { return absl::OkStatus(); }
+absl::Status encode_empty_boom(const Boom&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_empty_boom(std::string_view, Boom*) { return absl::OkStatus(); }
+absl::Status encode_empty_hang(const Hang&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_empty_hang(std::string_view, Hang*) { return absl::OkStatus(); }
+absl::Status encode_seq(const Seq& m, std::string* out) {
+  *out = absl::StrCat(m.sender, ",", m.n);
+  return absl::OkStatus();
+}
+absl::Status decode_seq(std::string_view b, Seq* m) {
+  std::vector<std::string> parts = absl::StrSplit(absl::string_view(b.data(), b.size()), ',');
+  if (parts.size() != 2) return absl::InvalidArgumentError("bad Seq");
+  if (!absl::SimpleAtoi(parts[0], &m->sender) || !absl::SimpleAtoi(parts[1], &m->n)) {
+    return absl::InvalidArgumentError("bad Seq");
+  }
+  return absl::OkStatus();
+}
+absl::Status encode_relay(const Relay& m, std::string* out) {
+  *out = absl::StrCat(m.n, " ", m.target);
+  return absl::OkStatus();
+}
+absl::Status decode_relay(std::string_view b, Relay* m) {
+  const auto space = b.find(' ');
+  if (space == std::string_view::npos) return absl::InvalidArgumentError("bad Relay");
+  m->target = std::string(b.substr(space + 1));
+  return decode_int(b.substr(0, space), &m->n);
+}
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(Ping, "test.Ping", encode_ping, decode_ping);
+CASTMESH_REGISTER_MESSAGE(GetPid, "test.GetPid", encode_empty_pid, decode_empty_pid);
+CASTMESH_REGISTER_MESSAGE(GetTag, "test.GetTag", encode_empty_tag, decode_empty_tag);
+CASTMESH_REGISTER_MESSAGE(Seq, "test.Seq", encode_seq, decode_seq);
+CASTMESH_REGISTER_MESSAGE(CheckOrder, "test.CheckOrder", encode_empty_check, decode_empty_check);
+CASTMESH_REGISTER_MESSAGE(Relay, "test.Relay", encode_relay, decode_relay);
+CASTMESH_REGISTER_MESSAGE(Boom, "test.Boom", encode_empty_boom, decode_empty_boom);
+CASTMESH_REGISTER_MESSAGE(Hang, "test.Hang", encode_empty_hang, decode_empty_hang);
+
+// --- actors -------------------------------------------------------------------
+
+class Echo : public castmesh::Actor {
+ public:
+  explicit Echo(std::string tag) : tag_(std::move(tag)) {}
+  int64_t echo(const Ping& p) { return p.n; }
+  int64_t pid(const GetPid&) { return ::getpid(); }
+  std::string tag(const GetTag&) { return tag_; }
+  int64_t boom(const Boom&) { throw std::runtime_error("boom from a worker"); }
+  int64_t hang(const Hang&) {
+    std::this_thread::sleep_for(std::chrono::seconds(20));  // the test kills this proc meanwhile
+    return 0;
+  }
+  using Handlers = castmesh::Handlers<&Echo::echo, &Echo::pid, &Echo::tag, &Echo::boom, &Echo::hang>;
+
+ private:
+  std::string tag_;
+};
+CASTMESH_REGISTER_ACTOR(Echo, std::string);
+
+// Checks that messages from each sender arrive in the order sent.
+class Recorder : public castmesh::Actor {
+ public:
+  void record(const Seq& s) {
+    int64_t& last = last_[s.sender];
+    if (s.n != last + 1 && error_.empty()) error_ = absl::StrCat("sender ", s.sender, ": ", s.n, " after ", last);
+    last = s.n;
+    ++count_;
+  }
+  std::string check(const CheckOrder&) { return error_.empty() ? absl::StrCat("ok ", count_) : error_; }
+  using Handlers = castmesh::Handlers<&Recorder::record, &Recorder::check>;
+
+ private:
+  std::map<int64_t, int64_t> last_;
+  int64_t count_ = 0;
+  std::string error_;
+};
+CASTMESH_REGISTER_ACTOR(Recorder);
+
+// Asks the Echo actor named in the message (a ref that travelled here).
+class Relayer : public castmesh::Actor {
+ public:
+  castmesh::Future<int64_t> relay(const Relay& r) {
+    auto target = castmesh::ActorRef<Echo>::from_bytes(r.target);
+    if (!target.ok()) throw std::runtime_error(std::string(target.status().message()));
+    return target->ask(Ping{r.n * 2});
+  }
+  using Handlers = castmesh::Handlers<&Relayer::relay>;
+};
+CASTMESH_REGISTER_ACTOR(Relayer);
+
+namespace {
+
+// Collects supervision events that reach the controller's root.
+struct Events {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<castmesh::SupervisionEvent> events;
+  std::function<void(const castmesh::SupervisionEvent&)> handler() {
+    return [this](const castmesh::SupervisionEvent& e) {
+      std::lock_guard lock(mu);
+      events.push_back(e);
+      cv.notify_all();
+    };
+  }
+  std::optional<castmesh::SupervisionEvent> wait_for_child(const castmesh::Address& child,
+                                                         std::chrono::seconds timeout = 10s) {
+    std::unique_lock lock(mu);
+    std::optional<castmesh::SupervisionEvent> found;
+    cv.wait_for(lock, timeout, [&] {
+      for (const auto& e : events) {
+        if (e.child == child) found = e;
+      }
+      return found.has_value();
+    });
+    return found;
+  }
+};
+
+castmesh::LocalAllocatorOptions quick_options(Events* events = nullptr) {
+  castmesh::LocalAllocatorOptions options;
+  options.join_timeout = absl::Seconds(30);
+  if (events != nullptr) options.on_supervision_event = events->handler();
+  return options;
+}
+
+bool process_gone(pid_t pid, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+TEST(ProcMesh, RemoteTellAndAskWithConstructorArguments) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  ASSERT_EQ(mesh->size(), 2u);
+  EXPECT_NE(mesh->proc(0).id, mesh->proc(1).id);
+  EXPECT_EQ(mesh->proc(1).rank, 1);
+  auto echoes = mesh->spawn<Echo>("echo", std::string("hello"));
+  ASSERT_TRUE(echoes.ok()) << echoes.status();
+  ASSERT_EQ(echoes->size(), 2u);
+  std::set<int64_t> pids;
+  for (size_t rank = 0; rank < echoes->size(); ++rank) {
+    const auto& ref = (*echoes)[rank];
+    EXPECT_EQ(ref.address().proc, mesh->proc(rank).id);
+    EXPECT_EQ(ref.address().index, rank);
+    auto tag = ref.ask(GetTag{}).get(absl::Seconds(10));
+    ASSERT_TRUE(tag.ok()) << tag.status();
+    EXPECT_EQ(*tag, "hello");
+    ref.tell(Ping{1});  // a tell, then an ask on the same pair
+    auto n = ref.ask(Ping{static_cast<int64_t>(41 + rank)}).get(absl::Seconds(10));
+    ASSERT_TRUE(n.ok()) << n.status();
+    EXPECT_EQ(*n, static_cast<int64_t>(41 + rank));
+    auto pid = ref.ask(GetPid{}).get(absl::Seconds(10));
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    EXPECT_EQ(*pid, mesh->proc(rank).pid);
+    pids.insert(*pid);
+  }
+  EXPECT_EQ(pids.size(), 2u);
+  EXPECT_EQ(pids.count(::getpid()), 0u);
+  ASSERT_TRUE(mesh->stop().ok());
+  for (const auto& p : mesh->procs()) EXPECT_TRUE(process_gone(static_cast<pid_t>(p.pid), 5s));
+}
+
+TEST(ProcMesh, MessagesFromOneSenderArriveInOrder) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto recorders = mesh->spawn<Recorder>("recorder");
+  ASSERT_TRUE(recorders.ok()) << recorders.status();
+  const auto& recorder = (*recorders)[0];
+  constexpr int kThreads = 3, kEach = 2000;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 1; i <= kEach; ++i) recorder.tell(Seq{t, i});
+    });
+  }
+  for (auto& s : senders) s.join();
+  auto verdict = recorder.ask(CheckOrder{}).get(absl::Seconds(30));
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_EQ(*verdict, absl::StrCat("ok ", kThreads * kEach));
+}
+
+TEST(ProcMesh, RefPassedInAMessageWorksFromAThirdProc) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  auto relayers = mesh->spawn<Relayer>("relay");
+  ASSERT_TRUE(echoes.ok() && relayers.ok());
+  // The controller asks the relayer on rank 0, which asks the echo on rank 1
+  // directly (worker to worker), through a ref that came inside the message.
+  auto answer = (*relayers)[0].ask(Relay{(*echoes)[1].to_bytes(), 21}).get(absl::Seconds(10));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(*answer, 42);
+}
+
+TEST(ProcMesh, HandlerFailureOnAWorkerReachesTheSpawner) {
+  Events events;
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options(&events)).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  ASSERT_TRUE(echoes.ok());
+  auto failed = (*echoes)[0].ask(Boom{}).get(absl::Seconds(10));
+  EXPECT_FALSE(failed.ok());
+  auto event = events.wait_for_child((*echoes)[0].address());
+  ASSERT_TRUE(event.has_value());
+  EXPECT_NE(event->reason.message().find("boom from a worker"), std::string::npos) << event->reason;
+}
+
+TEST(ProcMesh, KilledProcFailsPendingAsksAndTellsTheSpawner) {
+  Events events;
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options(&events)).allocate(runtime, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  ASSERT_TRUE(echoes.ok());
+  auto pending = (*echoes)[1].ask(Hang{});
+  auto also_pending = (*echoes)[1].ask(Ping{7});  // queued behind Hang
+  std::this_thread::sleep_for(100ms);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(mesh->proc(1).pid), SIGKILL), 0);
+  auto result = pending.get(absl::Seconds(10));
+  const auto took = std::chrono::steady_clock::now() - killed_at;
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().code(), absl::StatusCode::kDeadlineExceeded) << result.status();
+  EXPECT_NE(result.status().message().find(mesh->proc(1).id), std::string::npos) << result.status();
+  std::printf("pending ask failed %.0f ms after SIGKILL: %s\n",
+              std::chrono::duration<double, std::milli>(took).count(), result.status().ToString().c_str());
+  EXPECT_FALSE(also_pending.get(absl::Seconds(10)).ok());
+  auto event = events.wait_for_child((*echoes)[1].address());
+  ASSERT_TRUE(event.has_value());
+  EXPECT_NE(event->reason.message().find(mesh->proc(1).id), std::string::npos) << event->reason;
+  // The surviving proc still serves, and new asks to the dead one fail.
+  auto alive = (*echoes)[0].ask(Ping{5}).get(absl::Seconds(10));
+  ASSERT_TRUE(alive.ok()) << alive.status();
+  EXPECT_EQ(*alive, 5);
+  EXPECT_FALSE((*echoes)[1].ask(Ping{1}).get(absl::Seconds(10)).ok());
+}
+
+TEST(ProcMesh, PeerWithAWrongSecretIsRefusedAndTheProcKeepsServing) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  ASSERT_TRUE(echoes.ok());
+  std::atomic<int> lost{0}, delivered{0};
+  castmesh::transport::EndpointOptions options;
+  options.secret = "wrong-secret";
+  auto intruder = castmesh::transport::Endpoint::start(
+      options, [&](const std::string&, castmesh::wire::v1::Envelope&&, castmesh::wire::Payload) { ++delivered; },
+      [&](const std::string&, const absl::Status&) { ++lost; });
+  ASSERT_TRUE(intruder.ok());
+  castmesh::wire::v1::Envelope envelope;
+  envelope.set_destination((*echoes)[0].to_string());
+  ASSERT_TRUE((*intruder)->send(mesh->proc(0).id, envelope).ok());
+  for (int i = 0; i < 500 && lost == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(lost, 1);
+  EXPECT_EQ(delivered, 0);
+  auto n = (*echoes)[0].ask(Ping{3}).get(absl::Seconds(10));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 3);
+}
+
+TEST(ProcMesh, MalformedFrameClosesOnlyThatConnection) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  ASSERT_TRUE(echoes.ok());
+  auto address = castmesh::transport::parse_channel_address(mesh->proc(0).id);
+  ASSERT_TRUE(address.ok() && address->abstract);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size())),
+            0);
+  const char garbage[] = "\x10\x00\x00\x00this is not a handshake";
+  ASSERT_GT(::send(fd, garbage, sizeof(garbage), MSG_NOSIGNAL), 0);
+  char buf[256];
+  bool closed = false;
+  for (int i = 0; i < 100 && !closed; ++i) {
+    const ssize_t r = ::recv(fd, buf, sizeof(buf), 0);  // the challenge, then EOF
+    closed = r <= 0;
+  }
+  ::close(fd);
+  EXPECT_TRUE(closed);
+  auto n = (*echoes)[0].ask(Ping{9}).get(absl::Seconds(10));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 9);
+}
+
+TEST(LocalAllocator, WorkerThatNeverJoinsTimesOutWithAClearError) {
+  castmesh::Runtime runtime;
+  castmesh::LocalAllocatorOptions options;
+  options.worker_argv = {"sleep", "30"};
+  options.join_timeout = absl::Milliseconds(500);
+  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 2);
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_EQ(mesh.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(mesh.status().message().find("did not join within 500ms"), std::string::npos) << mesh.status();
+  EXPECT_NE(mesh.status().message().find("rank 0"), std::string::npos) << mesh.status();
+}
+
+TEST(LocalAllocator, WorkerThatExitsBeforeJoiningIsReported) {
+  castmesh::Runtime runtime;
+  castmesh::LocalAllocatorOptions options;
+  options.worker_argv = {"false"};
+  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 1);
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_NE(mesh.status().message().find("exited before joining"), std::string::npos) << mesh.status();
+}
+
+TEST(LocalAllocator, WorkersExitWhenTheirControllerIsKilled) {
+  // A controller process (this binary in role "controller") starts two
+  // workers, reports their pids, and is then SIGKILLed.
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipefd[0]);
+  std::vector<std::string> env_strings = {"CASTMESH_TEST_ROLE=controller"};
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  char self[] = "/proc/self/exe";
+  char* argv[] = {self, nullptr};
+  pid_t controller = 0;
+  ASSERT_EQ(::posix_spawn(&controller, self, &actions, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipefd[1]);
+  std::string line;
+  char c;
+  while (::read(pipefd[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  ::close(pipefd[0]);
+  std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  ASSERT_EQ(parts.size(), 2u) << "controller said: '" << line << "'";
+  std::vector<pid_t> workers;
+  for (const auto& p : parts) {
+    int pid = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(p, &pid));
+    workers.push_back(pid);
+  }
+  ASSERT_EQ(::kill(controller, SIGKILL), 0);
+  ::waitpid(controller, nullptr, 0);
+  for (pid_t pid : workers) EXPECT_TRUE(process_gone(pid, 10s)) << "orphan worker " << pid << " still running";
+}
+
+// Role "controller" of the test above: allocate, print worker pids, wait.
+int run_controller_role() {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator().allocate(runtime, 2);
+  if (!mesh.ok()) {
+    std::printf("error %s\n", mesh.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("%lld %lld\n", static_cast<long long>(mesh->proc(0).pid), static_cast<long long>(mesh->proc(1).pid));
+  std::fflush(stdout);
+  std::this_thread::sleep_for(60s);  // killed long before
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // worker procs never return from here
+  if (const char* role = std::getenv("CASTMESH_TEST_ROLE"); role != nullptr && std::string(role) == "controller") {
+    ::unsetenv("CASTMESH_TEST_ROLE");
+    return run_controller_role();
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
