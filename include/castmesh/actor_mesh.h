@@ -1,0 +1,551 @@
+// ActorMesh<A>: one actor of class A per point of a Shape, messaged as one
+// object (DESIGN.md §2, docs/meshes.md).
+//
+//   auto mesh = *castmesh::ActorMesh<Worker>::Spawn(runtime, shape, {.name = "worker"}, args...);
+//   mesh.cast(Step{});                                  // everyone, fire and forget
+//   auto gpu1 = *mesh.slice("gpus", 1);                 // a sub-mesh (a view; nothing copied)
+//   ValueMesh<int> v = *gpu1.call(GetValue{}).get();    // a value per point
+//   int total = *mesh.call(GetValue{}, reducers::sum<int>()).get();
+//
+// Delivery. cast/call/call_one/stream travel along the cast tree of the mesh
+// (castmesh/cast_tree.h): each member has a forwarding actor that delivers
+// to its member and forwards to at most `fanout` children, so the sender
+// sends O(fanout) messages. Two messages from one sender through the tree
+// reach every member in the order they were sent, whatever slices they
+// target (the path to a member is fixed by the base mesh; every hop is FIFO
+// per sender). choose() sends directly to one member.
+//
+// Supervision. The mesh monitors its members. A member that fails (its
+// handler threw, or it was failed) produces a MeshEvent naming its point;
+// the mesh's failure handler decides to stop the whole mesh or continue on
+// the survivors. Requests pending at a member that dies fail promptly with
+// an error naming the member's point; a call to a view that contains a
+// known-dead member fails at once naming all such points; cast skips dead
+// members. A member stopped normally (reason OK) is recorded but is not a
+// failure event.
+//
+// Threading. An ActorMesh is an immutable handle (a view plus a shared
+// state): copy it freely and use it from any thread, including from inside
+// actors. Futures it returns follow castmesh::Future's rules (don't block in
+// a pooled actor). The failure handler runs on the thread where the member
+// stopped and must not block.
+//
+// Scope today: the members live in one Runtime (one process). Meshes over
+// the procs of a ProcMesh are not wired yet (see docs/meshes.md).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "castmesh/actor.h"
+#include "castmesh/cast_tree.h"
+#include "castmesh/detail/mesh_reply.h"
+#include "castmesh/future.h"
+#include "castmesh/port.h"
+#include "castmesh/ref.h"
+#include "castmesh/runtime.h"
+#include "castmesh/shape.h"
+#include "castmesh/supervision.h"
+#include "castmesh/value_mesh.h"
+
+namespace castmesh {
+
+// A member of a mesh stopped. `point` is its point in the mesh as spawned.
+struct MeshEvent {
+  std::string mesh;      // the mesh's name
+  Point point;
+  Address actor;
+  absl::Status reason;   // non-OK: it failed; OK: it was stopped normally
+
+  // "mesh 'worker' member {hosts=1, gpus=2} (local/worker[6]) failed: ..."
+  std::string to_string() const;
+};
+
+// What a mesh does after one of its members failed.
+enum class MeshFailureAction {
+  kStop,      // stop every member; later requests fail naming the failure
+  kContinue,  // keep the survivors; requests that include dead points fail
+};
+
+// Decides what to do about a failed member. Runs on the thread where the
+// member stopped; must not block.
+using MeshFailureHandler = std::function<MeshFailureAction(const MeshEvent&)>;
+
+struct MeshOptions {
+  // Name of the member actors (their addresses are proc/name[rank]); the
+  // forwarding actors are named name + "-cast". Default: the class name.
+  std::string name{};
+  // Fan-out of the cast tree; a value >= the mesh size is direct fan-out.
+  size_t fanout = 8;
+  // Default (empty): log the event and stop the mesh.
+  MeshFailureHandler on_failure = nullptr;
+};
+
+// The replies of ActorMesh::stream, in arrival order.
+template <typename R>
+class ReplyStream {
+ public:
+  // The next reply: its point and its value or error. Blocks up to
+  // `timeout`: DeadlineExceeded when none arrived in time, OutOfRange after
+  // the last one.
+  absl::StatusOr<std::pair<Point, absl::StatusOr<R>>> next(
+      absl::Duration timeout = absl::InfiniteDuration()) {
+    return queue_->next(timeout);
+  }
+  // Number of replies the stream will produce (one per member).
+  size_t size() const { return queue_->expected(); }
+
+ private:
+  template <typename A>
+  friend class ActorMesh;
+  explicit ReplyStream(std::shared_ptr<detail::ReplyQueue<R>> queue) : queue_(std::move(queue)) {}
+  std::shared_ptr<detail::ReplyQueue<R>> queue_;
+};
+
+namespace detail {
+
+struct CastHop;
+
+// One cast or request travelling down the tree; shared by all its hops.
+struct CastWork {
+  virtual ~CastWork() = default;
+  // Runs inside the forwarding actor at hop.span.begin.
+  virtual void run(const CastHop& hop) const = 0;
+};
+
+// The message between forwarding actors: which work, which span of the
+// base mesh this hop is responsible for, and (for reductions) where the
+// subtree's partial result goes.
+struct CastHop {
+  std::shared_ptr<const CastWork> work;
+  CastSpan span;
+  std::shared_ptr<void> up;  // ReduceNode<R> of the parent (reductions only)
+  size_t up_slot = 0;
+};
+
+// The forwarding actor of one member (one per member, in-process today;
+// one per proc when meshes span procs).
+class MeshForwarder : public Actor {
+ public:
+  void hop(const CastHop& h) { h.work->run(h); }
+  using Handlers = castmesh::Handlers<&MeshForwarder::hop>;
+};
+
+// State shared by every view of one spawned mesh. Thread-safe.
+class MeshState : public std::enable_shared_from_this<MeshState> {
+ public:
+  MeshState(std::string name, Shape base, size_t fanout, MeshFailureHandler on_failure);
+
+  const std::string& name() const { return name_; }
+  const Shape& base() const { return base_; }
+  size_t default_fanout() const { return fanout_; }
+
+  // Set once, by Spawn, before the mesh is shared.
+  void set_members(std::vector<UntypedRef> members, std::vector<ActorRef<MeshForwarder>> forwarders);
+  // Monitors every member through `runtime` (after set_members).
+  void watch_members(Runtime& runtime);
+
+  const UntypedRef& member(size_t rank) const { return members_[rank]; }
+  const ActorRef<MeshForwarder>& forwarder(size_t rank) const { return forwarders_[rank]; }
+
+  // OK when the mesh runs and no member of `view` is known to be dead;
+  // else FailedPrecondition (stopped mesh) or Unavailable naming every
+  // dead point of the view.
+  absl::Status check_view(const Shape& view) const;
+  bool is_dead(size_t rank) const;
+  // Every member stop seen so far, in order.
+  std::vector<MeshEvent> events() const;
+  // Stops every member and forwarder; later requests fail with `reason`.
+  void stop(absl::Status reason);
+
+  // choose(): the live member of `view` with the fewest requests in flight
+  // from choose() (ties broken at random); Unavailable if none is alive.
+  absl::StatusOr<size_t> pick_member(const Shape& view);
+  void request_started(size_t rank);
+  void request_finished(size_t rank);
+
+  void on_member_down(size_t rank, const DownEvent& event);
+
+ private:
+  const std::string name_;
+  const Shape base_;
+  const size_t fanout_;
+  const MeshFailureHandler on_failure_;
+  std::vector<UntypedRef> members_;
+  std::vector<ActorRef<MeshForwarder>> forwarders_;
+  std::unique_ptr<std::atomic<int>[]> in_flight_;
+
+  mutable absl::Mutex mu_;
+  std::vector<bool> dead_ ABSL_GUARDED_BY(mu_);
+  std::vector<MeshEvent> events_ ABSL_GUARDED_BY(mu_);
+  absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // non-OK once stopped
+  std::mt19937 rng_ ABSL_GUARDED_BY(mu_){12345};
+};
+
+// Work that follows a CastRoute; forwards to the hop's children first (so
+// they start early), then does the local part.
+struct RoutedWork : CastWork {
+  RoutedWork(std::shared_ptr<MeshState> m, CastRoute r, Shape v)
+      : mesh(std::move(m)), route(std::move(r)), view(std::move(v)) {}
+
+  // Sends this work to the children of `hop` (slots first_slot, +1, ...).
+  void forward(const CastHop& hop, const std::shared_ptr<void>& up, size_t first_slot) const {
+    size_t slot = first_slot;
+    for (const CastSpan& child : route.children(hop.span)) {
+      mesh->forwarder(child.begin).tell(CastHop{hop.work, child, up, slot++});
+    }
+  }
+  // Sends `work` from the root (the caller) to its children.
+  static void launch(const std::shared_ptr<const RoutedWork>& work, const std::shared_ptr<void>& up) {
+    size_t slot = 0;
+    for (const CastSpan& child : work->route.root_children()) {
+      work->mesh->forwarder(child.begin).tell(CastHop{work, child, up, slot++});
+    }
+  }
+  Point point_of(size_t rank) const { return *view.point_of_rank(rank); }
+
+  std::shared_ptr<MeshState> mesh;
+  CastRoute route;
+  Shape view;
+};
+
+template <typename A, typename M>
+struct TellWork final : RoutedWork {
+  TellWork(std::shared_ptr<MeshState> m, CastRoute r, Shape v, M message)
+      : RoutedWork(std::move(m), std::move(r), std::move(v)), msg(std::move(message)) {}
+  void run(const CastHop& hop) const override {
+    forward(hop, nullptr, 0);
+    const size_t rank = hop.span.begin;
+    if (route.delivers(hop.span) && !mesh->is_dead(rank)) {
+      ActorRef<A>(mesh->member(rank).endpoint()).tell(M(msg));
+    }
+  }
+  M msg;
+};
+
+template <typename A, typename M, typename R>
+struct GatherWork final : RoutedWork {
+  GatherWork(std::shared_ptr<MeshState> m, CastRoute r, Shape v, M message,
+             std::shared_ptr<ReplyGather<R>> g)
+      : RoutedWork(std::move(m), std::move(r), std::move(v)), msg(std::move(message)),
+        gather(std::move(g)) {}
+  void run(const CastHop& hop) const override {
+    forward(hop, nullptr, 0);
+    if (!route.delivers(hop.span)) return;
+    const size_t rank = hop.span.begin;
+    const size_t position = point_of(rank).position();
+    ActorRef<A>(mesh->member(rank).endpoint())
+        .ask(M(msg))
+        .on_ready([g = gather, position](absl::StatusOr<R> r) {
+          if (r.ok()) {
+            g->set_value(position, std::move(*r));
+          } else {
+            g->set_error(position, r.status());
+          }
+        });
+  }
+  M msg;
+  std::shared_ptr<ReplyGather<R>> gather;
+};
+
+template <typename A, typename M, typename R>
+struct StreamWork final : RoutedWork {
+  StreamWork(std::shared_ptr<MeshState> m, CastRoute r, Shape v, M message,
+             std::shared_ptr<ReplyQueue<R>> q)
+      : RoutedWork(std::move(m), std::move(r), std::move(v)), msg(std::move(message)),
+        queue(std::move(q)) {}
+  void run(const CastHop& hop) const override {
+    forward(hop, nullptr, 0);
+    if (!route.delivers(hop.span)) return;
+    Point point = point_of(hop.span.begin);
+    ActorRef<A>(mesh->member(hop.span.begin).endpoint())
+        .ask(M(msg))
+        .on_ready([q = queue, point](absl::StatusOr<R> r) {
+          if (!r.ok()) r = member_error(point, r.status());
+          q->push(point, std::move(r));
+        });
+  }
+  M msg;
+  std::shared_ptr<ReplyQueue<R>> queue;
+};
+
+// A reduction: each node folds its member's reply and its children's
+// partial results (ReduceNode), and hands the result to its parent's node.
+template <typename A, typename M, typename R>
+struct ReduceWork final : RoutedWork {
+  ReduceWork(std::shared_ptr<MeshState> m, CastRoute r, Shape v, M message, Reducer<R> red)
+      : RoutedWork(std::move(m), std::move(r), std::move(v)), msg(std::move(message)),
+        reducer(std::move(red)) {}
+  void run(const CastHop& hop) const override {
+    const bool own = route.delivers(hop.span);
+    const size_t slots = (own ? 1 : 0) + route.children(hop.span).size();
+    auto parent = std::static_pointer_cast<ReduceNode<R>>(hop.up);
+    const size_t up_slot = hop.up_slot;
+    auto node = std::make_shared<ReduceNode<R>>(slots, reducer, [parent, up_slot](absl::StatusOr<R> r) {
+      if (r.ok()) {
+        parent->set_value(up_slot, std::move(*r));
+      } else {
+        parent->fail(r.status());
+      }
+    });
+    forward(hop, node, own ? 1 : 0);
+    if (!own) return;
+    Point point = point_of(hop.span.begin);
+    ActorRef<A>(mesh->member(hop.span.begin).endpoint())
+        .ask(M(msg))
+        .on_ready([node, point](absl::StatusOr<R> r) {
+          if (r.ok()) {
+            node->set_value(0, std::move(*r));
+          } else {
+            node->fail(member_error(point, r.status()));
+          }
+        });
+  }
+  M msg;
+  Reducer<R> reducer;
+};
+
+}  // namespace detail
+
+template <typename A>
+class ActorMesh {
+ public:
+  // The answer type of A's handler for M (Unit for void/Status handlers).
+  template <typename M>
+  using reply_t = typename detail::HandlerFor<A, std::decay_t<M>>::reply_type;
+
+  // Spawns one A per point of `shape` in `runtime`, each constructed from a
+  // copy of `args`. Member at base rank r is addressed proc/name[r]. Errors:
+  // a spawn failure (e.g. the name/indices are taken); members already
+  // spawned are stopped again.
+  template <typename... Args>
+  static absl::StatusOr<ActorMesh> Spawn(Runtime& runtime, const Shape& shape, MeshOptions options,
+                                         const Args&... args) {
+    if (options.fanout == 0) return absl::InvalidArgumentError("mesh cast fan-out must be at least 1");
+    if (options.name.empty()) options.name = default_name();
+    // The spawned mesh is numbered 0..n-1 whatever view `shape` was.
+    absl::StatusOr<Shape> base = Shape::Create(shape.labels(), *Slice::RowMajor(shape.sizes()));
+    if (!base.ok()) return base.status();
+    auto state = std::make_shared<detail::MeshState>(options.name, *base, options.fanout,
+                                                     std::move(options.on_failure));
+    std::vector<UntypedRef> members;
+    std::vector<ActorRef<detail::MeshForwarder>> forwarders;
+    auto undo = [&](absl::Status status) {
+      for (auto& m : members) m.stop();
+      for (auto& f : forwarders) f.stop();
+      return status;
+    };
+    for (size_t rank = 0; rank < base->size(); ++rank) {
+      absl::StatusOr<ActorRef<A>> member =
+          runtime.spawn_with<A>(SpawnOptions{.name = options.name, .index = rank}, args...);
+      if (!member.ok()) return undo(member.status());
+      members.push_back(*member);
+      absl::StatusOr<ActorRef<detail::MeshForwarder>> forwarder = runtime.spawn_with<detail::MeshForwarder>(
+          SpawnOptions{.name = options.name + "-cast", .index = rank});
+      if (!forwarder.ok()) return undo(forwarder.status());
+      forwarders.push_back(*forwarder);
+    }
+    state->set_members(std::move(members), std::move(forwarders));
+    state->watch_members(runtime);
+    return ActorMesh(state, *base, options.fanout);
+  }
+
+  // The points this (possibly sliced) mesh covers.
+  const Shape& shape() const { return view_; }
+  size_t size() const { return view_.size(); }
+  const std::string& name() const { return state_->name(); }
+  size_t fanout() const { return fanout_; }
+
+  // A sub-mesh: an index drops the dimension, a Range keeps it. Errors as
+  // Shape::select.
+  absl::StatusOr<ActorMesh> slice(std::string_view dim, const Selector& selector) const {
+    absl::StatusOr<Shape> v = view_.select(dim, selector);
+    if (!v.ok()) return v.status();
+    return ActorMesh(state_, *std::move(v), fanout_);
+  }
+  absl::StatusOr<ActorMesh> slice(
+      std::initializer_list<std::pair<std::string_view, Selector>> selections) const {
+    absl::StatusOr<Shape> v = view_.select(selections);
+    if (!v.ok()) return v.status();
+    return ActorMesh(state_, *std::move(v), fanout_);
+  }
+  // The same mesh with another cast-tree fan-out (>= size(): direct
+  // fan-out). Ordering between messages holds for one fan-out.
+  ActorMesh with_fanout(size_t fanout) const {
+    return ActorMesh(state_, view_, std::max<size_t>(fanout, 1));
+  }
+
+  // The member at a point of shape() (or of the mesh it was sliced from).
+  absl::StatusOr<ActorRef<A>> ref(const Point& point) const {
+    absl::StatusOr<Point> own = view_.point_of_rank(point.rank());
+    if (!own.ok()) return own.status();
+    return ActorRef<A>(state_->member(point.rank()).endpoint());
+  }
+  // Every member, in row-major order of shape().
+  std::vector<ActorRef<A>> refs() const {
+    std::vector<ActorRef<A>> out;
+    for (size_t rank : view_.slice().ranks()) out.emplace_back(state_->member(rank).endpoint());
+    return out;
+  }
+
+  // Sends `msg` to every live member of this mesh (fire and forget). Errors:
+  // the mesh was stopped.
+  template <typename M>
+  absl::Status cast(M msg) const {
+    (void)sizeof(detail::HandlerFor<A, std::decay_t<M>>);
+    absl::Status st = state_->check_view(view_);
+    if (!st.ok() && st.code() == absl::StatusCode::kFailedPrecondition) return st;
+    auto route = route_for_view();
+    if (!route.ok()) return route.status();
+    auto work = std::make_shared<const detail::TellWork<A, std::decay_t<M>>>(state_, *std::move(route),
+                                                                           view_, std::move(msg));
+    detail::RoutedWork::launch(work, nullptr);
+    return absl::OkStatus();
+  }
+
+  // Asks every member; resolves with one reply per point, or with the first
+  // error (naming the member's point). Fails at once if a member of this
+  // view is known to be dead (naming every dead point) or the mesh stopped.
+  template <typename M>
+  Future<ValueMesh<reply_t<M>>> call(M msg) const {
+    using R = reply_t<M>;
+    if (absl::Status st = state_->check_view(view_); !st.ok()) return make_failed_future<ValueMesh<R>>(st);
+    auto route = route_for_view();
+    if (!route.ok()) return make_failed_future<ValueMesh<R>>(route.status());
+    auto [port, future] = make_once_port<ValueMesh<R>>();
+    auto gather = std::make_shared<detail::ReplyGather<R>>(
+        view_, [port = std::move(port)](absl::StatusOr<ValueMesh<R>> r) {
+          if (r.ok()) {
+            port.send(*std::move(r));
+          } else {
+            port.fail(r.status());
+          }
+        });
+    auto work = std::make_shared<const detail::GatherWork<A, std::decay_t<M>, R>>(
+        state_, *std::move(route), view_, std::move(msg), std::move(gather));
+    detail::RoutedWork::launch(work, nullptr);
+    return std::move(future);
+  }
+
+  // Asks every member and folds the replies with `reducer` on the way back
+  // up the cast tree (row-major order; the reducer must be associative).
+  template <typename M>
+  Future<reply_t<M>> call(M msg, Reducer<reply_t<M>> reducer) const {
+    using R = reply_t<M>;
+    if (absl::Status st = state_->check_view(view_); !st.ok()) return make_failed_future<R>(st);
+    auto route = route_for_view();
+    if (!route.ok()) return make_failed_future<R>(route.status());
+    auto [port, future] = make_once_port<R>();
+    const size_t top_slots = route->root_children().size();
+    auto root = std::make_shared<detail::ReduceNode<R>>(
+        top_slots, reducer, [port = std::move(port)](absl::StatusOr<R> r) {
+          if (r.ok()) {
+            port.send(*std::move(r));
+          } else {
+            port.fail(r.status());
+          }
+        });
+    auto work = std::make_shared<const detail::ReduceWork<A, std::decay_t<M>, R>>(
+        state_, *std::move(route), view_, std::move(msg), std::move(reducer));
+    detail::RoutedWork::launch(work, root);
+    return std::move(future);
+  }
+
+  // call() on a mesh of exactly one member, resolving with its reply.
+  // Errors: InvalidArgument when the mesh has another size.
+  template <typename M>
+  Future<reply_t<M>> call_one(M msg) const {
+    using R = reply_t<M>;
+    if (view_.size() != 1) {
+      return make_failed_future<R>(absl::InvalidArgumentError(
+          absl::StrCat("call_one needs a mesh of one member; mesh '", name(), "' ", view_.to_string(),
+                       " has ", view_.size(), " (slice it first)")));
+    }
+    return call(std::move(msg)).then([](ValueMesh<R> v) { return std::move(v.values().front()); });
+  }
+
+  // Asks one live member: the one with the fewest choose() requests in
+  // flight, ties broken at random. Errors: no live member.
+  template <typename M>
+  Future<reply_t<M>> choose(M msg) const {
+    using R = reply_t<M>;
+    if (absl::Status st = state_->check_view(view_); !st.ok() && st.code() == absl::StatusCode::kFailedPrecondition) {
+      return make_failed_future<R>(st);
+    }
+    absl::StatusOr<size_t> rank = state_->pick_member(view_);
+    if (!rank.ok()) return make_failed_future<R>(rank.status());
+    state_->request_started(*rank);
+    auto [port, future] = make_once_port<R>();
+    ActorRef<A>(state_->member(*rank).endpoint())
+        .ask(std::move(msg))
+        .on_ready([state = state_, rank = *rank, port = std::move(port)](absl::StatusOr<R> r) {
+          state->request_finished(rank);
+          if (r.ok()) {
+            port.send(*std::move(r));
+          } else {
+            port.fail(detail::member_error(*state->base().point_at(rank), r.status()));
+          }
+        });
+    return std::move(future);
+  }
+
+  // Asks every member; the replies come out of the stream as they arrive,
+  // one per member (an error for a member that failed or is dead).
+  template <typename M>
+  ReplyStream<reply_t<M>> stream(M msg) const {
+    using R = reply_t<M>;
+    auto queue = std::make_shared<detail::ReplyQueue<R>>(view_.size());
+    absl::Status st = state_->check_view(view_);
+    auto route = route_for_view();
+    if (!route.ok()) st = route.status();
+    if (!st.ok()) {
+      for (const Point& p : view_.points()) queue->push(p, st);
+      return ReplyStream<R>(queue);
+    }
+    auto work = std::make_shared<const detail::StreamWork<A, std::decay_t<M>, R>>(
+        state_, *std::move(route), view_, std::move(msg), queue);
+    detail::RoutedWork::launch(work, nullptr);
+    return ReplyStream<R>(queue);
+  }
+
+  // Every member stop seen so far (failures and normal stops), in order.
+  std::vector<MeshEvent> events() const { return state_->events(); }
+  // Stops every member of the whole mesh (not only this slice).
+  void stop() const {
+    state_->stop(absl::CancelledError(absl::StrCat("mesh '", name(), "' was stopped")));
+  }
+
+ private:
+  ActorMesh(std::shared_ptr<detail::MeshState> state, Shape view, size_t fanout)
+      : state_(std::move(state)), view_(std::move(view)), fanout_(fanout) {}
+
+  absl::StatusOr<CastRoute> route_for_view() const {
+    return CastRoute::Create(state_->base().size(), view_.slice(), fanout_);
+  }
+  static std::string default_name() {
+    std::string_view full = type_name<A>();
+    size_t colon = full.rfind("::");
+    return std::string(colon == std::string_view::npos ? full : full.substr(colon + 2));
+  }
+
+  std::shared_ptr<detail::MeshState> state_;
+  Shape view_;
+  size_t fanout_;
+};
+
+}  // namespace castmesh

@@ -1,0 +1,128 @@
+// The non-template part of ActorMesh: the shared state of a spawned mesh
+// (members, forwarders, health, supervision policy).
+#include "castmesh/actor_mesh.h"
+
+#include "absl/strings/str_join.h"
+#include "core/log/log.h"
+
+namespace castmesh {
+
+std::string MeshEvent::to_string() const {
+  return absl::StrCat("mesh '", mesh, "' member ", point.to_string(), " (", actor.to_string(), ") ",
+                      reason.ok() ? "stopped" : absl::StrCat("failed: ", reason.ToString()));
+}
+
+namespace detail {
+
+MeshState::MeshState(std::string name, Shape base, size_t fanout, MeshFailureHandler on_failure)
+    : name_(std::move(name)),
+      base_(std::move(base)),
+      fanout_(fanout),
+      on_failure_(std::move(on_failure)),
+      in_flight_(new std::atomic<int>[base_.size()]),
+      dead_(base_.size(), false) {
+  for (size_t i = 0; i < base_.size(); ++i) in_flight_[i].store(0, std::memory_order_relaxed);
+}
+
+void MeshState::set_members(std::vector<UntypedRef> members,
+                            std::vector<ActorRef<MeshForwarder>> forwarders) {
+  members_ = std::move(members);
+  forwarders_ = std::move(forwarders);
+}
+
+void MeshState::watch_members(Runtime& runtime) {
+  std::weak_ptr<MeshState> weak = weak_from_this();
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    runtime.monitor(members_[rank], [weak, rank](const DownEvent& event) {
+      if (auto self = weak.lock()) self->on_member_down(rank, event);
+    });
+  }
+}
+
+absl::Status MeshState::check_view(const Shape& view) const {
+  absl::MutexLock lock(&mu_);
+  if (!stopped_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mesh '", name_, "' is stopped: ", stopped_.message()));
+  }
+  std::vector<std::string> dead_points;
+  for (size_t rank : view.slice().ranks()) {
+    if (dead_[rank]) dead_points.push_back(base_.point_at(rank)->to_string());
+  }
+  if (dead_points.empty()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("mesh '", name_, "' has dead members at ",
+                                             absl::StrJoin(dead_points, ", ")));
+}
+
+bool MeshState::is_dead(size_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return dead_[rank];
+}
+
+std::vector<MeshEvent> MeshState::events() const {
+  absl::MutexLock lock(&mu_);
+  return events_;
+}
+
+void MeshState::stop(absl::Status reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopped_.ok()) return;
+    stopped_ = reason.ok() ? absl::CancelledError("stopped") : std::move(reason);
+  }
+  for (const UntypedRef& m : members_) m.stop();
+  for (const auto& f : forwarders_) f.stop();
+}
+
+absl::StatusOr<size_t> MeshState::pick_member(const Shape& view) {
+  std::vector<size_t> best;
+  int best_load = 0;
+  absl::MutexLock lock(&mu_);
+  for (size_t rank : view.slice().ranks()) {
+    if (dead_[rank]) continue;
+    int load = in_flight_[rank].load(std::memory_order_relaxed);
+    if (best.empty() || load < best_load) {
+      best.assign(1, rank);
+      best_load = load;
+    } else if (load == best_load) {
+      best.push_back(rank);
+    }
+  }
+  if (best.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("mesh '", name_, "' ", view.to_string(), " has no live member to choose"));
+  }
+  return best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng_)];
+}
+
+void MeshState::request_started(size_t rank) { in_flight_[rank].fetch_add(1, std::memory_order_relaxed); }
+void MeshState::request_finished(size_t rank) { in_flight_[rank].fetch_sub(1, std::memory_order_relaxed); }
+
+void MeshState::on_member_down(size_t rank, const DownEvent& event) {
+  MeshEvent mesh_event{name_, *base_.point_at(rank), event.actor, event.reason};
+  {
+    absl::MutexLock lock(&mu_);
+    if (dead_[rank]) return;
+    dead_[rank] = true;
+    // Stops we caused (mesh.stop(), runtime shutdown after it) are not news.
+    if (!stopped_.ok() && event.reason.ok()) return;
+    events_.push_back(mesh_event);
+  }
+  if (event.reason.ok()) {
+    CASTMESH_LOG_DEBUG("{}", mesh_event.to_string());
+    return;
+  }
+  MeshFailureAction action = MeshFailureAction::kStop;
+  if (on_failure_) {
+    action = on_failure_(mesh_event);
+  } else {
+    CASTMESH_LOG_ERROR("{}; stopping the mesh (set MeshOptions::on_failure to decide otherwise)",
+                       mesh_event.to_string());
+  }
+  if (action == MeshFailureAction::kStop) {
+    stop(absl::AbortedError(mesh_event.to_string()));
+  }
+}
+
+}  // namespace detail
+}  // namespace castmesh
