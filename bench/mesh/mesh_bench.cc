@@ -1,5 +1,8 @@
 // Cast and call latency to meshes of 1, 4, 16 and 64 actors, through the cast
-// tree (fan-out 8) and by direct fan-out (fan-out >= size), in one run.
+// tree (fan-out 8), by direct fan-out through the forwarders (fan-out >=
+// size: the sender messages every member's forwarder), and the naive loop a
+// user would write without a mesh (tell/ask every member ref, when_all), in
+// one run.
 //
 //   build/release/bench/mesh/castmesh_mesh_bench [--iters=N] [--workers=N]
 //
@@ -65,6 +68,45 @@ struct Row {
   double cast_us = 0, send_us = 0, call_us = 0, reduce_us = 0;
 };
 
+// The baseline without the mesh layer: the sender messages every member.
+Row measure_naive(const castmesh::ActorMesh<Member>& mesh, Arrivals& arrivals, int iters) {
+  Row row;
+  const std::vector<castmesh::ActorRef<Member>> refs = mesh.refs();
+  const uint64_t n = refs.size();
+  uint64_t expected = arrivals.count();
+  double send_total = 0, cast_total = 0;
+  for (int i = 0; i < iters; ++i) {
+    expected += n;
+    auto start = Clock::now();
+    for (const auto& r : refs) r.tell(Ping{});
+    send_total += us_since(start);
+    arrivals.wait_for(expected);
+    cast_total += us_since(start);
+  }
+  row.cast_us = cast_total / iters;
+  row.send_us = send_total / iters;
+  auto start = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    std::vector<castmesh::Future<int64_t>> futures;
+    futures.reserve(n);
+    for (const auto& r : refs) futures.push_back(r.ask(Get{}));
+    if (!castmesh::when_all(std::move(futures)).get().ok()) std::abort();
+  }
+  row.call_us = us_since(start) / iters;
+  start = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    std::vector<castmesh::Future<int64_t>> futures;
+    futures.reserve(n);
+    for (const auto& r : refs) futures.push_back(r.ask(Get{}));
+    auto all = castmesh::when_all(std::move(futures)).get();
+    int64_t sum = 0;
+    for (int64_t v : *all) sum += v;
+    if (sum != static_cast<int64_t>(n)) std::abort();
+  }
+  row.reduce_us = us_since(start) / iters;
+  return row;
+}
+
 Row measure(castmesh::ActorMesh<Member>& mesh, Arrivals& arrivals, int iters) {
   Row row;
   const uint64_t n = mesh.size();
@@ -125,11 +167,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "spawn: %s\n", mesh.status().ToString().c_str());
       return 1;
     }
-    for (bool direct : {false, true}) {
-      castmesh::ActorMesh<Member> m = direct ? mesh->with_fanout(size) : *mesh;
-      Row row = measure(m, arrivals, iters);
-      std::printf("%6zu  %-12s %10.2f %10.2f %10.2f %10.2f\n", size, direct ? "direct" : "tree(f=8)",
-                  row.cast_us, row.send_us, row.call_us, row.reduce_us);
+    for (const char* mode : {"tree(f=8)", "direct", "naive-loop"}) {
+      Row row;
+      if (std::strcmp(mode, "naive-loop") == 0) {
+        row = measure_naive(*mesh, arrivals, iters);
+      } else {
+        castmesh::ActorMesh<Member> m = std::strcmp(mode, "direct") == 0 ? mesh->with_fanout(size) : *mesh;
+        row = measure(m, arrivals, iters);
+      }
+      std::printf("%6zu  %-12s %10.2f %10.2f %10.2f %10.2f\n", size, mode, row.cast_us, row.send_us,
+                  row.call_us, row.reduce_us);
       std::fflush(stdout);
     }
     mesh->stop();
