@@ -18,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include <condition_variable>
+#include <mutex>
 #include "castmesh/actor_mesh.h"
 
 namespace {
@@ -27,22 +28,28 @@ namespace {
 class Arrivals {
  public:
   void arrive() {
-    absl::MutexLock lock(&mu_);
-    ++count_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++count_;
+      if (count_ < target_) return;
+    }
+    reached_.notify_one();
   }
   void wait_for(uint64_t target) {
-    absl::MutexLock lock(&mu_);
-    auto reached = [this, target]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return count_ >= target; };
-    mu_.Await(absl::Condition(&reached));
+    std::unique_lock<std::mutex> lock(mu_);
+    target_ = target;
+    reached_.wait(lock, [&] { return count_ >= target; });
   }
   uint64_t count() {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     return count_;
   }
 
  private:
-  absl::Mutex mu_;
-  uint64_t count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex mu_;
+  std::condition_variable reached_;
+  uint64_t count_ = 0;   // guarded by mu_
+  uint64_t target_ = 0;  // guarded by mu_
 };
 
 struct Ping {};

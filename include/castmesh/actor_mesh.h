@@ -40,6 +40,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <string_view>
@@ -50,7 +51,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "castmesh/actor.h"
 #include "castmesh/cast_tree.h"
@@ -190,11 +190,11 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   std::vector<ActorRef<MeshForwarder>> forwarders_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
 
-  mutable absl::Mutex mu_;
-  std::vector<bool> dead_ ABSL_GUARDED_BY(mu_);
-  std::vector<MeshEvent> events_ ABSL_GUARDED_BY(mu_);
-  absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // non-OK once stopped
-  std::mt19937 rng_ ABSL_GUARDED_BY(mu_){12345};
+  mutable std::mutex mu_;  // guards the members below
+  std::vector<bool> dead_;
+  std::vector<MeshEvent> events_;
+  absl::Status stopped_;  // non-OK once stopped
+  std::mt19937 rng_{12345};
 };
 
 // Work that follows a CastRoute; forwards to the hop's children first (so

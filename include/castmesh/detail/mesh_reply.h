@@ -7,14 +7,18 @@
 //                    (call with a reducer)
 //   ReplyQueue<R>    replies handed out as they arrive (stream)
 //
-// All are thread-safe: replies arrive on whatever thread completes the
+// All are thread-safe (std::mutex, which ThreadSanitizer understands; the
+// system abseil is not instrumented): replies arrive on whatever thread completes the
 // member's request. Each completes its continuation exactly once, outside
 // its lock.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
+#include <chrono>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -23,7 +27,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "castmesh/shape.h"
 #include "castmesh/value_mesh.h"
@@ -49,7 +52,7 @@ class ReplyGather {
   void set_value(size_t position, R value) {
     std::optional<ValueMesh<R>> result;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (finished_ || values_[position].has_value()) return;
       values_[position].emplace(std::move(value));
       if (--remaining_ != 0) return;
@@ -69,7 +72,7 @@ class ReplyGather {
   // Fails the whole call (first failure wins; later replies are dropped).
   void fail(absl::Status status) {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       finished_ = true;
     }
@@ -79,7 +82,7 @@ class ReplyGather {
 
  private:
   const Shape shape_;
-  absl::Mutex mu_;
+  std::mutex mu_;
   std::vector<std::optional<R>> values_;
   size_t remaining_;
   bool finished_ = false;
@@ -101,7 +104,7 @@ class ReduceNode {
   void set_value(size_t slot, R value) {
     std::optional<R> folded;
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (finished_ || slots_[slot].has_value()) return;
       slots_[slot].emplace(std::move(value));
       if (--remaining_ != 0) return;
@@ -115,7 +118,7 @@ class ReduceNode {
   }
   void fail(absl::Status status) {
     {
-      absl::MutexLock lock(&mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       finished_ = true;
     }
@@ -123,7 +126,7 @@ class ReduceNode {
   }
 
  private:
-  absl::Mutex mu_;
+  std::mutex mu_;
   std::vector<std::optional<R>> slots_;
   size_t remaining_;
   bool finished_ = false;
@@ -139,8 +142,13 @@ class ReplyQueue {
   explicit ReplyQueue(size_t expected) : expected_(expected) {}
 
   void push(Point point, absl::StatusOr<R> value) {
-    absl::MutexLock lock(&mu_);
-    items_.emplace_back(std::move(point), std::move(value));
+    Item item{std::move(point), value.status(), std::nullopt};
+    if (value.ok()) item.value.emplace(*std::move(value));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.push_back(std::move(item));
+    }
+    arrived_.notify_one();
   }
 
   // The next reply (its point and value or error). Blocks up to `timeout`:
@@ -148,25 +156,40 @@ class ReplyQueue {
   // expected reply has been taken.
   absl::StatusOr<std::pair<Point, absl::StatusOr<R>>> next(
       absl::Duration timeout = absl::InfiniteDuration()) {
-    absl::MutexLock lock(&mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (taken_ == expected_) return absl::OutOfRangeError("every reply of the stream was taken");
-    auto has_item = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !items_.empty(); };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&has_item), timeout)) {
+    auto has_item = [this] { return !items_.empty(); };
+    // Very long timeouts would overflow the clock arithmetic of wait_for.
+    bool arrived = timeout >= absl::Hours(24 * 365)
+                       ? (arrived_.wait(lock, has_item), true)
+                       : arrived_.wait_for(lock, absl::ToChronoNanoseconds(timeout), has_item);
+    if (!arrived) {
       return absl::DeadlineExceededError(absl::StrCat("no reply within ", absl::FormatDuration(timeout),
                                                       " (", taken_, " of ", expected_, " taken)"));
     }
-    auto item = std::move(items_.front());
+    Item item = std::move(items_.front());
     items_.pop_front();
     ++taken_;
-    return item;
+    if (item.value.has_value()) {
+      return std::make_pair(std::move(item.point), absl::StatusOr<R>(std::move(*item.value)));
+    }
+    return std::make_pair(std::move(item.point), absl::StatusOr<R>(std::move(item.status)));
   }
   size_t expected() const { return expected_; }
 
  private:
+  // A reply as queued (a plain struct rather than a StatusOr, which GCC's
+  // -O2 flow analysis misreads as maybe-uninitialized when moved).
+  struct Item {
+    Point point;
+    absl::Status status;
+    std::optional<R> value;
+  };
   const size_t expected_;
-  absl::Mutex mu_;
-  std::deque<std::pair<Point, absl::StatusOr<R>>> items_ ABSL_GUARDED_BY(mu_);
-  size_t taken_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex mu_;
+  std::condition_variable arrived_;
+  std::deque<Item> items_;  // guarded by mu_
+  size_t taken_ = 0;        // guarded by mu_
 };
 
 }  // namespace castmesh::detail

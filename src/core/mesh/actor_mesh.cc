@@ -40,7 +40,7 @@ void MeshState::watch_members(Runtime& runtime) {
 }
 
 absl::Status MeshState::check_view(const Shape& view) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (!stopped_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("mesh '", name_, "' is stopped: ", stopped_.message()));
@@ -55,18 +55,18 @@ absl::Status MeshState::check_view(const Shape& view) const {
 }
 
 bool MeshState::is_dead(size_t rank) const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return dead_[rank];
 }
 
 std::vector<MeshEvent> MeshState::events() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return events_;
 }
 
 void MeshState::stop(absl::Status reason) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_.ok()) return;
     stopped_ = reason.ok() ? absl::CancelledError("stopped") : std::move(reason);
   }
@@ -77,7 +77,7 @@ void MeshState::stop(absl::Status reason) {
 absl::StatusOr<size_t> MeshState::pick_member(const Shape& view) {
   std::vector<size_t> best;
   int best_load = 0;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   for (size_t rank : view.slice().ranks()) {
     if (dead_[rank]) continue;
     int load = in_flight_[rank].load(std::memory_order_relaxed);
@@ -101,7 +101,7 @@ void MeshState::request_finished(size_t rank) { in_flight_[rank].fetch_sub(1, st
 void MeshState::on_member_down(size_t rank, const DownEvent& event) {
   MeshEvent mesh_event{name_, *base_.point_at(rank), event.actor, event.reason};
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (dead_[rank]) return;
     dead_[rank] = true;
     // Stops we caused (mesh.stop(), runtime shutdown after it) are not news.

@@ -175,11 +175,11 @@ TEST_F(ActorMeshTest, ChooseAndStream) {
 
 TEST_F(ActorMeshTest, MemberKilledDuringCallFailsTheCallNamingThePoint) {
   std::atomic<int> handler_calls{0};
-  absl::Mutex mu;
+  std::mutex mu;
   std::vector<std::string> handled;
   MeshOptions options{.name = "sup", .fanout = 2, .on_failure = [&](const MeshEvent& e) {
                         handler_calls++;
-                        absl::MutexLock lock(&mu);
+                        std::lock_guard<std::mutex> lock(mu);
                         handled.push_back(e.point.to_string());
                         return MeshFailureAction::kContinue;
                       }};
@@ -192,7 +192,7 @@ TEST_F(ActorMeshTest, MemberKilledDuringCallFailsTheCallNamingThePoint) {
   for (int i = 0; i < 2000 && handler_calls.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(1));
   ASSERT_EQ(handler_calls.load(), 1);
   {
-    absl::MutexLock lock(&mu);
+    std::lock_guard<std::mutex> lock(mu);
     EXPECT_EQ(handled, std::vector<std::string>{"{hosts=1, gpus=2}"});
   }
   std::vector<MeshEvent> events = mesh.events();
