@@ -104,8 +104,9 @@ void MeshState::on_member_down(size_t rank, const DownEvent& event) {
     std::lock_guard<std::mutex> lock(mu_);
     if (dead_[rank]) return;
     dead_[rank] = true;
-    // Stops we caused (mesh.stop(), runtime shutdown after it) are not news.
-    if (!stopped_.ok() && event.reason.ok()) return;
+    // Once the mesh is stopped, its members going down is the stop itself
+    // (whatever reason the runtime gives), not news.
+    if (!stopped_.ok()) return;
     events_.push_back(mesh_event);
   }
   if (event.reason.ok()) {
