@@ -24,6 +24,11 @@
 // members. A member stopped normally (reason OK) is recorded but is not a
 // failure event.
 //
+// Lifetime. The members live until mesh.stop() or the runtime's shutdown;
+// dropping the last ActorMesh handle does not stop them, but from then on
+// the failure handler is no longer called (it may capture things that die
+// with the handles).
+//
 // Threading. An ActorMesh is an immutable handle (a view plus a shared
 // state): copy it freely and use it from any thread, including from inside
 // actors. Futures it returns follow castmesh::Future's rules (don't block in
@@ -180,11 +185,16 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   void request_finished(size_t rank);
 
   void on_member_down(size_t rank, const DownEvent& event);
+  // The last ActorMesh handle is gone: never call the failure handler again
+  // (waits for a call in progress to return).
+  void detach();
 
  private:
   const std::string name_;
   const Shape base_;
   const size_t fanout_;
+  std::mutex handler_mu_;  // held while the failure handler runs
+  bool detached_ = false;  // guarded by handler_mu_
   const MeshFailureHandler on_failure_;
   std::vector<UntypedRef> members_;
   std::vector<ActorRef<MeshForwarder>> forwarders_;
@@ -195,6 +205,16 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   std::vector<MeshEvent> events_;
   absl::Status stopped_;  // non-OK once stopped
   std::mt19937 rng_{12345};
+};
+
+// Owned by the ActorMesh handles of one spawned mesh (not by work in flight):
+// when the last handle goes, the failure handler is detached.
+struct MeshOwner {
+  explicit MeshOwner(std::shared_ptr<MeshState> s) : state(std::move(s)) {}
+  MeshOwner(const MeshOwner&) = delete;
+  MeshOwner& operator=(const MeshOwner&) = delete;
+  ~MeshOwner() { state->detach(); }
+  std::shared_ptr<MeshState> state;
 };
 
 // Work that follows a CastRoute; forwards to the hop's children first (so
@@ -217,7 +237,11 @@ struct RoutedWork : CastWork {
       work->mesh->forwarder(child.begin).tell(CastHop{work, child, up, slot++});
     }
   }
+  // The member's point in the view (what replies are indexed by).
   Point point_of(size_t rank) const { return *view.point_of_rank(rank); }
+  // The member's point in the mesh as spawned (what errors name: a point
+  // of a 1-member slice would print as "{}").
+  Point base_point(size_t rank) const { return *mesh->base().point_at(rank); }
 
   std::shared_ptr<MeshState> mesh;
   CastRoute route;
@@ -251,11 +275,11 @@ struct GatherWork final : RoutedWork {
     const size_t position = point_of(rank).position();
     ActorRef<A>(mesh->member(rank).endpoint())
         .ask(M(msg))
-        .on_ready([g = gather, position](absl::StatusOr<R> r) {
+        .on_ready([g = gather, position, base = base_point(rank)](absl::StatusOr<R> r) {
           if (r.ok()) {
             g->set_value(position, std::move(*r));
           } else {
-            g->set_error(position, r.status());
+            g->fail(member_error(base, r.status()));
           }
         });
   }
@@ -275,8 +299,8 @@ struct StreamWork final : RoutedWork {
     Point point = point_of(hop.span.begin);
     ActorRef<A>(mesh->member(hop.span.begin).endpoint())
         .ask(M(msg))
-        .on_ready([q = queue, point](absl::StatusOr<R> r) {
-          if (!r.ok()) r = member_error(point, r.status());
+        .on_ready([q = queue, point, base = base_point(hop.span.begin)](absl::StatusOr<R> r) {
+          if (!r.ok()) r = member_error(base, r.status());
           q->push(point, std::move(r));
         });
   }
@@ -305,7 +329,7 @@ struct ReduceWork final : RoutedWork {
     });
     forward(hop, node, own ? 1 : 0);
     if (!own) return;
-    Point point = point_of(hop.span.begin);
+    Point point = base_point(hop.span.begin);
     ActorRef<A>(mesh->member(hop.span.begin).endpoint())
         .ask(M(msg))
         .on_ready([node, point](absl::StatusOr<R> r) {
@@ -362,7 +386,7 @@ class ActorMesh {
     }
     state->set_members(std::move(members), std::move(forwarders));
     state->watch_members(runtime);
-    return ActorMesh(state, *base, options.fanout);
+    return ActorMesh(std::make_shared<detail::MeshOwner>(state), *base, options.fanout);
   }
 
   // The points this (possibly sliced) mesh covers.
@@ -376,18 +400,18 @@ class ActorMesh {
   absl::StatusOr<ActorMesh> slice(std::string_view dim, const Selector& selector) const {
     absl::StatusOr<Shape> v = view_.select(dim, selector);
     if (!v.ok()) return v.status();
-    return ActorMesh(state_, *std::move(v), fanout_);
+    return ActorMesh(owner_, *std::move(v), fanout_);
   }
   absl::StatusOr<ActorMesh> slice(
       std::initializer_list<std::pair<std::string_view, Selector>> selections) const {
     absl::StatusOr<Shape> v = view_.select(selections);
     if (!v.ok()) return v.status();
-    return ActorMesh(state_, *std::move(v), fanout_);
+    return ActorMesh(owner_, *std::move(v), fanout_);
   }
   // The same mesh with another cast-tree fan-out (>= size(): direct
   // fan-out). Ordering between messages holds for one fan-out.
   ActorMesh with_fanout(size_t fanout) const {
-    return ActorMesh(state_, view_, std::max<size_t>(fanout, 1));
+    return ActorMesh(owner_, view_, std::max<size_t>(fanout, 1));
   }
 
   // The member at a point of shape() (or of the mesh it was sliced from).
@@ -531,8 +555,8 @@ class ActorMesh {
   }
 
  private:
-  ActorMesh(std::shared_ptr<detail::MeshState> state, Shape view, size_t fanout)
-      : state_(std::move(state)), view_(std::move(view)), fanout_(fanout) {}
+  ActorMesh(std::shared_ptr<detail::MeshOwner> owner, Shape view, size_t fanout)
+      : owner_(std::move(owner)), state_(owner_->state), view_(std::move(view)), fanout_(fanout) {}
 
   absl::StatusOr<CastRoute> route_for_view() const {
     return CastRoute::Create(state_->base().size(), view_.slice(), fanout_);
@@ -543,7 +567,8 @@ class ActorMesh {
     return std::string(colon == std::string_view::npos ? full : full.substr(colon + 2));
   }
 
-  std::shared_ptr<detail::MeshState> state_;
+  std::shared_ptr<detail::MeshOwner> owner_;
+  std::shared_ptr<detail::MeshState> state_;  // == owner_->state
   Shape view_;
   size_t fanout_;
 };

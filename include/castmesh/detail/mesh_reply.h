@@ -64,12 +64,8 @@ class ReplyGather {
     }
     done_(std::move(*result));
   }
-  // The request of the member at `position` failed: the whole call fails,
-  // naming the member.
-  void set_error(size_t position, const absl::Status& status) {
-    fail(member_error(*shape_.point_at(position), status));
-  }
   // Fails the whole call (first failure wins; later replies are dropped).
+  // A member's failure is reported as member_error(its point, status).
   void fail(absl::Status status) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -114,15 +114,27 @@ void MeshState::on_member_down(size_t rank, const DownEvent& event) {
     return;
   }
   MeshFailureAction action = MeshFailureAction::kStop;
-  if (on_failure_) {
-    action = on_failure_(mesh_event);
-  } else {
-    CASTMESH_LOG_ERROR("{}; stopping the mesh (set MeshOptions::on_failure to decide otherwise)",
-                       mesh_event.to_string());
+  {
+    std::lock_guard<std::mutex> lock(handler_mu_);
+    if (detached_) {
+      CASTMESH_LOG_WARN("{} (no handle of the mesh is left; nothing done)", mesh_event.to_string());
+      return;
+    }
+    if (on_failure_) {
+      action = on_failure_(mesh_event);
+    } else {
+      CASTMESH_LOG_ERROR("{}; stopping the mesh (set MeshOptions::on_failure to decide otherwise)",
+                         mesh_event.to_string());
+    }
   }
   if (action == MeshFailureAction::kStop) {
     stop(absl::AbortedError(mesh_event.to_string()));
   }
+}
+
+void MeshState::detach() {
+  std::lock_guard<std::mutex> lock(handler_mu_);
+  detached_ = true;
 }
 
 }  // namespace detail

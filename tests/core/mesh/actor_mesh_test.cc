@@ -95,6 +95,9 @@ TEST_F(ActorMeshTest, SlicesAndSlicesOfSlicesAddressTheRightMembers) {
   EXPECT_EQ(odd_h1.call(WhoAmI{}).get()->values(), (std::vector<int64_t>{5, 7}));
   ActorMesh<Worker> one = *odd_h1.slice("gpus", 1);
   EXPECT_EQ(*one.call_one(WhoAmI{}).get(), 7);
+  // Errors name the member's point in the mesh as spawned, not in the slice.
+  absl::Status failed = one.call_one(FailAt{7}).get(absl::Seconds(10)).status();
+  EXPECT_NE(failed.message().find("{hosts=1, gpus=3}"), std::string::npos) << failed;
   EXPECT_EQ(mesh.slice("gpu", 1).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(mesh.slice("gpus", 9).status().code(), absl::StatusCode::kOutOfRange);
   absl::Status not_one = mesh.call_one(WhoAmI{}).get().status();

@@ -40,8 +40,9 @@ TEST(ReplyGather, FirstErrorFailsTheCallNamingThePoint) {
     status = r.status();
   });
   gather.set_value(0, 1);
-  gather.set_error(6, absl::UnavailableError("actor local/w[6] stopped: boom"));
-  gather.set_error(7, absl::UnavailableError("second"));
+  Shape shape = shape_2x4();
+  gather.fail(member_error(*shape.point_at(6), absl::UnavailableError("actor local/w[6] stopped: boom")));
+  gather.fail(member_error(*shape.point_at(7), absl::UnavailableError("second")));
   for (size_t p = 1; p < 6; ++p) gather.set_value(p, 1);
   EXPECT_EQ(completions, 1);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
