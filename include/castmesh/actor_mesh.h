@@ -35,8 +35,11 @@
 // a pooled actor). The failure handler runs on the thread where the member
 // stopped and must not block.
 //
-// Scope today: the members live in one Runtime (one process). Meshes over
-// the procs of a ProcMesh are not wired yet (see docs/meshes.md).
+// Scope today: members may live in this process (Spawn(runtime, ...)) or one
+// per proc of a ProcMesh (Spawn(procs, ...)); the forwarding actors of the
+// cast tree always run in the controller's runtime, so across procs the
+// controller's process still sends one message per member (its caller
+// thread sends O(fanout)). See docs/meshes.md.
 #pragma once
 
 #include <algorithm>
@@ -62,6 +65,7 @@
 #include "castmesh/detail/mesh_reply.h"
 #include "castmesh/future.h"
 #include "castmesh/port.h"
+#include "castmesh/proc_mesh.h"
 #include "castmesh/ref.h"
 #include "castmesh/runtime.h"
 #include "castmesh/shape.h"
@@ -360,31 +364,71 @@ class ActorMesh {
   template <typename... Args>
   static absl::StatusOr<ActorMesh> Spawn(Runtime& runtime, const Shape& shape, MeshOptions options,
                                          const Args&... args) {
-    if (options.fanout == 0) return absl::InvalidArgumentError("mesh cast fan-out must be at least 1");
     if (options.name.empty()) options.name = default_name();
-    // The spawned mesh is numbered 0..n-1 whatever view `shape` was.
-    absl::StatusOr<Shape> base = Shape::Create(shape.labels(), *Slice::RowMajor(shape.sizes()));
-    if (!base.ok()) return base.status();
-    auto state = std::make_shared<detail::MeshState>(options.name, *base, options.fanout,
-                                                     std::move(options.on_failure));
-    std::vector<UntypedRef> members;
-    std::vector<ActorRef<detail::MeshForwarder>> forwarders;
-    auto undo = [&](absl::Status status) {
-      for (auto& m : members) m.stop();
-      for (auto& f : forwarders) f.stop();
-      return status;
-    };
-    for (size_t rank = 0; rank < base->size(); ++rank) {
+    std::vector<ActorRef<A>> members;
+    for (size_t rank = 0; rank < shape.size(); ++rank) {
       absl::StatusOr<ActorRef<A>> member =
           runtime.spawn_with<A>(SpawnOptions{.name = options.name, .index = rank}, args...);
-      if (!member.ok()) return undo(member.status());
+      if (!member.ok()) {
+        for (auto& m : members) m.stop();
+        return member.status();
+      }
       members.push_back(*member);
+    }
+    absl::StatusOr<ActorMesh> mesh = Create(runtime, shape, members, std::move(options));
+    if (!mesh.ok()) {
+      for (auto& m : members) m.stop();
+    }
+    return mesh;
+  }
+
+  // Spawns one A on every proc of `procs` (ProcMesh::spawn: A must be
+  // registered with CASTMESH_REGISTER_ACTOR, messages need codecs) and gives
+  // them `shape`, whose size must equal the number of procs (proc rank r is
+  // the point at row-major position r). The cast tree's forwarders run in
+  // the controller's runtime (see "Scope" in docs/meshes.md).
+  template <typename... Args>
+  static absl::StatusOr<ActorMesh> Spawn(const ProcMesh& procs, const Shape& shape, MeshOptions options,
+                                         const Args&... args) {
+    if (shape.size() != procs.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("shape ", shape.to_string(), " has ", shape.size(),
+                                                     " points but the proc mesh has ", procs.size(), " procs"));
+    }
+    if (options.name.empty()) options.name = default_name();
+    absl::StatusOr<std::vector<ActorRef<A>>> members = procs.spawn<A>(options.name, args...);
+    if (!members.ok()) return members.status();
+    return Create(procs.runtime(), shape, *std::move(members), std::move(options));
+  }
+
+  // A mesh over actors that already exist (e.g. spawned by other means), the
+  // member at base rank r being members[r] (row-major order of `shape`).
+  // Spawns the forwarding actors in `runtime` and monitors the members.
+  // Errors: a member count that differs from shape.size(), fanout 0, the
+  // forwarders' names taken.
+  static absl::StatusOr<ActorMesh> Create(Runtime& runtime, const Shape& shape,
+                                          const std::vector<ActorRef<A>>& members, MeshOptions options) {
+    if (options.fanout == 0) return absl::InvalidArgumentError("mesh cast fan-out must be at least 1");
+    if (options.name.empty()) options.name = default_name();
+    if (members.size() != shape.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("shape ", shape.to_string(), " has ", shape.size(),
+                                                     " points but ", members.size(), " members were given"));
+    }
+    // The mesh is numbered 0..n-1 whatever view `shape` was.
+    absl::StatusOr<Shape> base = Shape::Create(shape.labels(), *Slice::RowMajor(shape.sizes()));
+    if (!base.ok()) return base.status();
+    std::vector<ActorRef<detail::MeshForwarder>> forwarders;
+    for (size_t rank = 0; rank < base->size(); ++rank) {
       absl::StatusOr<ActorRef<detail::MeshForwarder>> forwarder = runtime.spawn_with<detail::MeshForwarder>(
           SpawnOptions{.name = options.name + "-cast", .index = rank});
-      if (!forwarder.ok()) return undo(forwarder.status());
+      if (!forwarder.ok()) {
+        for (auto& f : forwarders) f.stop();
+        return forwarder.status();
+      }
       forwarders.push_back(*forwarder);
     }
-    state->set_members(std::move(members), std::move(forwarders));
+    auto state = std::make_shared<detail::MeshState>(options.name, *base, options.fanout,
+                                                     std::move(options.on_failure));
+    state->set_members(std::vector<UntypedRef>(members.begin(), members.end()), std::move(forwarders));
     state->watch_members(runtime);
     return ActorMesh(std::make_shared<detail::MeshOwner>(state), *base, options.fanout);
   }
