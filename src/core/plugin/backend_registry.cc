@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -390,7 +391,7 @@ void BackendRegistry::discover_locked() {
 }
 
 std::vector<BackendInfo> BackendRegistry::backends() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   discover_locked();
   std::vector<BackendInfo> result;
   result.reserve(found_.size());
@@ -399,7 +400,7 @@ std::vector<BackendInfo> BackendRegistry::backends() {
 }
 
 absl::StatusOr<const Backend*> BackendRegistry::load(std::string_view name_or_path) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (name_or_path.find('/') != std::string_view::npos) {
     const LoadedLibrary& library = probe_locked(std::string(name_or_path));
     if (library.info().state != BackendState::kLoaded) return status_for(library.info());
@@ -420,7 +421,7 @@ absl::StatusOr<const Backend*> BackendRegistry::load(std::string_view name_or_pa
 }
 
 void BackendRegistry::forget_discovery() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   discovered_ = false;
 }
 
@@ -440,8 +441,9 @@ std::string core_library_folder() {
 
 namespace {
 
-absl::Mutex added_paths_mu;
-std::vector<std::string>& added_paths() ABSL_EXCLUSIVE_LOCKS_REQUIRED(added_paths_mu) {
+std::mutex added_paths_mu;
+// Guarded by added_paths_mu.
+std::vector<std::string>& added_paths() {
   static std::vector<std::string> paths;
   return paths;
 }
@@ -461,7 +463,7 @@ SearchTiers default_search_tiers() {
     for (absl::string_view entry : absl::StrSplit(env, ':', absl::SkipEmpty())) tiers[0].emplace_back(entry);
   }
   {
-    absl::MutexLock lock(&added_paths_mu);
+    std::lock_guard<std::mutex> lock(added_paths_mu);
     tiers[1] = added_paths();
   }
   const std::string core_folder = core_library_folder();
@@ -479,7 +481,7 @@ absl::StatusOr<const Backend*> load_backend(std::string_view name_or_path) {
 
 void add_backend_search_path(std::string path) {
   {
-    absl::MutexLock lock(&plugin::added_paths_mu);
+    std::lock_guard<std::mutex> lock(plugin::added_paths_mu);
     std::vector<std::string>& paths = plugin::added_paths();
     if (std::find(paths.begin(), paths.end(), path) != paths.end()) return;
     paths.push_back(std::move(path));

@@ -6,13 +6,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "castmesh/backend.h"
 
 namespace castmesh::plugin {
@@ -45,17 +44,21 @@ class BackendRegistry {
  private:
   class LoadedLibrary;
 
-  void discover_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Both require mu_ to be held.
+  void discover_locked();
   // Loads (once) and returns the probe result for one library file.
-  const LoadedLibrary& probe_locked(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const LoadedLibrary& probe_locked(const std::string& path);
 
   const std::function<SearchTiers()> search_tiers_;
-  absl::Mutex mu_;
-  bool discovered_ ABSL_GUARDED_BY(mu_) = false;
+  // std::mutex, not absl::Mutex: Debian's Abseil is not built with
+  // ThreadSanitizer, so tsan cannot see absl::Mutex's happens-before edges.
+  std::mutex mu_;
+  // All guarded by mu_.
+  bool discovered_ = false;
   // Probed libraries by canonical path.
-  std::map<std::string, std::unique_ptr<LoadedLibrary>> libraries_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<LoadedLibrary>> libraries_;
   // Discovery result by backend name.
-  std::map<std::string, BackendInfo> found_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, BackendInfo> found_;
 };
 
 // The backend name a library file stands for: "libcastmesh_rdma.so" -> "rdma";

@@ -1,0 +1,65 @@
+"""castmesh: an actor runtime with pluggable accelerator and network backends.
+
+The core (libcastmesh_core) runs anywhere; backends such as ``rdma`` and
+``tensor_engine`` are separate plugin packages (``pip install "castmesh[rdma]"``)
+found at run time. ``castmesh.backends()`` says which were found and, for each
+one that is not usable, why and how to fix it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from importlib import metadata
+from typing import List
+
+from . import _castmesh
+from ._castmesh import BackendInfo, DeviceInfo
+
+__version__: str = _castmesh.__version__
+
+__all__ = ["__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir"]
+
+_BACKEND_ENTRY_POINT_GROUP = "castmesh.backends"
+
+
+def _register_plugin_packages() -> None:
+    """Tells the core where installed plugin packages keep their libraries.
+
+    Each plugin wheel declares an entry point in the group ``castmesh.backends``
+    that returns its library's path. A broken plugin package gives a warning,
+    never an import error: the core works without any backend.
+    """
+    for entry_point in metadata.entry_points(group=_BACKEND_ENTRY_POINT_GROUP):
+        try:
+            path = entry_point.load()()
+        except Exception as error:  # noqa: BLE001 - any failure of a third-party hook
+            warnings.warn(
+                f"castmesh backend package {entry_point.value!r} is broken ({error}); "
+                f"reinstall it with pip install --force-reinstall castmesh[{entry_point.name}]",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        _castmesh.add_backend_search_path(os.fspath(path))
+
+
+def backends() -> List[BackendInfo]:
+    """Every backend found, plus the well-known ones that were not, with state and message."""
+    return _castmesh.backends()
+
+
+def load_backend(name_or_path: str) -> BackendInfo:
+    """Loads a backend by name (``"rdma"``) or library path.
+
+    Raises RuntimeError with the reason and the fix when it is unavailable.
+    """
+    return _castmesh.load_backend(name_or_path)
+
+
+def cmake_dir() -> str:
+    """Folder holding castmeshConfig.cmake, for ``-Dcastmesh_DIR=...`` in C++ projects."""
+    return os.path.join(os.path.dirname(__file__), "lib", "cmake", "castmesh")
+
+
+_register_plugin_packages()

@@ -1,0 +1,13 @@
+// Pieces of the castmesh._castmesh extension module. Each binding file defines
+// one bind_<area>(module) function, declared here and called from module.cc,
+// so areas add their bindings without touching each other's files.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace castmesh::python {
+
+// castmesh.backends(), castmesh.load_backend(), BackendInfo, DeviceInfo.
+void bind_backends(pybind11::module_& module);
+
+}  // namespace castmesh::python

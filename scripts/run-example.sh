@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine and runs castmesh's main example end to end.
+#
+# The example to run is one CMake target built in the dev tree; to switch to
+# another example, change EXAMPLE_TARGET and EXAMPLE_ARGS (or set
+# CASTMESH_EXAMPLE_TARGET in the environment).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=${CASTMESH_JOBS:-2}
+EXAMPLE_TARGET=${CASTMESH_EXAMPLE_TARGET:-castmesh_list_backends}
+EXAMPLE_ARGS=()
+
+bash scripts/install-deps.sh
+cmake --preset dev
+# The example plus every backend this machine can build, which the core
+# discovers at run time in build/dev/lib/castmesh/backends.
+cmake --build --preset dev -j"${JOBS}" --target "${EXAMPLE_TARGET}" castmesh_backends
+example=$(find build/dev/examples -type f -name "${EXAMPLE_TARGET}" -perm -u+x | head -n 1)
+[ -n "${example}" ] || { echo "example ${EXAMPLE_TARGET} was not built" >&2; exit 1; }
+echo "=== running ${example} ${EXAMPLE_ARGS[*]}"
+exec "${example}" "${EXAMPLE_ARGS[@]}"
