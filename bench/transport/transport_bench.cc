@@ -32,10 +32,36 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "castmesh/actor.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/runtime.h"
 #include "core/transport/address.h"
 #include "core/transport/endpoint.h"
 
 extern char** environ;
+
+// --- actors for the remote ask round trip -------------------------------------
+
+struct BenchPing {
+  int64_t n = 0;
+};
+static absl::Status encode_bench_ping(const BenchPing& m, std::string* out) {
+  *out = std::to_string(m.n);
+  return absl::OkStatus();
+}
+static absl::Status decode_bench_ping(std::string_view b, BenchPing* m) {
+  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->n) ? absl::OkStatus()
+                                                                         : absl::InvalidArgumentError("bad ping");
+}
+CASTMESH_REGISTER_MESSAGE(BenchPing, "bench.Ping", encode_bench_ping, decode_bench_ping);
+
+class BenchEcho : public castmesh::Actor {
+ public:
+  int64_t echo(const BenchPing& p) { return p.n; }
+  using Handlers = castmesh::Handlers<&BenchEcho::echo>;
+};
+CASTMESH_REGISTER_ACTOR(BenchEcho);
 
 namespace {
 
@@ -384,7 +410,34 @@ void row(const char* kind, const char* what, double raw, double cm, const char* 
 
 }  // namespace
 
+// Round trip of ActorRef::ask from a plain thread to an actor in a worker
+// proc (LocalAllocator, same transport as `kind`), in microseconds.
+double actor_ask_rtt_us(const std::string& kind, int rounds, int reps) {
+  castmesh::Runtime runtime;
+  castmesh::LocalAllocatorOptions options;
+  options.transport = kind;
+  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 1);
+  if (!mesh.ok()) {
+    std::fprintf(stderr, "allocate: %s\n", mesh.status().ToString().c_str());
+    return 0;
+  }
+  auto echoes = mesh->spawn<BenchEcho>("echo");
+  if (!echoes.ok()) return 0;
+  const auto& echo = (*echoes)[0];
+  for (int i = 0; i < 1000; ++i) (void)echo.ask(BenchPing{i}).get();
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < rounds; ++i) {
+      if (!echo.ask(BenchPing{i}).get().ok()) return 0;
+    }
+    best = std::min(best, seconds_since(t0) * 1e6 / rounds);
+  }
+  return best;
+}
+
 int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // worker procs of the actor measurement stop here
   if (argc >= 3 && std::string(argv[1]) == "--serve") {
     if (std::string(argv[2]) == "raw" && argc == 5) return serve_raw(argv[3], argv[4]);
     if (std::string(argv[2]) == "castmesh" && argc == 4) return serve_castmesh(argv[3]);
@@ -429,6 +482,7 @@ int main(int argc, char** argv) {
       row(kind.c_str(), s.name, raw, cm, "MiB/s", false);
     }
     const int burst = quick ? 200000 : 1000000;
+    row(kind.c_str(), "actor ask rtt (remote)", 0, actor_ask_rtt_us(kind, rtt_rounds, reps), "us", true);
     row(kind.c_str(), "burst 16B one-way", 0, compare([] { return 0.0; }, [&] { return client.burst_msg_s(burst); }, false).second / 1e3, "Kmsg/s",
         false);
   }

@@ -43,6 +43,16 @@ namespace castmesh {
 // re-executes this binary with it) and returns. Main thread only.
 void init(int argc, char** argv);
 
+// For worker hosts that are not a C++ main() (e.g. `python -m
+// castmesh._worker` through the Python extension): true when this process
+// was started as a worker by a LocalAllocator.
+bool launched_as_worker();
+// Runs this process as its worker proc, as init() does, but returns the
+// exit code instead of exiting. `runtime_options` configure the worker's
+// Runtime; its on_unhandled_failure sees the failures that are not of actors
+// spawned for another proc (those go to their spawner). Main thread.
+int run_worker(RuntimeOptions runtime_options = {});
+
 namespace detail {
 
 // How a proc spawns a registered actor type from encoded arguments.
@@ -153,7 +163,8 @@ struct LocalAllocatorOptions {
 // A set of procs with ranks 0..size-1 (a Shape comes with the mesh layer).
 // Copies share the procs; when the last copy goes away (or stop() is
 // called) the workers are asked to exit, and killed if they do not within a
-// few seconds. Any thread may call spawn/stop, but not an endpoint's I/O
+// few seconds. Every copy must be gone before the Runtime it was allocated
+// on is destroyed. Any thread may call spawn/stop, but not an endpoint's I/O
 // thread (they block for the replies).
 class ProcMesh {
  public:

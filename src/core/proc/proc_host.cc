@@ -160,6 +160,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
     std::lock_guard lock(host_directory().mu);
     host_directory().by_runtime[&runtime] = host;
   }
+  host->ready_.store(true, std::memory_order_release);
   CASTMESH_LOG_DEBUG("castmesh-proc {}: proc up (pid {})", host->id(), ::getpid());
   return host;
 }
@@ -340,6 +341,7 @@ void ProcHost::handle_spawn(const ProcId& peer, uint64_t correlation, const std:
 }
 
 void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
+  if (!ready_.load(std::memory_order_acquire)) return;
   if (envelope.kind() == v1::Envelope::KIND_CONTROL) {
     if (envelope.flags() & kReplyFlag) {
       std::shared_ptr<PendingRequest> pending;
@@ -397,6 +399,7 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
 }
 
 void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
+  if (!ready_.load(std::memory_order_acquire)) return;
   const absl::Status gone = absl::UnavailableError(absl::StrCat("proc ", describe(peer), " is gone: ", why.message()));
   CASTMESH_LOG_DEBUG("castmesh-proc {}: {}", id(), std::string(gone.message()));
   runtime_.report_proc_down(peer, gone);

@@ -9,6 +9,7 @@
 // blocks its caller and must not be called on that thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -96,6 +97,9 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   std::string secret_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::shared_ptr<Router> router_;
+  // Set once attach() has finished wiring; the endpoint's handlers ignore
+  // traffic before (nobody knows this proc's address yet anyway).
+  std::atomic<bool> ready_{false};
 
   std::mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_;

@@ -21,9 +21,11 @@ std::string env_or(const char* name, const char* fallback) {
   return value != nullptr ? value : fallback;
 }
 
+}  // namespace
+
 // Serves as a worker until the controller says Stop, disconnects or dies.
 // Returns the process exit code.
-int run_worker(const std::string& bootstrap) {
+int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options) {
   // Die with the controller even if it cannot say goodbye (SIGKILL). The
   // connection loss below covers the rest (e.g. a controller thread other
   // than the one that started us exiting is not a death).
@@ -45,10 +47,15 @@ int run_worker(const std::string& bootstrap) {
     if (exit_code.compare_exchange_strong(expected, code)) exit_code.notify_all();
   };
   std::atomic<ProcHost*> host_for_failures{nullptr};
-  RuntimeOptions runtime_options;
-  runtime_options.on_unhandled_failure = [&host_for_failures](const SupervisionEvent& event) {
+  // Failures of actors spawned for another proc go to their spawner; the
+  // rest to the caller's handler (or the log).
+  runtime_options.on_unhandled_failure = [&host_for_failures, user = std::move(runtime_options.on_unhandled_failure)](
+                                             const SupervisionEvent& event) {
     ProcHost* host = host_for_failures.load();
-    if (host == nullptr || !host->forward_failure(event)) {
+    if (host != nullptr && host->forward_failure(event)) return;
+    if (user) {
+      user(event);
+    } else {
       CASTMESH_LOG_ERROR("actor {} failed: {}", event.child.to_string(), event.reason.ToString());
     }
   };
@@ -89,8 +96,6 @@ int run_worker(const std::string& bootstrap) {
   return exit_code.load();
 }
 
-}  // namespace
-
 std::vector<std::string>& recorded_argv() {
   static auto* argv = new std::vector<std::string>;
   return *argv;
@@ -98,12 +103,24 @@ std::vector<std::string>& recorded_argv() {
 
 }  // namespace proc
 
+bool launched_as_worker() {
+  const char* bootstrap = std::getenv(proc::kEnvBootstrap);
+  return bootstrap != nullptr && *bootstrap != '\0';
+}
+
+int run_worker(RuntimeOptions runtime_options) {
+  if (!launched_as_worker()) {
+    CASTMESH_LOG_ERROR("castmesh::run_worker: this process was not started by a LocalAllocator ({} unset)",
+                       proc::kEnvBootstrap);
+    return 2;
+  }
+  return proc::serve_worker(std::getenv(proc::kEnvBootstrap), std::move(runtime_options));
+}
+
 void init(int argc, char** argv) {
   auto& recorded = proc::recorded_argv();
   recorded.assign(argv, argv + argc);
-  const char* bootstrap = std::getenv(proc::kEnvBootstrap);
-  if (bootstrap == nullptr || *bootstrap == '\0') return;
-  std::exit(proc::run_worker(bootstrap));
+  if (launched_as_worker()) std::exit(run_worker());
 }
 
 }  // namespace castmesh
