@@ -18,4 +18,12 @@ cmake --build --preset dev -j"${JOBS}" --target "${EXAMPLE_TARGET}" castmesh_bac
 example=$(find build/dev/examples -type f -name "${EXAMPLE_TARGET}" -perm -u+x | head -n 1)
 [ -n "${example}" ] || { echo "example ${EXAMPLE_TARGET} was not built" >&2; exit 1; }
 echo "=== running ${example} ${EXAMPLE_ARGS[*]}"
-exec "${example}" "${EXAMPLE_ARGS[@]}"
+"${example}" "${EXAMPLE_ARGS[@]}"
+
+# The single-controller model: a 2x4 mesh of actors (examples/mesh/):
+# cast, slices, call -> ValueMesh, reductions, a failing member.
+if [ -z "${CASTMESH_EXAMPLE_TARGET:-}" ]; then
+  cmake --build --preset dev -j"${JOBS}" --target castmesh_mesh_example
+  echo "=== running build/dev/examples/mesh/castmesh_mesh_example"
+  exec build/dev/examples/mesh/castmesh_mesh_example
+fi
