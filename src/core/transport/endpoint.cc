@@ -793,7 +793,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, 
   {
     std::lock_guard lock(peers_mu_);
     if (stopping()) return absl::FailedPreconditionError("endpoint is shutting down");
-    auto it = peers_.find(std::string(peer));
+    auto it = peers_.find(absl::string_view(peer.data(), peer.size()));  // no temporary string
     if (it != peers_.end()) {
       connection = it->second;
     } else {
