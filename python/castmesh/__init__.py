@@ -18,7 +18,19 @@ from ._castmesh import BackendInfo, DeviceInfo
 
 __version__: str = _castmesh.__version__
 
-__all__ = ["__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir"]
+# Actors and meshes (docs/python.md).
+from .actor import Actor, current_rank, current_size, endpoint
+from .errors import ActorError, CastmeshError, ProcError
+from .future import Future
+from .mesh import ActorMesh, EndpointRef, HostMesh, ProcMesh, this_host, this_proc
+from .shape import Point, Shape, ValueMesh
+
+__all__ = [
+    "__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir",
+    "Actor", "endpoint", "current_rank", "current_size", "ActorError", "CastmeshError", "ProcError",
+    "Future", "ActorMesh", "EndpointRef", "HostMesh", "ProcMesh", "this_host", "this_proc",
+    "Point", "Shape", "ValueMesh",
+]
 
 _BACKEND_ENTRY_POINT_GROUP = "castmesh.backends"
 

@@ -9,5 +9,9 @@ namespace castmesh::python {
 
 // castmesh.backends(), castmesh.load_backend(), BackendInfo, DeviceInfo.
 void bind_backends(pybind11::module_& module);
+// Shape (castmesh.Shape's algebra).
+void bind_shape(pybind11::module_& module);
+// Python actors: Runtime, ProcMesh, ActorRef, CallFuture, run_worker.
+void bind_actors(pybind11::module_& module);
 
 }  // namespace castmesh::python

@@ -12,4 +12,6 @@ PYBIND11_MODULE(_castmesh, module) {
   module.attr("__version__") = castmesh::version();
   module.def("version", &castmesh::version, "Version of the loaded libcastmesh_core.");
   castmesh::python::bind_backends(module);
+  castmesh::python::bind_shape(module);
+  castmesh::python::bind_actors(module);
 }

@@ -1,0 +1,64 @@
+"""Exceptions raised by the castmesh Python API."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["CastmeshError", "ActorError", "ProcError"]
+
+
+class CastmeshError(Exception):
+    """Base class of every error castmesh raises on behalf of the runtime."""
+
+
+class ActorError(CastmeshError):
+    """An endpoint raised an exception in its actor.
+
+    Attributes:
+        remote_type: qualified name of the exception type raised remotely
+            (e.g. ``"builtins.ValueError"``).
+        remote_message: ``str()`` of the remote exception.
+        remote_traceback: the formatted remote traceback.
+        actor: the address of the actor that raised it.
+        exception: the remote exception object itself when it could be
+            unpickled here, else ``None``.
+    """
+
+    def __init__(
+        self,
+        remote_type: str,
+        remote_message: str,
+        remote_traceback: str,
+        actor: str = "",
+        exception: Optional[BaseException] = None,
+    ) -> None:
+        self.remote_type = remote_type
+        self.remote_message = remote_message
+        self.remote_traceback = remote_traceback
+        self.actor = actor
+        self.exception = exception
+        where = f" in actor {actor}" if actor else ""
+        super().__init__(
+            f"{remote_type}: {remote_message}{where}\n"
+            f"--- remote traceback ---\n{remote_traceback.rstrip()}"
+        )
+
+    def __reduce__(self):  # keep all fields when an ActorError itself is pickled
+        return (
+            ActorError,
+            (self.remote_type, self.remote_message, self.remote_traceback, self.actor, None),
+        )
+
+
+class ProcError(CastmeshError):
+    """A message could not be delivered or answered: its proc died, stopped
+    or became unreachable (or the actor is gone). The message names the proc
+    and the reason given by the runtime.
+
+    Attributes:
+        code: the runtime's status code name (e.g. ``"UNAVAILABLE"``).
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        self.code = code
+        super().__init__(message)

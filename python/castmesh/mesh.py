@@ -1,0 +1,351 @@
+"""Meshes of procs and actors, and the adverbs of endpoints.
+
+``this_host().spawn_procs(per_host={"gpus": 4})`` starts four worker procs
+(``python -m castmesh._worker``) through castmesh's C++ LocalAllocator;
+``procs.spawn("name", Cls, *args)`` puts one ``Cls`` on each (hosted by the
+C++ actor ``castmesh.PyActorHost``); ``mesh.endpoint.call(...)`` etc. send
+the pickled call over castmesh's transport.
+
+Adverbs (on every endpoint of an :class:`ActorMesh`):
+  * ``call(*a, **kw)``      -> Future[ValueMesh]: every actor, one value per point
+  * ``call_one(*a, **kw)``  -> Future[value]: the mesh must hold one actor
+  * ``broadcast(*a, **kw)`` -> None: every actor, no reply (fire and forget)
+  * ``choose(*a, **kw)``    -> Future[value]: one actor, chosen round-robin
+  * ``stream(*a, **kw)``    -> iterator of values in the order they arrive
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import itertools
+import os
+import queue
+import sys
+import threading
+from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Type, TypeVar, Union
+
+from . import _castmesh, _context, _serial
+from ._host import decode_reply
+from .actor import Actor, EndpointDescriptor
+from .errors import ProcError
+from .future import Future, gather
+from .shape import Shape, ValueMesh
+
+__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "this_host", "this_proc"]
+
+A = TypeVar("A", bound=Actor)
+R = TypeVar("R")
+
+_STATUS_NAMES = {
+    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+    6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
+    10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
+    15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+
+def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes) -> Future[Any]:
+    """The Future of one request to one actor host."""
+    slot = ref.ask(endpoint, payload)
+
+    def wait(timeout: Optional[float]) -> Any:
+        done, code, data = slot.wait(-1.0 if timeout is None else timeout)
+        if not done:
+            raise TimeoutError(f"no answer from {ref.address} to {endpoint}() within {timeout} s")
+        if code:
+            raise ProcError(f"call {endpoint}() to {ref.address} failed: {data}", _STATUS_NAMES.get(code, str(code)))
+        ok, value = decode_reply(data, ref.address)
+        if ok:
+            return value
+        raise value
+
+    return Future(wait, slot.add_callback)
+
+
+class EndpointRef(Generic[R]):
+    """An endpoint of an actor mesh; call it through its adverbs."""
+
+    __slots__ = ("_mesh", "_name")
+
+    def __init__(self, mesh: "ActorMesh[Any]", name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def _payload(self, args: tuple, kwargs: dict) -> bytes:
+        return _serial.dumps((args, kwargs))
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+        """Calls every actor of the mesh; the future gives a ValueMesh of the results.
+
+        Any failing actor makes the whole future fail with its error."""
+        payload = self._payload(args, kwargs)
+        futures = [_call_future(ref, self._name, payload) for ref in self._mesh._ordered_refs()]
+        shape = self._mesh.shape
+        return gather(futures, lambda values: ValueMesh(shape, values))
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Calls the one actor of a single-actor mesh (e.g. ``mesh.slice(gpus=0)``)."""
+        refs = self._mesh._ordered_refs()
+        if len(refs) != 1:
+            raise ValueError(
+                f"call_one needs a mesh of exactly one actor, this one has {len(refs)} "
+                f"({self._mesh.shape}); slice it first or use call()"
+            )
+        return _call_future(refs[0], self._name, self._payload(args, kwargs))
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Sends the call to every actor without waiting for (or getting) replies.
+
+        Calls from one sender reach each actor in the order they were made.
+        Errors are reported by the actor's proc, not to the sender."""
+        payload = self._payload(args, kwargs)
+        for ref in self._mesh._ordered_refs():
+            ref.tell(self._name, payload)
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Calls one actor of the mesh, chosen round-robin (load balancing)."""
+        refs = self._mesh._ordered_refs()
+        ref = refs[next(self._mesh._chooser) % len(refs)]
+        return _call_future(ref, self._name, self._payload(args, kwargs))
+
+    def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Iterator[R]:
+        """Calls every actor and yields the results as they arrive (not in
+        mesh order). ``timeout`` bounds the wait for each next result."""
+        payload = self._payload(args, kwargs)
+        futures = [_call_future(ref, self._name, payload) for ref in self._mesh._ordered_refs()]
+        arrived: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+        for index, fut in enumerate(futures):
+            fut.add_done_callback(lambda _f, i=index: arrived.put(i))
+        for _ in range(len(futures)):
+            try:
+                index = arrived.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"no further result of {self._name}() within {timeout} s") from None
+            yield futures[index].get(0)
+
+    def __repr__(self) -> str:
+        return f"<endpoint {self._name} of {self._mesh!r}>"
+
+
+class ActorMesh(Generic[A]):
+    """One actor of a class per point of a shape (the result of ``procs.spawn``).
+
+    Endpoints are attributes (``mesh.incr.broadcast(2)``); ``slice(gpus=1)``
+    gives a sub-mesh without copying anything. Picklable: pass it to other
+    actors and call it from there.
+    """
+
+    def __init__(self, cls: Type[A], name: str, refs: Dict[int, "_castmesh.ActorRef"], shape: Shape,
+                 proc_mesh: Optional["ProcMesh"] = None) -> None:
+        self._cls = cls
+        self._name = name
+        self._refs = refs  # base rank -> ref
+        self._shape = shape
+        self._proc_mesh = proc_mesh
+        self._ordered: Optional[List["_castmesh.ActorRef"]] = None
+        self._chooser = itertools.count()
+
+    @property
+    def shape(self) -> Shape:
+        """The mesh's shape (named dimensions)."""
+        return self._shape
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    def _ordered_refs(self) -> List["_castmesh.ActorRef"]:
+        if self._ordered is None:
+            self._ordered = [self._refs[rank] for rank in self._shape.ranks]
+        return self._ordered
+
+    def __getattr__(self, name: str) -> EndpointRef[Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        attr = inspect.getattr_static(self._cls, name, None)
+        if isinstance(attr, EndpointDescriptor):
+            ref: EndpointRef[Any] = EndpointRef(self, name)
+            return ref
+        raise AttributeError(f"{self._cls.__qualname__} has no endpoint {name!r} (mark it with @endpoint)")
+
+    def slice(self, **selectors: Union[int, slice, range]) -> "ActorMesh[A]":
+        """A sub-mesh: ``gpus=1`` selects one index and drops the dimension,
+        ``gpus=slice(0, 2)`` keeps it."""
+        return ActorMesh(self._cls, self._name, self._refs, self._shape.select(**selectors), self._proc_mesh)
+
+    def stop(self) -> None:
+        """Stops every actor of this (sliced) mesh once it has handled what it was sent."""
+        for ref in self._ordered_refs():
+            ref.stop()
+
+    def __reduce__(self) -> Any:
+        addresses = {rank: self._refs[rank].address for rank in self._shape.ranks}
+        return (_rebuild_actor_mesh, (self._cls, self._name, addresses, self._shape))
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._name} of {self._cls.__qualname__} {self._shape}>"
+
+
+def _rebuild_actor_mesh(cls: type, name: str, addresses: Mapping[int, str], shape: Shape) -> ActorMesh[Any]:
+    refs = {rank: _castmesh.ActorRef.from_address(addr) for rank, addr in addresses.items()}
+    return ActorMesh(cls, name, refs, shape)
+
+
+def _spec(cls: type, args: tuple, kwargs: dict, name: str, shape: Shape) -> bytes:
+    if not (isinstance(cls, type) and issubclass(cls, Actor)):
+        raise TypeError(f"spawn needs a subclass of castmesh.Actor, got {cls!r}")
+    positions = {rank: position for position, rank in enumerate(shape.ranks)}
+    import cloudpickle
+
+    return cloudpickle.dumps((cls, args, kwargs, name, shape, positions))
+
+
+class ProcMesh:
+    """Worker procs with a shape, started by :meth:`HostMesh.spawn_procs`.
+
+    Use as a context manager or call :meth:`stop` (also done at exit).
+    """
+
+    def __init__(self, impl: "_castmesh.ProcMesh", shape: Shape) -> None:
+        self._impl = impl
+        self._shape = shape
+        self._stopped = False
+        _live_proc_meshes.add(self)
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    def __len__(self) -> int:
+        return len(self._shape)
+
+    @property
+    def pids(self) -> List[int]:
+        """Operating-system process ids of the procs, by rank."""
+        return list(self._impl.pids)
+
+    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
+        """Creates one ``cls(*args, **kwargs)`` per proc, named ``name``.
+
+        Returns once every actor is registered; a constructor that raises makes
+        every call to that actor fail with its ActorError."""
+        if self._stopped:
+            raise ProcError("spawn on a stopped proc mesh", "FAILED_PRECONDITION")
+        spec = _spec(cls, args, kwargs, name, self._shape)
+        try:
+            refs = self._impl.spawn(name, spec)
+        except RuntimeError as error:
+            raise ProcError(f"spawning {name!r} failed: {error}", "UNKNOWN") from None
+        return ActorMesh(cls, name, dict(enumerate(refs)), self._shape, self)
+
+    def stop(self) -> None:
+        """Asks every proc to exit and waits for them (stragglers are killed). Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        _live_proc_meshes.discard(self)
+        self._impl.stop()
+
+    def __enter__(self) -> "ProcMesh":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else "running"
+        return f"<ProcMesh {self._shape} {state}>"
+
+
+class _LocalProc:
+    """The proc running the caller, as returned by :func:`this_proc`."""
+
+    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
+        """Spawns one actor in this proc (its own thread)."""
+        shape = Shape({})
+        spec = _spec(cls, args, kwargs, name, shape)
+        if _context.in_worker():
+            ref = _castmesh.spawn_in_this_proc(name, spec)
+        else:
+            ref = _runtime().spawn_local(name, spec)
+        return ActorMesh(cls, name, {0: ref}, shape)
+
+    @property
+    def rank(self) -> int:
+        """Rank of this proc in its proc mesh (0 for the controller)."""
+        ctx = _context.current()
+        return 0 if ctx is None else ctx.proc_rank
+
+    def __repr__(self) -> str:
+        return f"<this proc (pid {os.getpid()})>"
+
+
+class HostMesh:
+    """The machines procs can be started on. :func:`this_host` is the local one."""
+
+    def spawn_procs(self, per_host: Optional[Mapping[str, int]] = None, *, join_timeout: float = 60.0) -> ProcMesh:
+        """Starts worker procs on this host: the product of ``per_host``'s sizes,
+        shaped by its names (e.g. ``{"gpus": 4}``). Returns once all joined."""
+        dims = dict(per_host or {"procs": 1})
+        for label, size in dims.items():
+            if not isinstance(size, int) or size < 1:
+                raise ValueError(f"per_host[{label!r}] must be a positive int, got {size!r}")
+        shape = Shape(dims)
+        env = [("CASTMESH_PY_PATH", os.pathsep.join(p for p in sys.path if p))]
+        argv = [sys.executable, "-m", "castmesh._worker"]
+        try:
+            impl = _runtime().allocate(len(shape), argv, env, join_timeout)
+        except RuntimeError as error:
+            raise ProcError(f"starting {len(shape)} worker procs failed: {error}", "UNAVAILABLE") from None
+        return ProcMesh(impl, shape)
+
+    def __repr__(self) -> str:
+        return "<HostMesh this_host>"
+
+
+_this_host = HostMesh()
+_this_proc = _LocalProc()
+_runtime_lock = threading.Lock()
+_runtime_instance: Optional["_castmesh.Runtime"] = None
+_live_proc_meshes: "set[ProcMesh]" = set()
+
+
+def this_host() -> HostMesh:
+    """The host running the caller."""
+    return _this_host
+
+
+def this_proc() -> _LocalProc:
+    """The proc running the caller (the controller, or an actor's worker)."""
+    return _this_proc
+
+
+def _runtime() -> "_castmesh.Runtime":
+    global _runtime_instance
+    with _runtime_lock:
+        if _runtime_instance is None:
+            if _context.in_worker():
+                raise RuntimeError("worker procs cannot start procs of their own (yet); use this_proc()")
+            _runtime_instance = _castmesh.Runtime()
+            atexit.register(_shutdown)
+        return _runtime_instance
+
+
+def _shutdown() -> None:
+    """At exit: stop every proc mesh still running, then the runtime."""
+    global _runtime_instance
+    for mesh in list(_live_proc_meshes):
+        try:
+            mesh.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+    with _runtime_lock:
+        runtime, _runtime_instance = _runtime_instance, None
+    if runtime is not None:
+        runtime.shutdown()
+
+

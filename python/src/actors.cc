@@ -1,0 +1,424 @@
+// Python actors on the C++ core.
+//
+// Every Python actor is hosted by a PyActorHost: a C++ actor on a dedicated
+// thread (its handlers take the GIL and run Python code, which may block).
+// Its one message, PyCall, carries an endpoint name and the pickled
+// arguments; its answer is the pickled outcome (a value or the remote
+// exception's type, message and traceback), built by castmesh._host. The
+// controller spawns hosts on worker procs through the ProcMesh (registered
+// actor "castmesh.PyActorHost", constructor argument: the pickled actor
+// class and its arguments) and talks to them through ActorRefs, so every
+// Python message travels over castmesh's transport like any C++ message.
+//
+// Python sees (module castmesh._castmesh, private; the public API is the
+// castmesh package): Runtime, ProcMesh, ActorRef, CallFuture, run_worker,
+// spawn_local.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "castmesh/actor.h"
+#include "castmesh/message.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/runtime.h"
+
+namespace castmesh::python {
+namespace py = pybind11;
+
+// One call of a Python endpoint: its name and pickle.dumps((args, kwargs)).
+struct PyCall {
+  std::string endpoint;
+  std::string payload;
+};
+
+namespace {
+
+// Wire form of PyCall: 4-byte little-endian endpoint length, endpoint, payload.
+absl::Status encode_py_call(const PyCall& call, std::string* out) {
+  const auto n = static_cast<uint32_t>(call.endpoint.size());
+  out->clear();
+  out->reserve(4 + call.endpoint.size() + call.payload.size());
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out->append(call.endpoint);
+  out->append(call.payload);
+  return absl::OkStatus();
+}
+
+absl::Status decode_py_call(std::string_view bytes, PyCall* call) {
+  if (bytes.size() < 4) return absl::InvalidArgumentError("PyCall: truncated header");
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  if (bytes.size() - 4 < n) return absl::InvalidArgumentError("PyCall: endpoint name longer than the message");
+  call->endpoint.assign(bytes.substr(4, n));
+  call->payload.assign(bytes.substr(4 + n));
+  return absl::OkStatus();
+}
+
+// Cleared when the interpreter is finalizing: runtime threads must then no
+// longer take the GIL (they would block forever or crash).
+std::atomic<bool> g_python_alive{true};
+
+bool python_usable() { return g_python_alive.load(std::memory_order_acquire) && Py_IsInitialized(); }
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(PyCall, "castmesh.python.PyCall", encode_py_call, decode_py_call);
+
+// The C++ actor hosting one Python actor (see the file comment). Runs on its
+// own thread; takes the GIL for on_start, each call and on_stop.
+class PyActorHost : public Actor {
+ public:
+  explicit PyActorHost(std::string spec) : spec_(std::move(spec)) {}
+  ~PyActorHost() override { release_host(); }
+
+  void on_start() override {
+    if (!python_usable()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      py::object host_class = py::module_::import("castmesh._host").attr("ActorHost");
+      host_ = host_class(py::bytes(spec_), address().to_string(), address().index);
+    } catch (py::error_already_set& error) {
+      // castmesh._host reports constructor errors through its calls; this is
+      // a broken installation (module missing).
+      fail(absl::InternalError(std::string("cannot create the Python actor host: ") + error.what()));
+    }
+    spec_.clear();
+  }
+
+  void on_stop() override { release_host(); }
+
+  std::string call(const PyCall& call) {
+    if (!python_usable()) return {};
+    py::gil_scoped_acquire gil;
+    if (!host_) return {};
+    py::object reply = host_.attr("handle")(call.endpoint, py::memoryview::from_memory(call.payload.data(),
+                                                                                     call.payload.size()));
+    char* data = nullptr;
+    Py_ssize_t size = 0;
+    if (PyBytes_AsStringAndSize(reply.ptr(), &data, &size) != 0) throw py::error_already_set();
+    return std::string(data, static_cast<size_t>(size));
+  }
+
+  using Handlers = castmesh::Handlers<&PyActorHost::call>;
+
+ private:
+  void release_host() {
+    if (!host_ || !python_usable()) {
+      // Interpreter gone: leak the reference rather than touch Python.
+      if (host_) host_.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    try {
+      host_.attr("close")();
+    } catch (py::error_already_set&) {
+    }
+    host_ = py::object();
+  }
+
+  std::string spec_;
+  py::object host_;
+};
+
+namespace {
+
+constexpr char kHostActorName[] = "castmesh.PyActorHost";
+
+// Registered by hand (not CASTMESH_REGISTER_ACTOR) so that hosts spawned by
+// other procs get a dedicated thread.
+const bool g_host_registered [[maybe_unused]] = [] {
+  detail::ActorFactory factory;
+  factory.name = kHostActorName;
+  factory.arg_types = {std::string(type_name<std::string>())};
+  factory.spawn = [](Runtime& runtime, SpawnOptions options,
+                     const std::vector<std::string>& args) -> absl::StatusOr<Address> {
+    if (args.size() != 1) return absl::InvalidArgumentError("castmesh.PyActorHost takes one argument (the spec)");
+    std::string spec;
+    if (absl::Status st = detail::decode_value(args[0], &spec); !st.ok()) return st;
+    options.dedicated_thread = true;
+    auto ref = runtime.spawn_with<PyActorHost>(std::move(options), std::move(spec));
+    if (!ref.ok()) return ref.status();
+    return ref->address();
+  };
+  detail::register_actor_factory(type_id<PyActorHost>(), std::move(factory));
+  return true;
+}();
+
+// The result of one call, shared by the C++ completion callback and Python.
+// Python waits on it (GIL released) or registers callbacks, which run on the
+// completing thread with the GIL taken.
+class CallSlot {
+ public:
+  ~CallSlot() {
+    if (!callbacks_.empty()) {
+      if (python_usable()) {
+        py::gil_scoped_acquire gil;
+        callbacks_.clear();
+      } else {
+        for (auto& cb : callbacks_) cb.release();
+      }
+    }
+  }
+
+  void complete(absl::StatusOr<std::string> result) {
+    std::vector<py::object> callbacks;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_) return;
+      result_ = std::move(result);
+      done_ = true;
+      callbacks.swap(callbacks_);
+    }
+    cv_.notify_all();
+    if (callbacks.empty()) return;
+    if (!python_usable()) {
+      for (auto& cb : callbacks) cb.release();
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    for (auto& cb : callbacks) {
+      try {
+        cb();
+      } catch (py::error_already_set& error) {
+        error.discard_as_unraisable("castmesh future callback");
+      }
+    }
+    callbacks.clear();
+  }
+
+  // (done, status code, bytes or error message). Blocks up to `timeout`
+  // seconds (negative: no limit) with the GIL released.
+  py::tuple wait(double timeout) {
+    bool done;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu_);
+      if (timeout < 0) {
+        cv_.wait(lock, [this] { return done_; });
+      } else if (timeout > 0) {
+        cv_.wait_for(lock, std::chrono::duration<double>(timeout), [this] { return done_; });
+      }
+      done = done_;
+    }
+    if (!done) return py::make_tuple(false, 0, py::none());
+    if (result_.ok()) return py::make_tuple(true, 0, py::bytes(*result_));
+    const absl::Status& status = result_.status();
+    return py::make_tuple(true, static_cast<int>(status.code()),
+                          absl::StatusCodeToString(status.code()) + ": " + std::string(status.message()));
+  }
+
+  // Runs `callback()` once the call completes (now if it has).
+  void add_callback(py::object callback) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!done_) {
+        callbacks_.push_back(std::move(callback));
+        return;
+      }
+    }
+    callback();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  absl::StatusOr<std::string> result_;
+  std::vector<py::object> callbacks_;
+};
+
+std::shared_ptr<CallSlot> track(Future<std::string> future) {
+  auto slot = std::make_shared<CallSlot>();
+  std::move(future).on_ready([slot](absl::StatusOr<std::string> result) { slot->complete(std::move(result)); });
+  return slot;
+}
+
+[[noreturn]] void raise_status(const absl::Status& status) {
+  throw std::runtime_error(absl::StatusCodeToString(status.code()) + ": " + std::string(status.message()));
+}
+
+// A ref to one PyActorHost, wherever it lives.
+struct PyActorRef {
+  ActorRef<PyActorHost> ref;
+
+  std::shared_ptr<CallSlot> ask(const std::string& endpoint, std::string payload) const {
+    py::gil_scoped_release release;
+    return track(ref.ask(PyCall{endpoint, std::move(payload)}));
+  }
+  void tell(const std::string& endpoint, std::string payload) const {
+    py::gil_scoped_release release;
+    ref.tell(PyCall{endpoint, std::move(payload)});
+  }
+};
+
+PyActorRef ref_from_address(const std::string& text) {
+  auto address = Address::parse(text);
+  if (!address.ok()) throw py::value_error(std::string(address.status().message()));
+  return PyActorRef{ActorRef<PyActorHost>::from_address(std::move(*address))};
+}
+
+// The runtime of a Python controller process (one per process, made by the
+// castmesh package on first use).
+class PyRuntime {
+ public:
+  explicit PyRuntime(int workers) {
+    RuntimeOptions options;
+    options.workers = workers;
+    runtime_ = std::make_unique<Runtime>(std::move(options));
+  }
+  // The runtime is shut down but deliberately never destroyed: proc meshes
+  // and refs held by Python objects (freed in any order while the
+  // interpreter exits) still point into it. One per process, so the leak is
+  // bounded.
+  ~PyRuntime() {
+    shutdown();
+    (void)runtime_.release();
+  }
+
+  ProcMesh allocate(int procs, std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env,
+                    double join_timeout_s) {
+    LocalAllocatorOptions options;
+    options.worker_argv = std::move(argv);
+    options.worker_env = std::move(env);
+    options.join_timeout = absl::Seconds(join_timeout_s);
+    absl::StatusOr<ProcMesh> mesh;
+    {
+      py::gil_scoped_release release;
+      mesh = LocalAllocator(std::move(options)).allocate(*runtime_, procs);
+    }
+    if (!mesh.ok()) raise_status(mesh.status());
+    return std::move(*mesh);
+  }
+
+  void shutdown() {
+    if (!runtime_) return;
+    if (PyGILState_Check()) {
+      py::gil_scoped_release release;
+      runtime_->shutdown();
+    } else {
+      runtime_->shutdown();
+    }
+  }
+
+  Runtime& runtime() { return *runtime_; }
+
+ private:
+  std::unique_ptr<Runtime> runtime_;
+};
+
+std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& name, std::string spec) {
+  absl::StatusOr<std::vector<ActorRef<PyActorHost>>> refs;
+  {
+    py::gil_scoped_release release;
+    refs = mesh.spawn<PyActorHost>(name, spec);
+  }
+  if (!refs.ok()) raise_status(refs.status());
+  std::vector<PyActorRef> out;
+  out.reserve(refs->size());
+  for (auto& r : *refs) out.push_back(PyActorRef{std::move(r)});
+  return out;
+}
+
+}  // namespace
+
+void bind_actors(py::module_& module) {
+  // Runtime threads stop touching Python once the interpreter begins to exit.
+  py::module_::import("atexit").attr("register")(py::cpp_function([] { g_python_alive.store(false); }));
+
+  py::class_<CallSlot, std::shared_ptr<CallSlot>>(module, "CallFuture",
+                                                  "Pending answer of one call (use castmesh.Future).")
+      .def("wait", &CallSlot::wait, py::arg("timeout") = -1.0,
+           "(done, status code, payload bytes or error text); timeout < 0 waits without limit.")
+      .def("add_callback", &CallSlot::add_callback, py::arg("callback"),
+           "callback() runs on the completing thread, with the GIL, once the call completes.");
+
+  py::class_<PyActorRef>(module, "ActorRef", "Address of one Python actor host (castmesh.PyActorHost).")
+      .def_static("from_address", &ref_from_address, py::arg("address"))
+      .def_property_readonly("address", [](const PyActorRef& r) { return r.ref.address().to_string(); })
+      .def_property_readonly("proc", [](const PyActorRef& r) { return r.ref.address().proc; })
+      .def("ask", &PyActorRef::ask, py::arg("endpoint"), py::arg("payload"))
+      .def("tell", &PyActorRef::tell, py::arg("endpoint"), py::arg("payload"))
+      .def("stop", [](const PyActorRef& r) { r.ref.stop(); })
+      .def("__repr__", [](const PyActorRef& r) { return "ActorRef(" + r.ref.address().to_string() + ")"; });
+
+  py::class_<ProcMesh>(module, "ProcMesh", "Worker procs started by the local allocator (castmesh::ProcMesh).")
+      .def_property_readonly("size", &ProcMesh::size)
+      .def_property_readonly("pids",
+                             [](const ProcMesh& m) {
+                               std::vector<int64_t> pids;
+                               for (const auto& p : m.procs()) pids.push_back(p.pid);
+                               return pids;
+                             })
+      .def_property_readonly("ids",
+                             [](const ProcMesh& m) {
+                               std::vector<std::string> ids;
+                               for (const auto& p : m.procs()) ids.push_back(p.id);
+                               return ids;
+                             })
+      .def("spawn", &spawn_on_mesh, py::arg("name"), py::arg("spec"),
+           "Spawns one Python actor host per proc (index = rank).")
+      .def("stop", [](ProcMesh& m) {
+        absl::Status status;
+        {
+          py::gil_scoped_release release;
+          status = m.stop();
+        }
+        if (!status.ok()) raise_status(status);
+      });
+
+  py::class_<PyRuntime>(module, "Runtime", "The controller's castmesh::Runtime.")
+      .def(py::init<int>(), py::arg("workers") = 0)
+      .def("allocate", &PyRuntime::allocate, py::arg("procs"), py::arg("argv"), py::arg("env"),
+           py::arg("join_timeout") = 60.0, "Starts worker procs with the LocalAllocator.")
+      .def("spawn_local",
+           [](PyRuntime& rt, const std::string& name, std::string spec) {
+             SpawnOptions options;
+             options.name = name;
+             options.dedicated_thread = true;
+             auto ref = rt.runtime().spawn_with<PyActorHost>(std::move(options), std::move(spec));
+             if (!ref.ok()) raise_status(ref.status());
+             return PyActorRef{std::move(*ref)};
+           })
+      .def("shutdown", &PyRuntime::shutdown);
+
+  module.def(
+      "spawn_in_this_proc",
+      [](const std::string& name, std::string spec) {
+        Runtime* rt = Runtime::current();
+        if (rt == nullptr) throw std::runtime_error("no castmesh runtime in this process");
+        SpawnOptions options;
+        options.name = name;
+        options.dedicated_thread = true;
+        auto ref = rt->spawn_with<PyActorHost>(std::move(options), std::move(spec));
+        if (!ref.ok()) raise_status(ref.status());
+        return PyActorRef{std::move(*ref)};
+      },
+      py::arg("name"), py::arg("spec"), "Spawns a Python actor in the proc running the caller (workers).");
+
+  module.def(
+      "run_worker",
+      [](std::vector<std::string> args) {
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        py::gil_scoped_release release;
+        // Serves as a worker proc and exits the process when the controller
+        // stops it (returns at once when not started by an allocator).
+        castmesh::init(static_cast<int>(args.size()), argv.data());
+      },
+      py::arg("argv"), "Runs this process as a castmesh worker proc (never returns in a worker).");
+}
+
+}  // namespace castmesh::python
