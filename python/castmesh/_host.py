@@ -36,6 +36,7 @@ class ActorHost:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._instance: Any = None
         self._init_error: Optional[bytes] = None
+        self._context: Optional[_context.ActorContext] = None
         try:
             cls, args, kwargs, name, shape, base_rank_to_position = _serial.loads(spec)
             from .shape import Point
@@ -54,6 +55,9 @@ class ActorHost:
         """Runs one endpoint call; never raises (errors become the reply)."""
         if self._init_error is not None:
             return self._init_error
+        # Set per call: the host may be created on another thread than the
+        # one that runs its calls.
+        _context.set_current(self._context)
         try:
             args, kwargs = _serial.loads(payload)
             method = self._endpoint(endpoint)

@@ -1,0 +1,319 @@
+"""Python actors on real worker procs: endpoints, adverbs, slicing, futures,
+errors, killed workers, pickling and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import castmesh
+from castmesh import (
+    Actor,
+    ActorError,
+    ProcError,
+    ValueMesh,
+    current_rank,
+    current_size,
+    endpoint,
+    this_host,
+    this_proc,
+)
+
+
+class Counter(Actor):
+    def __init__(self, start: int) -> None:
+        self.value = start
+
+    @endpoint
+    def incr(self, by: int = 1) -> None:
+        self.value += by
+
+    @endpoint
+    async def get(self) -> int:
+        await asyncio.sleep(0)
+        return self.value
+
+    @endpoint
+    def get_sync(self) -> int:
+        return self.value
+
+    @endpoint
+    def where(self) -> tuple:
+        point = current_rank()
+        return (point.rank, dict(point), current_size(), os.getpid())
+
+    @endpoint
+    def echo(self, *args, **kwargs):
+        return args, kwargs
+
+    @endpoint
+    def fail(self, message: str) -> None:
+        raise ValueError(message)
+
+    @endpoint
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    @endpoint
+    def call_other(self, other: "castmesh.ActorMesh[Counter]") -> list:
+        return list(other.get_sync.call().get(timeout=30).values())
+
+    def not_an_endpoint(self) -> None:
+        pass
+
+
+class Broken(Actor):
+    def __init__(self) -> None:
+        raise RuntimeError("constructor refuses")
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
+@pytest.fixture(scope="module")
+def procs():
+    with this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2}) as mesh:
+        yield mesh
+
+
+@pytest.fixture()
+def counters(procs, request):
+    mesh = procs.spawn(request.node.name.replace("[", "_").replace("]", ""), Counter, 0)
+    yield mesh
+    mesh.stop()
+
+
+def test_broadcast_then_call_gives_value_mesh(counters):
+    counters.incr.broadcast(2)
+    counters.incr.broadcast()
+    values = counters.get.call().get(timeout=30)
+    assert isinstance(values, ValueMesh)
+    assert list(values.values()) == [3, 3, 3, 3]
+    assert len(values) == 4
+    points = [dict(point) for point, _ in values.items()]
+    assert points == [{"hosts": 0, "gpus": 0}, {"hosts": 0, "gpus": 1}, {"hosts": 1, "gpus": 0}, {"hosts": 1, "gpus": 1}]
+    assert values[{"hosts": 1, "gpus": 0}] == 3
+    assert values.item(hosts=0, gpus=1) == 3
+
+
+def test_sync_and_async_endpoints(counters):
+    counters.slice(hosts=1, gpus=1).incr.broadcast(5)
+    assert counters.slice(hosts=1, gpus=1).get_sync.call_one().get(timeout=30) == 5
+    assert counters.slice(hosts=1, gpus=1).get.call_one().get(timeout=30) == 5
+    assert counters.slice(hosts=0, gpus=0).get.call_one().get(timeout=30) == 0
+
+
+def test_arguments_and_kwargs_round_trip(counters):
+    one = counters.slice(hosts=0, gpus=0)
+    args, kwargs = one.echo.call_one(1, "two", [3.0], key={"nested": (4, None)}).get(timeout=30)
+    assert args == (1, "two", [3.0])
+    assert kwargs == {"key": {"nested": (4, None)}}
+
+
+def test_slicing_and_current_rank(counters, procs):
+    where = counters.where.call().get(timeout=30)
+    pids = set()
+    for point, (rank, coords, sizes, pid) in where.items():
+        assert rank == point.rank
+        assert coords == dict(point)
+        assert sizes == {"hosts": 2, "gpus": 2}
+        pids.add(pid)
+    assert pids == set(procs.pids)
+    assert len(pids) == 4 and os.getpid() not in pids
+
+    row = counters.slice(hosts=1)
+    assert row.shape.labels == ["gpus"] and len(row) == 2
+    coords = [w[1] for w in row.where.call().get(timeout=30).values()]
+    assert coords == [{"hosts": 1, "gpus": 0}, {"hosts": 1, "gpus": 1}]
+    column = counters.slice(gpus=slice(1, 2))
+    assert column.shape.sizes == {"hosts": 2, "gpus": 1}
+    assert [w[1]["gpus"] for w in column.where.call().get(timeout=30).values()] == [1, 1]
+    with pytest.raises(ValueError, match="call_one"):
+        row.get.call_one()
+    with pytest.raises((ValueError, KeyError)):
+        counters.slice(gpus=7)
+    with pytest.raises((ValueError, KeyError)):
+        counters.slice(nodes=0)
+
+
+def test_choose_spreads_over_the_mesh(counters):
+    for _ in range(8):
+        counters.incr.choose(1).get(timeout=30)
+    values = list(counters.get_sync.call().get(timeout=30).values())
+    assert sum(values) == 8
+    assert values == [2, 2, 2, 2]
+
+
+def test_stream_yields_every_result(counters):
+    results = list(counters.where.stream())
+    assert sorted(r[0] for r in results) == [0, 1, 2, 3]
+
+
+def test_futures_are_awaitable(counters):
+    counters.incr.broadcast(7)
+
+    async def main():
+        one = await counters.slice(hosts=0, gpus=1).get.call_one()
+        every = await counters.get.call()
+        both = await asyncio.gather(counters.slice(hosts=1, gpus=0).get.call_one(), counters.get_sync.choose())
+        return one, list(every.values()), both
+
+    one, every, both = asyncio.run(main())
+    assert one == 7 and every == [7, 7, 7, 7] and both == [7, 7]
+
+
+def test_get_timeout_then_result(counters):
+    fut = counters.slice(hosts=0, gpus=0).sleep.call_one(0.5)
+    with pytest.raises(TimeoutError):
+        fut.get(timeout=0.01)
+    assert not fut.done()
+    assert fut.get(timeout=30) == 0.5
+    assert fut.done()
+
+
+def test_endpoint_exception_is_actor_error_and_actor_survives(counters):
+    one = counters.slice(hosts=1, gpus=1)
+    with pytest.raises(ActorError) as info:
+        one.fail.call_one("bad input").get(timeout=30)
+    error = info.value
+    assert error.remote_type == "builtins.ValueError"
+    assert error.remote_message == "bad input"
+    assert "in fail" in error.remote_traceback and "raise ValueError(message)" in error.remote_traceback
+    assert isinstance(error.exception, ValueError)
+    one.incr.broadcast(1)
+    assert one.get.call_one().get(timeout=30) == 1
+    with pytest.raises(ActorError, match="bad input"):
+        counters.fail.call("bad input").get(timeout=30)
+
+
+def test_unknown_endpoint_and_non_endpoint(counters):
+    with pytest.raises(AttributeError, match="no endpoint"):
+        counters.missing
+    with pytest.raises(AttributeError, match="no endpoint"):
+        counters.not_an_endpoint
+
+
+def test_constructor_failure_reaches_callers(procs):
+    broken = procs.spawn("broken", Broken)
+    with pytest.raises(ActorError) as info:
+        broken.ping.call().get(timeout=30)
+    assert info.value.remote_type == "builtins.RuntimeError"
+    assert "constructor refuses" in info.value.remote_message
+
+
+def test_actor_mesh_passed_to_another_actor(counters, procs):
+    others = procs.spawn("others", Counter, 10)
+    try:
+        got = counters.slice(hosts=0, gpus=0).call_other.call_one(others).get(timeout=30)
+        assert got == [10, 10, 10, 10]
+    finally:
+        others.stop()
+
+
+def test_this_proc_spawns_in_the_controller():
+    local = this_proc().spawn("local_counter", Counter, 41)
+    local.incr.broadcast()
+    assert local.get.call_one().get(timeout=30) == 42
+    assert local.where.call_one().get(timeout=30)[3] == os.getpid()
+    local.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_killed_worker_fails_pending_calls_with_proc_error():
+    with this_host().spawn_procs(per_host={"gpus": 2}) as procs:
+        counters = procs.spawn("victims", Counter, 0)
+        victim = counters.slice(gpus=1)
+        pid = victim.where.call_one().get(timeout=30)[3]
+        pending = victim.sleep.call_one(60)
+        time.sleep(0.2)
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(ProcError) as info:
+            pending.get(timeout=30)
+        assert time.monotonic() - start < 10
+        assert info.value.code in ("UNAVAILABLE", "ABORTED", "NOT_FOUND", "CANCELLED")
+        # the surviving proc still answers; a new call to the dead one fails
+        assert counters.slice(gpus=0).get.call_one().get(timeout=30) == 0
+        with pytest.raises(ProcError):
+            victim.get.call_one().get(timeout=30)
+
+
+def test_stop_and_context_manager_leave_no_worker():
+    with this_host().spawn_procs(per_host={"gpus": 2}) as procs:
+        pids = procs.pids
+        assert all(_alive(pid) for pid in pids)
+        counters = procs.spawn("c", Counter, 0)
+        assert list(counters.get.call().get(timeout=30).values()) == [0, 0]
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+    procs.stop()  # idempotent
+    with pytest.raises(ProcError):
+        procs.spawn("again", Counter, 0)
+
+
+MAIN_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from castmesh import Actor, endpoint, this_host
+
+    class Payload:                      # a plain class defined in __main__
+        def __init__(self, n):
+            self.n = n
+
+    class Doubler(Actor):               # an actor class defined in __main__
+        def __init__(self, factor):
+            self.factor = factor
+        @endpoint
+        def apply(self, payload, fn):
+            return Payload(fn(payload.n) * self.factor)
+        @endpoint
+        def pid(self):
+            return os.getpid()
+
+    offset = 3
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = procs.spawn("doubler", Doubler, 2)
+    result = mesh.apply.call(Payload(5), lambda n: n + offset).get(timeout=30)
+    print("RESULT", [p.n for p in result.values()], type(next(iter(result.values()))).__name__)
+    print("PIDS", " ".join(str(p) for p in mesh.pid.call().get(timeout=30).values()))
+    # exit without stop(): the runtime must still take the workers down
+    """
+)
+
+
+def test_main_classes_closures_and_exit_without_stop(tmp_path):
+    script = tmp_path / "main_script.py"
+    script.write_text(MAIN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["RESULT"] == "[16, 16] Payload"
+    pids = [int(p) for p in lines["PIDS"].split()]
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
