@@ -15,6 +15,7 @@ import traceback
 from typing import Any, Optional, Tuple
 
 from . import _context, _serial
+from .errors import ActorError
 
 
 def _error_reply(error: BaseException) -> bytes:
@@ -37,6 +38,7 @@ class ActorHost:
         self._instance: Any = None
         self._init_error: Optional[bytes] = None
         self._context: Optional[_context.ActorContext] = None
+        self._endpoints: dict = {}
         try:
             cls, args, kwargs, name, shape, base_rank_to_position = _serial.loads(spec)
             from .shape import Point
@@ -69,12 +71,15 @@ class ActorHost:
             return _error_reply(error)
 
     def _endpoint(self, name: str) -> Any:
-        from .actor import EndpointDescriptor
+        fn = self._endpoints.get(name)
+        if fn is None:
+            from .actor import EndpointDescriptor
 
-        attr = inspect.getattr_static(type(self._instance), name, None)
-        if not isinstance(attr, EndpointDescriptor):
-            raise AttributeError(f"{type(self._instance).__qualname__} has no endpoint {name!r}")
-        return attr.fn
+            attr = inspect.getattr_static(type(self._instance), name, None)
+            if not isinstance(attr, EndpointDescriptor):
+                raise AttributeError(f"{type(self._instance).__qualname__} has no endpoint {name!r}")
+            fn = self._endpoints[name] = attr.fn
+        return fn
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         # One loop per actor, on the actor's own thread: async endpoints run to
@@ -99,8 +104,6 @@ class ActorHost:
 
 def decode_reply(data: bytes, actor: str) -> Tuple[bool, Any]:
     """(True, value) or (False, ActorError) from a reply built by ActorHost."""
-    from .errors import ActorError
-
     kind, body = _serial.loads(data)
     if kind == "ok":
         return True, body

@@ -20,7 +20,7 @@ class Future(Generic[T]):
     A future may be waited on several times; it always gives the same result.
     """
 
-    __slots__ = ("_wait", "_on_done", "_lock", "_done", "_value", "_error")
+    __slots__ = ("_wait", "_on_done", "_done", "_value", "_error")
 
     def __init__(
         self,
@@ -31,7 +31,6 @@ class Future(Generic[T]):
         # on_done(cb) arranges cb() (any thread) once wait would not block.
         self._wait = wait
         self._on_done = on_done
-        self._lock = threading.Lock()
         self._done = False
         self._value: Any = None
         self._error: Optional[BaseException] = None
@@ -55,11 +54,9 @@ class Future(Generic[T]):
             except TimeoutError:
                 raise
             except BaseException as error:  # noqa: BLE001 - stored and re-raised each time
-                with self._lock:
-                    self._done, self._error = True, error
+                self._error, self._done = error, True
             else:
-                with self._lock:
-                    self._done, self._value = True, value
+                self._value, self._done = value, True
         if self._error is not None:
             raise self._error
         return self._value
