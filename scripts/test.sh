@@ -153,6 +153,8 @@ check_wheel_installs() {
   local py=${WHEEL_VENV}/bin/python
   local pip=("${py}" -m pip install -q --disable-pip-version-check --no-index --find-links "${WHEELHOUSE}")
   local check=tests/integration/wheels/check_backends.py
+  # castmesh's one PyPI dependency (the wheelhouse holds only our wheels).
+  "${py}" -m pip install -q --disable-pip-version-check cloudpickle
   "${pip[@]}" castmesh
   "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh
   "${pip[@]}" "castmesh[rdma]"
