@@ -53,9 +53,14 @@ class ActorHost:
         except BaseException as error:  # noqa: BLE001 - reported to every caller
             self._init_error = _error_reply(error)
 
-    def handle(self, endpoint: str, payload: memoryview) -> bytes:
-        """Runs one endpoint call; never raises (errors become the reply)."""
+    def handle(self, endpoint: str, payload: memoryview, oneway: bool = False) -> bytes:
+        """Runs one endpoint call; never raises (errors become the reply).
+
+        ``oneway`` calls (broadcast) have no caller to raise to: their errors
+        are printed to the worker's stderr, naming the actor."""
         if self._init_error is not None:
+            if oneway:
+                self._report(endpoint, self._init_error)
             return self._init_error
         # Set per call: the host may be created on another thread than the
         # one that runs its calls.
@@ -68,7 +73,15 @@ class ActorHost:
                 result = self._event_loop().run_until_complete(result)
             return _serial.dumps(("ok", result))
         except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
-            return _error_reply(error)
+            reply = _error_reply(error)
+            if oneway:
+                self._report(endpoint, reply)
+            return reply
+
+    def _report(self, endpoint: str, reply: bytes) -> None:
+        _, (type_name, message, text, _) = _serial.loads(reply)
+        print(f"castmesh: actor {self._address}: broadcast {endpoint}() raised {type_name}: {message}\n{text}",
+              file=sys.stderr, flush=True)
 
     def _endpoint(self, name: str) -> Any:
         fn = self._endpoints.get(name)

@@ -38,31 +38,37 @@ namespace castmesh::python {
 namespace py = pybind11;
 
 // One call of a Python endpoint: its name and pickle.dumps((args, kwargs)).
+// `oneway`: sent by broadcast (tell), nobody reads the reply, so the host
+// logs an exception instead.
 struct PyCall {
   std::string endpoint;
   std::string payload;
+  bool oneway = false;
 };
 
 namespace {
 
-// Wire form of PyCall: 4-byte little-endian endpoint length, endpoint, payload.
+// Wire form of PyCall: 4-byte little-endian endpoint length, a flags byte
+// (bit 0: oneway), endpoint, payload.
 absl::Status encode_py_call(const PyCall& call, std::string* out) {
   const auto n = static_cast<uint32_t>(call.endpoint.size());
   out->clear();
-  out->reserve(4 + call.endpoint.size() + call.payload.size());
+  out->reserve(5 + call.endpoint.size() + call.payload.size());
   for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out->push_back(call.oneway ? 1 : 0);
   out->append(call.endpoint);
   out->append(call.payload);
   return absl::OkStatus();
 }
 
 absl::Status decode_py_call(std::string_view bytes, PyCall* call) {
-  if (bytes.size() < 4) return absl::InvalidArgumentError("PyCall: truncated header");
+  if (bytes.size() < 5) return absl::InvalidArgumentError("PyCall: truncated header");
   uint32_t n = 0;
   for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  if (bytes.size() - 4 < n) return absl::InvalidArgumentError("PyCall: endpoint name longer than the message");
-  call->endpoint.assign(bytes.substr(4, n));
-  call->payload.assign(bytes.substr(4 + n));
+  if (bytes.size() - 5 < n) return absl::InvalidArgumentError("PyCall: endpoint name longer than the message");
+  call->oneway = (bytes[4] & 1) != 0;
+  call->endpoint.assign(bytes.substr(5, n));
+  call->payload.assign(bytes.substr(5 + n));
   return absl::OkStatus();
 }
 
@@ -103,8 +109,8 @@ class PyActorHost : public Actor {
     if (!python_usable()) return {};
     py::gil_scoped_acquire gil;
     if (!host_) return {};
-    py::object reply = host_.attr("handle")(call.endpoint, py::memoryview::from_memory(call.payload.data(),
-                                                                                     call.payload.size()));
+    py::object reply = host_.attr("handle")(
+        call.endpoint, py::memoryview::from_memory(call.payload.data(), call.payload.size()), call.oneway);
     char* data = nullptr;
     Py_ssize_t size = 0;
     if (PyBytes_AsStringAndSize(reply.ptr(), &data, &size) != 0) throw py::error_already_set();
@@ -259,7 +265,7 @@ struct PyActorRef {
   }
   void tell(const std::string& endpoint, std::string payload) const {
     py::gil_scoped_release release;
-    ref.tell(PyCall{endpoint, std::move(payload)});
+    ref.tell(PyCall{endpoint, std::move(payload), /*oneway=*/true});
   }
 };
 

@@ -292,12 +292,16 @@ MAIN_SCRIPT = textwrap.dedent(
         @endpoint
         def pid(self):
             return os.getpid()
+        @endpoint
+        def boom(self):
+            raise KeyError("kaboom")
 
     offset = 3
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     mesh = procs.spawn("doubler", Doubler, 2)
     result = mesh.apply.call(Payload(5), lambda n: n + offset).get(timeout=30)
     print("RESULT", [p.n for p in result.values()], type(next(iter(result.values()))).__name__)
+    mesh.boom.broadcast()              # no caller to raise to: the worker reports it
     print("PIDS", " ".join(str(p) for p in mesh.pid.call().get(timeout=30).values()))
     # exit without stop(): the runtime must still take the workers down
     """
@@ -312,6 +316,7 @@ def test_main_classes_closures_and_exit_without_stop(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert lines["RESULT"] == "[16, 16] Payload"
+    assert out.stderr.count("broadcast boom() raised builtins.KeyError: 'kaboom'") == 2, out.stderr
     pids = [int(p) for p in lines["PIDS"].split()]
     deadline = time.monotonic() + 10
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
