@@ -30,9 +30,12 @@
 
 #include "bindings.h"
 #include "castmesh/actor.h"
+#include "castmesh/actor_mesh.h"
 #include "castmesh/message.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
+#include "castmesh/shape.h"
+#include "castmesh/value_mesh.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
@@ -162,9 +165,18 @@ const bool g_host_registered [[maybe_unused]] = [] {
   return true;
 }();
 
-// The result of one call, shared by the C++ completion callback and Python.
+py::object to_python(const std::string& value) { return py::bytes(value); }
+py::object to_python(const ValueMesh<std::string>& mesh) {
+  py::list out;
+  for (const std::string& v : mesh.values()) out.append(py::bytes(v));
+  return out;
+}
+
+// The result of one call (T = std::string) or of a mesh call (T =
+// ValueMesh<std::string>), shared by the C++ completion callback and Python.
 // Python waits on it (GIL released) or registers callbacks, which run on the
 // completing thread with the GIL taken.
+template <typename T>
 class CallSlot {
  public:
   ~CallSlot() {
@@ -178,7 +190,7 @@ class CallSlot {
     }
   }
 
-  void complete(absl::StatusOr<std::string> result) {
+  void complete(absl::StatusOr<T> result) {
     std::vector<py::object> callbacks;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -219,7 +231,7 @@ class CallSlot {
       done = done_;
     }
     if (!done) return py::make_tuple(false, 0, py::none());
-    if (result_.ok()) return py::make_tuple(true, 0, py::bytes(*result_));
+    if (result_.ok()) return py::make_tuple(true, 0, to_python(*result_));
     const absl::Status& status = result_.status();
     return py::make_tuple(true, static_cast<int>(status.code()),
                           absl::StatusCodeToString(status.code()) + ": " + std::string(status.message()));
@@ -241,13 +253,16 @@ class CallSlot {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
-  absl::StatusOr<std::string> result_;
+  absl::StatusOr<T> result_;
   std::vector<py::object> callbacks_;
 };
+using CallFuture = CallSlot<std::string>;
+using MeshCallFuture = CallSlot<ValueMesh<std::string>>;
 
-std::shared_ptr<CallSlot> track(Future<std::string> future) {
-  auto slot = std::make_shared<CallSlot>();
-  std::move(future).on_ready([slot](absl::StatusOr<std::string> result) { slot->complete(std::move(result)); });
+template <typename T>
+std::shared_ptr<CallSlot<T>> track(Future<T> future) {
+  auto slot = std::make_shared<CallSlot<T>>();
+  std::move(future).on_ready([slot](absl::StatusOr<T> result) { slot->complete(std::move(result)); });
   return slot;
 }
 
@@ -259,7 +274,7 @@ std::shared_ptr<CallSlot> track(Future<std::string> future) {
 struct PyActorRef {
   ActorRef<PyActorHost> ref;
 
-  std::shared_ptr<CallSlot> ask(const std::string& endpoint, std::string payload) const {
+  std::shared_ptr<CallFuture> ask(const std::string& endpoint, std::string payload) const {
     py::gil_scoped_release release;
     return track(ref.ask(PyCall{endpoint, std::move(payload)}));
   }
@@ -324,6 +339,59 @@ class PyRuntime {
   std::unique_ptr<Runtime> runtime_;
 };
 
+// A castmesh::ActorMesh over the Python actor hosts of a ProcMesh: cast and
+// call travel along the mesh's cast tree, and a member whose proc dies fails
+// pending and later calls naming its point.
+struct PyActorMesh {
+  ActorMesh<PyActorHost> mesh;
+
+  std::vector<PyActorRef> refs() const {
+    std::vector<PyActorRef> out;
+    for (auto& r : mesh.refs()) out.push_back(PyActorRef{r});
+    return out;
+  }
+  PyActorMesh select_index(const std::string& name, int64_t index) const {
+    auto sub = mesh.slice(name, Selector(index));
+    if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
+    return PyActorMesh{*std::move(sub)};
+  }
+  PyActorMesh select_range(const std::string& name, int64_t start, int64_t stop, int64_t step) const {
+    auto sub = mesh.slice(name, Selector(Range(start, stop < 0 ? Range::kEnd : stop, step)));
+    if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
+    return PyActorMesh{*std::move(sub)};
+  }
+  void cast(const std::string& endpoint, std::string payload) const {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = mesh.cast(PyCall{endpoint, std::move(payload), /*oneway=*/true});
+    }
+    if (!status.ok()) raise_status(status);
+  }
+  std::shared_ptr<MeshCallFuture> call(const std::string& endpoint, std::string payload) const {
+    py::gil_scoped_release release;
+    return track(mesh.call(PyCall{endpoint, std::move(payload)}));
+  }
+};
+
+PyActorMesh spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std::string spec,
+                             const std::vector<std::pair<std::string, size_t>>& dims) {
+  absl::StatusOr<ActorMesh<PyActorHost>> mesh = absl::UnknownError("not spawned");
+  {
+    py::gil_scoped_release release;
+    absl::StatusOr<Shape> shape = Shape::Create(dims);
+    if (!shape.ok()) {
+      mesh = shape.status();
+    } else {
+      MeshOptions options;
+      options.name = name;
+      mesh = ActorMesh<PyActorHost>::Spawn(procs, *shape, std::move(options), spec);
+    }
+  }
+  if (!mesh.ok()) raise_status(mesh.status());
+  return PyActorMesh{*std::move(mesh)};
+}
+
 std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& name, std::string spec) {
   absl::StatusOr<std::vector<ActorRef<PyActorHost>>> refs;
   {
@@ -343,12 +411,31 @@ void bind_actors(py::module_& module) {
   // Runtime threads stop touching Python once the interpreter begins to exit.
   py::module_::import("atexit").attr("register")(py::cpp_function([] { g_python_alive.store(false); }));
 
-  py::class_<CallSlot, std::shared_ptr<CallSlot>>(module, "CallFuture",
-                                                  "Pending answer of one call (use castmesh.Future).")
-      .def("wait", &CallSlot::wait, py::arg("timeout") = -1.0,
+  py::class_<CallFuture, std::shared_ptr<CallFuture>>(module, "CallFuture",
+                                                      "Pending answer of one call (use castmesh.Future).")
+      .def("wait", &CallFuture::wait, py::arg("timeout") = -1.0,
            "(done, status code, payload bytes or error text); timeout < 0 waits without limit.")
-      .def("add_callback", &CallSlot::add_callback, py::arg("callback"),
+      .def("add_callback", &CallFuture::add_callback, py::arg("callback"),
            "callback() runs on the completing thread, with the GIL, once the call completes.");
+  py::class_<MeshCallFuture, std::shared_ptr<MeshCallFuture>>(
+      module, "MeshCallFuture", "Pending answers of a mesh call: a list of payloads in row-major order.")
+      .def("wait", &MeshCallFuture::wait, py::arg("timeout") = -1.0,
+           "(done, status code, list of payload bytes or error text); timeout < 0 waits without limit.")
+      .def("add_callback", &MeshCallFuture::add_callback, py::arg("callback"));
+
+  py::class_<PyActorMesh>(module, "ActorMesh",
+                          "castmesh::ActorMesh of Python actor hosts (cast tree, supervision).")
+      .def_property_readonly("size", [](const PyActorMesh& m) { return m.mesh.size(); })
+      .def("refs", &PyActorMesh::refs)
+      .def("select_index", &PyActorMesh::select_index, py::arg("name"), py::arg("index"))
+      .def("select_range", &PyActorMesh::select_range, py::arg("name"), py::arg("start"), py::arg("stop"),
+           py::arg("step"))
+      .def("cast", &PyActorMesh::cast, py::arg("endpoint"), py::arg("payload"))
+      .def("call", &PyActorMesh::call, py::arg("endpoint"), py::arg("payload"))
+      .def("stop", [](const PyActorMesh& m) {
+        py::gil_scoped_release release;
+        m.mesh.stop();
+      });
 
   py::class_<PyActorRef>(module, "ActorRef", "Address of one Python actor host (castmesh.PyActorHost).")
       .def_static("from_address", &ref_from_address, py::arg("address"))
@@ -375,6 +462,8 @@ void bind_actors(py::module_& module) {
                              })
       .def("spawn", &spawn_on_mesh, py::arg("name"), py::arg("spec"),
            "Spawns one Python actor host per proc (index = rank).")
+      .def("spawn_mesh", &spawn_actor_mesh, py::arg("name"), py::arg("spec"), py::arg("dims"),
+           "Spawns one Python actor host per proc as a castmesh::ActorMesh of shape `dims`.")
       .def("stop", [](ProcMesh& m) {
         absl::Status status;
         {
