@@ -45,9 +45,12 @@ _STATUS_NAMES = {
 }
 
 
-def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes) -> Future[Any]:
-    """The Future of one request to one actor host."""
-    slot = ref.ask(endpoint, payload)
+def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
+                 slot: Optional["_castmesh.CallFuture"] = None) -> Future[Any]:
+    """The Future of one request to one actor host (sent now unless `slot`
+    is the pending answer of a request already sent)."""
+    if slot is None:
+        slot = ref.ask(endpoint, payload)
 
     def wait(timeout: Optional[float]) -> Any:
         done, code, data = slot.wait(-1.0 if timeout is None else timeout)
@@ -59,6 +62,27 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes) -> Fu
         if ok:
             return value
         raise value
+
+    return Future(wait, slot.add_callback)
+
+
+def _mesh_call_future(slot: "_castmesh.MeshCallFuture", endpoint: str, mesh: "ActorMesh[Any]") -> Future[Any]:
+    """The Future of a call through the C++ ActorMesh: a ValueMesh of the replies."""
+
+    def wait(timeout: Optional[float]) -> Any:
+        done, code, data = slot.wait(-1.0 if timeout is None else timeout)
+        if not done:
+            raise TimeoutError(f"no complete answer from {mesh!r} to {endpoint}() within {timeout} s")
+        if code:
+            raise ProcError(f"call {endpoint}() to {mesh!r} failed: {data}", _STATUS_NAMES.get(code, str(code)))
+        refs = mesh._ordered_refs()
+        values = []
+        for ref, reply in zip(refs, data):
+            ok, value = decode_reply(reply, ref.address)
+            if not ok:
+                raise value
+            values.append(value)
+        return ValueMesh(mesh.shape, values)
 
     return Future(wait, slot.add_callback)
 
@@ -78,8 +102,12 @@ class EndpointRef(Generic[R]):
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Calls every actor of the mesh; the future gives a ValueMesh of the results.
 
-        Any failing actor makes the whole future fail with its error."""
+        Any failing actor makes the whole future fail with its error (the
+        first in mesh order)."""
         payload = self._payload(args, kwargs)
+        cmesh = self._mesh._cmesh
+        if cmesh is not None:
+            return _mesh_call_future(cmesh.call(self._name, payload), self._name, self._mesh)
         futures = [_call_future(ref, self._name, payload) for ref in self._mesh._ordered_refs()]
         shape = self._mesh.shape
         return gather(futures, lambda values: ValueMesh(shape, values))
@@ -92,6 +120,9 @@ class EndpointRef(Generic[R]):
                 f"call_one needs a mesh of exactly one actor, this one has {len(refs)} "
                 f"({self._mesh.shape}); slice it first or use call()"
             )
+        cmesh = self._mesh._cmesh
+        if cmesh is not None:
+            return _call_future(refs[0], self._name, b"", slot=cmesh.call_one(self._name, self._payload(args, kwargs)))
         return _call_future(refs[0], self._name, self._payload(args, kwargs))
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
@@ -100,20 +131,49 @@ class EndpointRef(Generic[R]):
         Calls from one sender reach each actor in the order they were made.
         Errors are reported by the actor's proc, not to the sender."""
         payload = self._payload(args, kwargs)
+        cmesh = self._mesh._cmesh
+        if cmesh is not None:
+            try:
+                cmesh.cast(self._name, payload)
+            except RuntimeError as error:
+                raise ProcError(f"broadcast {self._name}() to {self._mesh!r} failed: {error}") from None
+            return
         for ref in self._mesh._ordered_refs():
             ref.tell(self._name, payload)
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Calls one actor of the mesh, chosen round-robin (load balancing)."""
-        refs = self._mesh._ordered_refs()
-        ref = refs[next(self._mesh._chooser) % len(refs)]
+        mesh = self._mesh
+        position = next(mesh._chooser) % len(mesh)
+        if mesh._cmesh is not None:
+            # Through the mesh (cast tree) so it stays ordered after broadcasts.
+            one = mesh.slice(**mesh.shape.point(position).coords)
+            return EndpointRef(one, self._name).call_one(*args, **kwargs)
+        ref = mesh._ordered_refs()[position]
         return _call_future(ref, self._name, self._payload(args, kwargs))
 
     def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Iterator[R]:
         """Calls every actor and yields the results as they arrive (not in
         mesh order). ``timeout`` bounds the wait for each next result."""
         payload = self._payload(args, kwargs)
-        futures = [_call_future(ref, self._name, payload) for ref in self._mesh._ordered_refs()]
+        refs = self._mesh._ordered_refs()
+        cmesh = self._mesh._cmesh
+        if cmesh is not None:
+            stream = cmesh.stream(self._name, payload)
+            for _ in range(len(refs)):
+                kind, position, data = stream.next(-1.0 if timeout is None else timeout)
+                if kind == "timeout":
+                    raise TimeoutError(f"no further result of {self._name}() within {timeout} s")
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise ProcError(f"stream {self._name}() to {self._mesh!r} failed: {data}")
+                ok, value = decode_reply(data, refs[position].address)
+                if not ok:
+                    raise value
+                yield value
+            return
+        futures = [_call_future(ref, self._name, payload) for ref in refs]
         arrived: "queue.SimpleQueue[int]" = queue.SimpleQueue()
         for index, fut in enumerate(futures):
             fut.add_done_callback(lambda _f, i=index: arrived.put(i))
@@ -137,7 +197,11 @@ class ActorMesh(Generic[A]):
     """
 
     def __init__(self, cls: Type[A], name: str, refs: Dict[int, "_castmesh.ActorRef"], shape: Shape,
-                 proc_mesh: Optional["ProcMesh"] = None) -> None:
+                 proc_mesh: Optional["ProcMesh"] = None, cmesh: Optional["_castmesh.ActorMesh"] = None) -> None:
+        # cmesh: the C++ castmesh::ActorMesh view (cast tree, supervision)
+        # when this mesh was spawned on a ProcMesh by this process; meshes
+        # unpickled elsewhere or spawned with this_proc() talk to the refs.
+        self._cmesh = cmesh
         self._cls = cls
         self._name = name
         self._refs = refs  # base rank -> ref
@@ -175,10 +239,26 @@ class ActorMesh(Generic[A]):
     def slice(self, **selectors: Union[int, slice, range]) -> "ActorMesh[A]":
         """A sub-mesh: ``gpus=1`` selects one index and drops the dimension,
         ``gpus=slice(0, 2)`` keeps it."""
-        return ActorMesh(self._cls, self._name, self._refs, self._shape.select(**selectors), self._proc_mesh)
+        cmesh = self._cmesh
+        if cmesh is not None:
+            for name, sel in selectors.items():
+                if isinstance(sel, int) and not isinstance(sel, bool):
+                    cmesh = cmesh.select_index(name, sel)
+                elif isinstance(sel, (slice, range)):
+                    cmesh = cmesh.select_range(
+                        name,
+                        0 if sel.start is None else sel.start,
+                        -1 if sel.stop is None else sel.stop,
+                        1 if sel.step is None else sel.step,
+                    )
+        shape = self._shape.select(**selectors)
+        return ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, cmesh)
 
     def stop(self) -> None:
         """Stops every actor of this (sliced) mesh once it has handled what it was sent."""
+        if self._cmesh is not None and len(self._shape) == len(self._refs):
+            self._cmesh.stop()
+            return
         for ref in self._ordered_refs():
             ref.stop()
 
@@ -237,10 +317,11 @@ class ProcMesh:
             raise ProcError("spawn on a stopped proc mesh", "FAILED_PRECONDITION")
         spec = _spec(cls, args, kwargs, name, self._shape)
         try:
-            refs = self._impl.spawn(name, spec)
+            cmesh = self._impl.spawn_mesh(name, spec, list(self._shape.sizes.items()))
         except RuntimeError as error:
             raise ProcError(f"spawning {name!r} failed: {error}", "UNKNOWN") from None
-        return ActorMesh(cls, name, dict(enumerate(refs)), self._shape, self)
+        refs = cmesh.refs()
+        return ActorMesh(cls, name, dict(enumerate(refs)), self._shape, self, cmesh)
 
     def stop(self) -> None:
         """Asks every proc to exit and waits for them (stragglers are killed). Idempotent."""

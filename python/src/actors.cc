@@ -372,6 +372,36 @@ struct PyActorMesh {
     py::gil_scoped_release release;
     return track(mesh.call(PyCall{endpoint, std::move(payload)}));
   }
+  // Through the cast tree like call(), so it stays ordered after casts.
+  std::shared_ptr<CallFuture> call_one(const std::string& endpoint, std::string payload) const {
+    py::gil_scoped_release release;
+    return track(mesh.call_one(PyCall{endpoint, std::move(payload)}));
+  }
+};
+
+// The replies of a mesh stream, in arrival order.
+struct PyReplyStream {
+  std::shared_ptr<ReplyStream<std::string>> stream;
+
+  // ("ok", position, bytes) | ("error", position, text) | ("timeout", -1,
+  // None) | ("end", -1, None). Waits up to `timeout` s (< 0: no limit).
+  py::tuple next(double timeout) {
+    absl::StatusOr<std::pair<Point, absl::StatusOr<std::string>>> item = absl::UnknownError("");
+    {
+      py::gil_scoped_release release;
+      item = stream->next(timeout < 0 ? absl::InfiniteDuration() : absl::Seconds(timeout));
+    }
+    if (!item.ok()) {
+      if (item.status().code() == absl::StatusCode::kOutOfRange) return py::make_tuple("end", -1, py::none());
+      if (item.status().code() == absl::StatusCode::kDeadlineExceeded) {
+        return py::make_tuple("timeout", -1, py::none());
+      }
+      return py::make_tuple("error", -1, std::string(item.status().ToString()));
+    }
+    const auto position = static_cast<int64_t>(item->first.position());
+    if (!item->second.ok()) return py::make_tuple("error", position, std::string(item->second.status().ToString()));
+    return py::make_tuple("ok", position, py::bytes(*item->second));
+  }
 };
 
 PyActorMesh spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std::string spec,
@@ -385,6 +415,9 @@ PyActorMesh spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std
     } else {
       MeshOptions options;
       options.name = name;
+      // A dead proc fails the calls that include it (ProcError in Python);
+      // the actors on the other procs keep running.
+      options.on_failure = [](const MeshEvent&) { return MeshFailureAction::kContinue; };
       mesh = ActorMesh<PyActorHost>::Spawn(procs, *shape, std::move(options), spec);
     }
   }
@@ -423,6 +456,9 @@ void bind_actors(py::module_& module) {
            "(done, status code, list of payload bytes or error text); timeout < 0 waits without limit.")
       .def("add_callback", &MeshCallFuture::add_callback, py::arg("callback"));
 
+  py::class_<PyReplyStream>(module, "ReplyStream", "Replies of a mesh stream, in arrival order.")
+      .def("next", &PyReplyStream::next, py::arg("timeout") = -1.0);
+
   py::class_<PyActorMesh>(module, "ActorMesh",
                           "castmesh::ActorMesh of Python actor hosts (cast tree, supervision).")
       .def_property_readonly("size", [](const PyActorMesh& m) { return m.mesh.size(); })
@@ -432,6 +468,15 @@ void bind_actors(py::module_& module) {
            py::arg("step"))
       .def("cast", &PyActorMesh::cast, py::arg("endpoint"), py::arg("payload"))
       .def("call", &PyActorMesh::call, py::arg("endpoint"), py::arg("payload"))
+      .def("call_one", &PyActorMesh::call_one, py::arg("endpoint"), py::arg("payload"))
+      .def(
+          "stream",
+          [](const PyActorMesh& m, const std::string& endpoint, std::string payload) {
+            py::gil_scoped_release release;
+            return PyReplyStream{
+                std::make_shared<ReplyStream<std::string>>(m.mesh.stream(PyCall{endpoint, std::move(payload)}))};
+          },
+          py::arg("endpoint"), py::arg("payload"))
       .def("stop", [](const PyActorMesh& m) {
         py::gil_scoped_release release;
         m.mesh.stop();

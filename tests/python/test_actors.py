@@ -257,6 +257,10 @@ def test_killed_worker_fails_pending_calls_with_proc_error():
         assert counters.slice(gpus=0).get.call_one().get(timeout=30) == 0
         with pytest.raises(ProcError):
             victim.get.call_one().get(timeout=30)
+        # a mesh call that includes the dead point fails, naming the cause
+        with pytest.raises(ProcError):
+            counters.get.call().get(timeout=30)
+        assert list(counters.slice(gpus=0).get.call().get(timeout=30).values()) == [0]
 
 
 def test_stop_and_context_manager_leave_no_worker():
