@@ -36,6 +36,8 @@
 #include "castmesh/runtime.h"
 #include "castmesh/shape.h"
 #include "castmesh/value_mesh.h"
+#include "core/proc/proc_host.h"
+#include "core/wire/handshake.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
@@ -294,10 +296,20 @@ PyActorRef ref_from_address(const std::string& text) {
 // castmesh package on first use).
 class PyRuntime {
  public:
+  // The runtime becomes a proc (transport endpoint, fresh mesh secret) at
+  // once and stays one for the life of the process: every proc mesh it
+  // allocates reuses that identity, and actors spawned here before or
+  // between allocations (this_proc().spawn, the C++ ActorMesh's forwarders)
+  // keep their addresses.
   explicit PyRuntime(int workers) {
     RuntimeOptions options;
     options.workers = workers;
     runtime_ = std::make_unique<Runtime>(std::move(options));
+    proc::ProcHostOptions host_options;
+    host_options.secret = wire::make_secret();
+    auto host = proc::ProcHost::attach(*runtime_, std::move(host_options));
+    if (!host.ok()) raise_status(host.status());
+    host_ = *std::move(host);
   }
   // The runtime is shut down but deliberately never destroyed: proc meshes
   // and refs held by Python objects (freed in any order while the
@@ -325,6 +337,7 @@ class PyRuntime {
 
   void shutdown() {
     if (!runtime_) return;
+    host_.reset();
     if (PyGILState_Check()) {
       py::gil_scoped_release release;
       runtime_->shutdown();
@@ -337,6 +350,7 @@ class PyRuntime {
 
  private:
   std::unique_ptr<Runtime> runtime_;
+  std::shared_ptr<proc::ProcHost> host_;
 };
 
 // A castmesh::ActorMesh over the Python actor hosts of a ProcMesh: cast and

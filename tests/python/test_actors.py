@@ -281,7 +281,7 @@ def test_stop_and_context_manager_leave_no_worker():
 MAIN_SCRIPT = textwrap.dedent(
     """
     import os, sys
-    from castmesh import Actor, endpoint, this_host
+    from castmesh import Actor, endpoint, this_host, this_proc
 
     class Payload:                      # a plain class defined in __main__
         def __init__(self, n):
@@ -301,7 +301,14 @@ MAIN_SCRIPT = textwrap.dedent(
             raise KeyError("kaboom")
 
     offset = 3
+    # an actor in the controller before any proc exists, then two proc meshes
+    local = this_proc().spawn("local", Doubler, 1)
+    first = this_host().spawn_procs(per_host={"gpus": 1})
+    first.spawn("first", Doubler, 1)
+    first.stop()
+    del first
     procs = this_host().spawn_procs(per_host={"gpus": 2})
+    print("LOCAL", local.pid.call_one().get(timeout=30) == os.getpid())
     mesh = procs.spawn("doubler", Doubler, 2)
     result = mesh.apply.call(Payload(5), lambda n: n + offset).get(timeout=30)
     print("RESULT", [p.n for p in result.values()], type(next(iter(result.values()))).__name__)
@@ -320,6 +327,7 @@ def test_main_classes_closures_and_exit_without_stop(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
     assert lines["RESULT"] == "[16, 16] Payload"
+    assert lines["LOCAL"] == "True"
     assert out.stderr.count("broadcast boom() raised builtins.KeyError: 'kaboom'") == 2, out.stderr
     pids = [int(p) for p in lines["PIDS"].split()]
     deadline = time.monotonic() + 10
