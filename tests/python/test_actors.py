@@ -66,6 +66,13 @@ class Counter(Actor):
     def call_other(self, other: "castmesh.ActorMesh[Counter]") -> list:
         return list(other.get_sync.call().get(timeout=30).values())
 
+    @endpoint
+    async def await_other(self, other: "castmesh.ActorMesh[Counter]") -> list:
+        # an async endpoint awaiting another mesh on the actor's own loop
+        values = await other.get.call()
+        one = await other.slice(hosts=0, gpus=0).get_sync.call_one()
+        return list(values.values()) + [one]
+
     def not_an_endpoint(self) -> None:
         pass
 
@@ -217,6 +224,26 @@ def test_actor_mesh_passed_to_another_actor(counters, procs):
         assert got == [10, 10, 10, 10]
     finally:
         others.stop()
+
+
+def test_async_endpoint_awaits_another_mesh(counters, procs):
+    others = procs.spawn("awaited", Counter, 3)
+    try:
+        got = counters.slice(hosts=1, gpus=0).await_other.call_one(others).get(timeout=30)
+        assert got == [3, 3, 3, 3, 3]
+    finally:
+        others.stop()
+
+
+def test_done_callback_runs_once_complete(counters):
+    import threading
+
+    seen = threading.Event()
+    results = []
+    fut = counters.slice(hosts=0, gpus=0).sleep.call_one(0.2)
+    fut.add_done_callback(lambda f: (results.append(f.get(0)), seen.set()))
+    assert seen.wait(30)
+    assert results == [0.2]
 
 
 def test_this_proc_spawns_in_the_controller():
