@@ -219,8 +219,10 @@ absl::Status RuntimeCore::set_proc_id(ProcId id) {
 
 absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
                                                              const HandlerTable& table, SpawnOptions options) {
-  std::string name = options.name.empty() ? default_name(table.class_name) : std::move(options.name);
-  if (name.find_first_of("/[]#") != std::string::npos) {
+  // default_name() already replaces those characters; only a given name is checked.
+  const bool given_name = !options.name.empty();
+  std::string name = given_name ? std::move(options.name) : default_name(table.class_name);
+  if (given_name && name.find_first_of("/[]#") != std::string::npos) {
     return absl::InvalidArgumentError(str_cat("actor name '", name, "' holds '/', '[', ']' or '#'"));
   }
   const uint64_t index = options.index ? *options.index : next_index_.fetch_add(1, std::memory_order_relaxed);
