@@ -110,11 +110,26 @@ consumer_checks() {
   echo "add_subdirectory(castmesh) configures with the same target names"
 }
 
+# Builds a sanitizer preset and runs its ctest, except the tests listed for
+# that preset in tests/sanitizer-known-failures.txt (printed, never silent).
 sanitizer_run() {
   local preset=$1
   cmake --preset "${preset}" -DCASTMESH_WITH_RDMA=ON
   cmake --build --preset "${preset}" -j"${JOBS}"
-  ctest --preset "${preset}" -j"${JOBS}" ${2:+-L "$2"}
+  local known=() line regex
+  while IFS= read -r line; do
+    line=${line%%#*}
+    read -r -a fields <<< "${line}"
+    [ "${#fields[@]}" -ge 2 ] && [ "${fields[0]}" = "${preset}" ] && known+=("${fields[1]}")
+  done < tests/sanitizer-known-failures.txt
+  local exclude=()
+  if [ "${#known[@]}" -gt 0 ]; then
+    regex=$(IFS='|'; echo "${known[*]}")
+    exclude=(-E "${regex}")
+    echo "castmesh: NOTE: NOT run under ${preset} (tests/sanitizer-known-failures.txt):"
+    grep -E "^${preset} " tests/sanitizer-known-failures.txt | sed 's/^/    /'
+  fi
+  ctest --preset "${preset}" -j"${JOBS}" "${exclude[@]}"
 }
 
 build_wheels() {
