@@ -128,12 +128,29 @@ TimerId Actor::send_every(absl::Duration period, M msg) {
   return add_timer(period, period, [ref = self(), msg = std::move(msg)] { ref.tell(M(msg)); });
 }
 
+namespace detail {
+// The continuation of Actor::on_complete: first a future callback (stores
+// the result), then the envelope that runs `fn` inside the actor. One
+// allocation for both.
+template <typename T, typename F>
+struct ActorContinuation final : FutureCallback, ClosureEnvelope {
+  ActorContinuation(std::shared_ptr<Endpoint> t, F f) : target(std::move(t)), fn(std::move(f)) {}
+  void on_future_ready(FutureStateBase* s) override {
+    result.emplace(static_cast<FutureState<T>*>(s)->take());
+    std::shared_ptr<Endpoint> to = std::move(target);
+    post(*to, this);  // the mailbox owns this envelope now
+  }
+  void run() override { fn(std::move(*result)); }
+  std::shared_ptr<Endpoint> target;
+  F fn;
+  std::optional<absl::StatusOr<T>> result;
+};
+}  // namespace detail
+
 template <typename T, typename F>
 void Actor::on_complete(Future<T> future, F f) {
-  std::move(future).on_ready([target = self().endpoint(), fn = std::move(f)](absl::StatusOr<T> v) mutable {
-    auto run = [fn = std::move(fn), v = std::move(v)]() mutable { fn(std::move(v)); };
-    detail::post(*target, new detail::TypedClosureEnvelope<decltype(run)>(std::move(run)));
-  });
+  if (!future.valid()) future = make_failed_future<T>(absl::FailedPreconditionError("invalid future"));
+  std::move(future).on_ready_callback(new detail::ActorContinuation<T, F>(self().endpoint(), std::move(f)));
 }
 
 }  // namespace castmesh

@@ -130,6 +130,13 @@ class [[nodiscard]] Future {
     s->unref();
   }
 
+  // Installs a continuation object (takes ownership). For library code.
+  void on_ready_callback(detail::FutureCallback* cb) && {
+    auto* s = std::exchange(state_, nullptr);
+    s->set_callback(cb);
+    s->unref();
+  }
+
   // Chains `f(T)` on success; an error skips `f` and propagates. `f` may return
   // U, absl::StatusOr<U>, absl::Status, void or Future<U>; the result is a
   // Future of the resolved type. Runs where on_ready runs.

@@ -5,7 +5,9 @@
 
 #include <absl/status/status.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <utility>
 
 #include "castmesh/address.h"
@@ -81,6 +83,22 @@ class ReplyRef {
   ReplySink* sink_ = nullptr;
 };
 
+// Memory for envelopes and future states: per-thread free lists by size
+// class, exchanged between threads in batches (a message is usually freed on
+// another thread than the one that allocated it). Plain new/delete in
+// sanitizer builds. Any thread.
+void* allocate_message_memory(std::size_t size);
+void free_message_memory(void* p, std::size_t size) noexcept;
+
+// Gives a class (and its subclasses, through a virtual destructor) the
+// message memory allocator.
+struct MessageMemory {
+  static void* operator new(std::size_t n) { return allocate_message_memory(n); }
+  static void operator delete(void* p, std::size_t n) noexcept { free_message_memory(p, n); }
+  static void* operator new(std::size_t n, std::align_val_t a) { return ::operator new(n, a); }
+  static void operator delete(void* p, std::size_t n, std::align_val_t a) noexcept { ::operator delete(p, n, a); }
+};
+
 // Kinds of envelopes; only kUser goes through handler tables.
 enum class EnvelopeKind : uint8_t { kUser, kStop, kClosure, kDown, kSupervision };
 
@@ -89,7 +107,7 @@ using HandlerFn = void (*)(Actor* actor, struct Envelope* env);
 
 // One message in a mailbox (intrusive node). Owned by whoever holds the
 // pointer: the sender until push, the mailbox, then the dispatching actor.
-struct Envelope {
+struct Envelope : MessageMemory {
   Envelope* next = nullptr;
   uint32_t type_id = 0;
   // Class id of the actor `handler` was resolved for (typed sends); the

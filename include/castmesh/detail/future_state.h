@@ -22,13 +22,14 @@ class FutureStateBase;
 // "reply type mismatch: the handler answers X, the request expects Y".
 absl::Status type_mismatch(std::string_view got, std::string_view expected);
 
-// A continuation run once when the state becomes ready.
+// A continuation run once when the state becomes ready. on_future_ready() takes
+// ownership of the callback object (it deletes or re-uses itself).
 struct FutureCallback {
   virtual ~FutureCallback() = default;
-  virtual void run(FutureStateBase* state) = 0;
+  virtual void on_future_ready(FutureStateBase* state) = 0;
 };
 
-class FutureStateBase : public ReplySink {
+class FutureStateBase : public ReplySink, public MessageMemory {
  public:
   FutureStateBase() = default;
   FutureStateBase(const FutureStateBase&) = delete;
@@ -113,7 +114,10 @@ class FutureState final : public FutureStateBase {
 template <typename T, typename F>
 struct TypedFutureCallback final : FutureCallback {
   explicit TypedFutureCallback(F f) : fn(std::move(f)) {}
-  void run(FutureStateBase* s) override { fn(static_cast<FutureState<T>*>(s)->take()); }
+  void on_future_ready(FutureStateBase* s) override {
+    fn(static_cast<FutureState<T>*>(s)->take());
+    delete this;
+  }
   F fn;
 };
 

@@ -48,6 +48,15 @@ void notify_down(const Watcher& w, const DownEvent& ev) {
 
 ActorCell* ActorCell::current() { return tl_cell; }
 
+template <typename F>
+void ActorCell::run_guarded(const char* what, std::string_view message_type, F&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    fail_from_exception(what, message_type);
+  }
+}
+
 ActorCell::ActorCell(RuntimeCore* rt, Address address, std::unique_ptr<Actor> actor, const HandlerTable& table,
                      std::shared_ptr<ActorCell> parent)
     : Endpoint(std::move(address)), rt_(rt), actor_(std::move(actor)), table_(table), parent_(std::move(parent)) {
@@ -178,13 +187,9 @@ void ActorCell::dispatch_user(Envelope* env) {
   }
 }
 
-void ActorCell::run_guarded(const char* what, std::string_view message_type, const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (...) {
-    fail(absl::InternalError(str_cat(what, " threw: ", describe_exception(std::current_exception()))),
-         std::string(message_type), address());
-  }
+void ActorCell::fail_from_exception(const char* what, std::string_view message_type) {
+  fail(absl::InternalError(str_cat(what, " threw: ", describe_exception(std::current_exception()))),
+       std::string(message_type), address());
 }
 
 void ActorCell::fail(absl::Status reason, std::string message_type, Address origin) {

@@ -235,8 +235,9 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
   std::shared_ptr<ActorCell> parent_ref = parent ? parent->shared_from_this() : nullptr;
   auto cell = std::make_shared<ActorCell>(this, address, std::move(actor), table, parent_ref);
   {
-    std::lock_guard<std::mutex> lock(dir_mu_);
-    auto [it, inserted] = directory_.try_emplace(std::make_pair(address.name, address.index), cell);
+    DirectoryShard& sh = shard(address.index);
+    std::lock_guard<std::mutex> lock(sh.mu);
+    auto [it, inserted] = sh.cells.try_emplace(std::make_pair(address.name, address.index), cell);
     if (!inserted) {
       if (!it->second.expired()) {
         return absl::AlreadyExistsError(str_cat("an actor ", address.to_string(), " already exists"));
@@ -260,9 +261,10 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
 
 std::shared_ptr<ActorCell> RuntimeCore::find_local(const Address& address) {
   if (address.proc != proc_id_) return nullptr;
-  std::lock_guard<std::mutex> lock(dir_mu_);
-  auto it = directory_.find(std::make_pair(address.name, address.index));
-  return it == directory_.end() ? nullptr : it->second.lock();
+  DirectoryShard& sh = shard(address.index);
+  std::lock_guard<std::mutex> lock(sh.mu);
+  auto it = sh.cells.find(std::make_pair(address.name, address.index));
+  return it == sh.cells.end() ? nullptr : it->second.lock();
 }
 
 std::shared_ptr<Endpoint> RuntimeCore::resolve(const Address& address) {
@@ -273,17 +275,29 @@ std::shared_ptr<Endpoint> RuntimeCore::resolve(const Address& address) {
 
 void RuntimeCore::on_cell_stopped(ActorCell* cell) {
   {
-    std::lock_guard<std::mutex> lock(dir_mu_);
-    auto it = directory_.find(std::make_pair(cell->address().name, cell->address().index));
-    if (it != directory_.end()) {
+    DirectoryShard& sh = shard(cell->address().index);
+    std::lock_guard<std::mutex> lock(sh.mu);
+    auto it = sh.cells.find(std::make_pair(cell->address().name, cell->address().index));
+    if (it != sh.cells.end()) {
       auto held = it->second.lock();
-      if (!held || held.get() == cell) directory_.erase(it);
+      if (!held || held.get() == cell) sh.cells.erase(it);
     }
   }
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     std::lock_guard<std::mutex> lock(live_mu_);
     live_cv_.notify_all();
   }
+}
+
+std::vector<std::shared_ptr<ActorCell>> RuntimeCore::live_cells() {
+  std::vector<std::shared_ptr<ActorCell>> cells;
+  for (auto& sh : directory_) {
+    std::lock_guard<std::mutex> lock(sh.mu);
+    for (auto& [key, weak] : sh.cells) {
+      if (auto c = weak.lock()) cells.push_back(std::move(c));
+    }
+  }
+  return cells;
 }
 
 void RuntimeCore::report_unhandled(const SupervisionEvent& ev) {
@@ -295,14 +309,7 @@ void RuntimeCore::shutdown() {
   if (ActorCell::current() != nullptr || scheduler_->on_worker_thread()) {
     CASTMESH_LOG_ERROR("Runtime::shutdown() called from inside an actor; only requesting every actor to stop");
     shutting_down_.store(true, std::memory_order_release);
-    std::vector<std::shared_ptr<ActorCell>> cells;
-    {
-      std::lock_guard<std::mutex> lock(dir_mu_);
-      for (auto& [key, weak] : directory_) {
-        if (auto c = weak.lock()) cells.push_back(std::move(c));
-      }
-    }
-    for (auto& c : cells) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
+    for (auto& c : live_cells()) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
     return;
   }
   if (shut_down_.exchange(true)) return;
@@ -310,15 +317,7 @@ void RuntimeCore::shutdown() {
   timers_.stop();
   // Actors spawned concurrently with this loop are caught on a later round.
   while (live_.load(std::memory_order_acquire) > 0) {
-    std::vector<std::shared_ptr<ActorCell>> cells;
-    {
-      std::lock_guard<std::mutex> lock(dir_mu_);
-      for (auto& [key, weak] : directory_) {
-        if (auto c = weak.lock()) cells.push_back(std::move(c));
-      }
-    }
-    for (auto& c : cells) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
-    cells.clear();
+    for (auto& c : live_cells()) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
     std::unique_lock<std::mutex> lock(live_mu_);
     live_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return live_.load() == 0; });
   }

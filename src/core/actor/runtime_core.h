@@ -5,6 +5,7 @@
 #include <absl/status/status.h>
 #include <absl/synchronization/mutex.h>
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -77,7 +78,10 @@ class ActorCell final : public Endpoint, public Schedulable, public std::enable_
   void schedule();
   void dispatch(Envelope* env);
   void dispatch_user(Envelope* env);
-  void run_guarded(const char* what, std::string_view message_type, const std::function<void()>& fn);
+  // Runs fn; an exception fails the actor ("<what> threw: ...").
+  template <typename F>
+  void run_guarded(const char* what, std::string_view message_type, F&& fn);
+  void fail_from_exception(const char* what, std::string_view message_type);
   void finish();
 
   RuntimeCore* const rt_;
@@ -171,9 +175,18 @@ class RuntimeCore {
   std::unique_ptr<Scheduler> scheduler_;
   TimerQueue timers_;
 
+  // Local actors by (name, index), sharded by index so spawns and stops on
+  // different threads rarely share a lock.
+  struct DirectoryShard {
+    std::mutex mu;
+    absl::flat_hash_map<std::pair<std::string, uint64_t>, std::weak_ptr<ActorCell>> cells;
+  };
+  static constexpr size_t kDirectoryShards = 32;
+  DirectoryShard& shard(uint64_t index) { return directory_[index % kDirectoryShards]; }
+  std::vector<std::shared_ptr<ActorCell>> live_cells();
+
   std::atomic<uint64_t> next_index_{0};
-  std::mutex dir_mu_;
-  absl::flat_hash_map<std::pair<std::string, uint64_t>, std::weak_ptr<ActorCell>> directory_;
+  std::array<DirectoryShard, kDirectoryShards> directory_;
 
   std::atomic<size_t> live_{0};
   std::mutex live_mu_;

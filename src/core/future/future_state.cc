@@ -26,9 +26,7 @@ void FutureStateBase::publish() {
   if (waiters_.load(std::memory_order_seq_cst) > 0) futex_wake(&ready_, INT_MAX);
   const uintptr_t cb = callback_.exchange(1, std::memory_order_acq_rel);
   if (cb > 1) {
-    auto* fn = reinterpret_cast<FutureCallback*>(cb);
-    fn->run(this);
-    delete fn;
+    reinterpret_cast<FutureCallback*>(cb)->on_future_ready(this);
   }
 }
 
@@ -55,8 +53,7 @@ void FutureStateBase::set_callback(FutureCallback* cb) {
                                         std::memory_order_acquire)) {
     return;
   }
-  cb->run(this);  // already ready
-  delete cb;
+  cb->on_future_ready(this);  // already ready
 }
 
 void FutureStateBase::cancel() {

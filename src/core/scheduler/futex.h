@@ -16,6 +16,17 @@ bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadl
 // Wakes up to `count` threads sleeping on `word`.
 void futex_wake(std::atomic<uint32_t>* word, int count);
 
+// A full store-load barrier (Dekker-style handshakes between a thread that
+// publishes work and one that announces it is going to sleep). ThreadSanitizer
+// does not model fences, so under TSan every caller does a seq_cst RMW on one
+// shared word instead, which orders the two sides the same way.
+#if defined(__SANITIZE_THREAD__)
+inline std::atomic<uint32_t> g_barrier_word{0};
+inline void store_load_barrier() { g_barrier_word.fetch_add(0, std::memory_order_seq_cst); }
+#else
+inline void store_load_barrier() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+#endif
+
 // Spin hint for short busy-waits.
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -188,7 +188,7 @@ Schedulable* Scheduler::steal(Worker* w) {
 }
 
 void Scheduler::notify_one() {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  store_load_barrier();
   if (num_sleepers_.load(std::memory_order_relaxed) == 0) return;
   if (num_searching_.load(std::memory_order_relaxed) > 0) return;
   Worker* target = nullptr;
@@ -239,7 +239,7 @@ bool Scheduler::park(Worker* w) {
     w->searching = false;
     num_searching_.fetch_sub(1, std::memory_order_seq_cst);
   }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  store_load_barrier();
   for (;;) {
     // Re-check after announcing: a push that missed our registration is
     // visible here (both sides fence).
