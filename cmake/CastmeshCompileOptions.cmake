@@ -14,11 +14,6 @@ endif()
 if(CASTMESH_SANITIZE)
   add_compile_options(-fsanitize=${CASTMESH_SANITIZE} -fno-omit-frame-pointer -g)
   add_link_options(-fsanitize=${CASTMESH_SANITIZE})
-  if(CASTMESH_SANITIZE MATCHES "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-    # GCC warns that TSan does not model atomic_thread_fence; Asio's headers
-    # use fences, so this warning would break -Werror builds of the transport.
-    add_compile_options(-Wno-tsan)
-  endif()
 endif()
 
 # Applies castmesh's warning flags to a target without exporting them.
