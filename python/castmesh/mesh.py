@@ -23,6 +23,7 @@ import os
 import queue
 import sys
 import threading
+import warnings
 from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Type, TypeVar, Union
 
 from . import _castmesh, _context, _serial
@@ -329,7 +330,12 @@ class ProcMesh:
             return
         self._stopped = True
         _live_proc_meshes.discard(self)
-        self._impl.stop()
+        try:
+            self._impl.stop()
+        except RuntimeError as error:
+            # Procs busy in an endpoint past the grace period were killed:
+            # the mesh is stopped all the same.
+            warnings.warn(f"castmesh: {error}", RuntimeWarning, stacklevel=2)
 
     def __enter__(self) -> "ProcMesh":
         return self

@@ -220,17 +220,21 @@ class CallSlot {
 
   // (done, status code, bytes or error message). Blocks up to `timeout`
   // seconds (negative: no limit) with the GIL released.
+  // Without a limit it wakes every 100 ms to run Python's signal handlers,
+  // so Ctrl-C interrupts a wait (KeyboardInterrupt).
   py::tuple wait(double timeout) {
-    bool done;
-    {
-      py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(mu_);
-      if (timeout < 0) {
-        cv_.wait(lock, [this] { return done_; });
-      } else if (timeout > 0) {
-        cv_.wait_for(lock, std::chrono::duration<double>(timeout), [this] { return done_; });
+    bool done = false;
+    for (;;) {
+      const bool bounded = timeout >= 0;
+      const double chunk = bounded ? timeout : 0.1;
+      {
+        py::gil_scoped_release release;
+        std::unique_lock<std::mutex> lock(mu_);
+        if (chunk > 0) cv_.wait_for(lock, std::chrono::duration<double>(chunk), [this] { return done_; });
+        done = done_;
       }
-      done = done_;
+      if (done || bounded) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
     if (!done) return py::make_tuple(false, 0, py::none());
     if (result_.ok()) return py::make_tuple(true, 0, to_python(*result_));

@@ -361,3 +361,36 @@ def test_main_classes_closures_and_exit_without_stop(tmp_path):
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in pids)
+
+
+INTERRUPT_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, threading, time
+    from castmesh import Actor, endpoint, this_host
+
+    class Sleeper(Actor):
+        @endpoint
+        def sleep(self, seconds):
+            time.sleep(seconds)
+            return seconds
+
+    with this_host().spawn_procs(per_host={"gpus": 1}) as procs:
+        mesh = procs.spawn("sleeper", Sleeper)
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            mesh.sleep.call_one(60).get()
+            print("NOT INTERRUPTED")
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+    """
+)
+
+
+def test_ctrl_c_interrupts_a_wait_and_stop_kills_busy_workers(tmp_path):
+    script = tmp_path / "interrupt_script.py"
+    script.write_text(INTERRUPT_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "INTERRUPTED"
+    assert "were killed" in out.stderr  # the busy worker was killed by stop(), with a warning
