@@ -254,6 +254,12 @@ TEST_F(ActorMeshTest, SpawnErrors) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+  // A mesh over existing actors needs one per point.
+  EXPECT_EQ(ActorMesh<Worker>::Create(runtime_, shape_2x4(), first.refs(), {.name = "again"}).ok(), true);
+  EXPECT_EQ(ActorMesh<Worker>::Create(runtime_, *Shape::Create({{"x", 3}}), first.refs(), {.name = "bad"})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   // The first mesh is unaffected by the failed spawn.
   EXPECT_EQ(first.call(WhoAmI{}).get(absl::Seconds(10))->values().size(), 8u);
 }
