@@ -328,7 +328,7 @@ struct ReduceWork final : RoutedWork {
       if (r.ok()) {
         parent->set_value(up_slot, std::move(*r));
       } else {
-        parent->fail(r.status());
+        parent->fail(std::move(r).status());
       }
     });
     forward(hop, node, own ? 1 : 0);
@@ -501,7 +501,7 @@ class ActorMesh {
           if (r.ok()) {
             port.send(*std::move(r));
           } else {
-            port.fail(r.status());
+            port.fail(std::move(r).status());
           }
         });
     auto work = std::make_shared<const detail::GatherWork<A, std::decay_t<M>, R>>(
@@ -525,7 +525,7 @@ class ActorMesh {
           if (r.ok()) {
             port.send(*std::move(r));
           } else {
-            port.fail(r.status());
+            port.fail(std::move(r).status());
           }
         });
     auto work = std::make_shared<const detail::ReduceWork<A, std::decay_t<M>, R>>(
