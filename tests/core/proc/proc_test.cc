@@ -232,6 +232,43 @@ TEST(ProcMesh, RemoteTellAndAskWithConstructorArguments) {
   for (const auto& p : mesh->procs()) EXPECT_TRUE(process_gone(static_cast<pid_t>(p.pid), 5s));
 }
 
+TEST(ProcMesh, WorksOverTcpLoopback) {
+  castmesh::Runtime runtime;
+  castmesh::LocalAllocatorOptions options = quick_options();
+  options.transport = "tcp";
+  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(mesh->proc(0).id.rfind("tcp:127.0.0.1:", 0), 0u) << mesh->proc(0).id;
+  EXPECT_EQ(runtime.proc_id().rfind("tcp:127.0.0.1:", 0), 0u) << runtime.proc_id();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("tcp"));
+  ASSERT_TRUE(echoes.ok()) << echoes.status();
+  auto relayers = mesh->spawn<Relayer>("relay");
+  ASSERT_TRUE(relayers.ok()) << relayers.status();
+  auto answer = (*relayers)[1].ask(Relay{(*echoes)[0].to_bytes(), 8}).get(absl::Seconds(10));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(*answer, 16);
+}
+
+class NotRegistered : public castmesh::Actor {
+ public:
+  int64_t echo(const Ping& p) { return p.n; }
+  using Handlers = castmesh::Handlers<&NotRegistered::echo>;
+};
+
+TEST(ProcMesh, SpawnErrorsAreClear) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto unregistered = mesh->spawn<NotRegistered>("x");
+  ASSERT_FALSE(unregistered.ok());
+  EXPECT_NE(unregistered.status().message().find("not registered"), std::string::npos) << unregistered.status();
+  auto wrong_args = mesh->spawn<Echo>("echo", int64_t{5});  // registered with std::string
+  ASSERT_FALSE(wrong_args.ok());
+  EXPECT_NE(wrong_args.status().message().find("do not match"), std::string::npos) << wrong_args.status();
+  auto fine = mesh->spawn<Echo>("echo", std::string("ok"));
+  EXPECT_TRUE(fine.ok()) << fine.status();
+}
+
 TEST(ProcMesh, MessagesFromOneSenderArriveInOrder) {
   castmesh::Runtime runtime;
   auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
