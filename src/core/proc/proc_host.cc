@@ -131,6 +131,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
       [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); });
   if (!endpoint.ok()) return endpoint.status();
   host->endpoint_ = std::move(*endpoint);
+  host->id_ = host->endpoint_->id();
   if (absl::Status st = runtime.set_proc_id(host->endpoint_->id()); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot make this runtime a proc: ", st.message(),
@@ -177,11 +178,14 @@ ProcHost::~ProcHost() {
     auto it = host_directory().by_runtime.find(&runtime_);
     if (it != host_directory().by_runtime.end() && it->second.expired()) host_directory().by_runtime.erase(it);
   }
+  ready_.store(false, std::memory_order_release);  // handlers starting now do nothing
   if (router_) {
     router_->detach();
     runtime_.set_remote_router(nullptr);
   }
-  endpoint_.reset();  // joins the I/O thread: no handler runs after this
+  // Joins the I/O thread; a handler still running meanwhile may call
+  // endpoint_->send(), which then fails cleanly (the object stays alive).
+  if (endpoint_) endpoint_->shutdown();
   std::lock_guard lock(mu_);
   for (auto& [id, pending] : pending_) pending->complete(absl::CancelledError("proc shut down"));
 }

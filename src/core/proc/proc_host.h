@@ -56,7 +56,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // Uninstalls the router and closes every connection.
   ~ProcHost();
 
-  const ProcId& id() const { return endpoint_->id(); }
+  const ProcId& id() const { return id_; }
   Runtime& runtime() const { return runtime_; }
   const std::string& secret() const { return secret_; }
 
@@ -95,7 +95,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
 
   Runtime& runtime_;
   std::string secret_;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::Endpoint> endpoint_;  // set once in attach(), shut down (not reset) in the destructor
+  ProcId id_;                                       // endpoint_->id(), copied so teardown never races on it
   std::shared_ptr<Router> router_;
   // Set once attach() has finished wiring; the endpoint's handlers ignore
   // traffic before (nobody knows this proc's address yet anyway).

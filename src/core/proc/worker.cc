@@ -71,9 +71,12 @@ int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options) {
   std::shared_ptr<ProcHost> host = std::move(*attached);
   host_for_failures = host.get();
   host->describe_peer(bootstrap, "controller");
-  host->add_peer_lost_observer([&, bootstrap](const ProcId& peer, const absl::Status& why) {
+  // Raw pointer: the host outlives its I/O thread, while the shared_ptr
+  // variable itself is reset below (racing with a capture by reference).
+  ProcHost* self = host.get();
+  host->add_peer_lost_observer([&request_exit, self, bootstrap](const ProcId& peer, const absl::Status& why) {
     if (peer == bootstrap) {
-      CASTMESH_LOG_INFO("castmesh-proc {}: controller gone ({}); exiting", host->id(), std::string(why.message()));
+      CASTMESH_LOG_INFO("castmesh-proc {}: controller gone ({}); exiting", self->id(), std::string(why.message()));
       request_exit(0);
     }
   });

@@ -916,6 +916,7 @@ absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::start(EndpointOptions option
 
 Endpoint::Endpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Endpoint::~Endpoint() = default;  // Impl::~Impl shuts down
+void Endpoint::shutdown() { impl_->shutdown(); }
 const std::string& Endpoint::id() const { return impl_->id(); }
 absl::Status Endpoint::send(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
   return impl_->send(peer, std::move(envelope), std::move(payload));

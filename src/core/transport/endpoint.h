@@ -89,6 +89,9 @@ class Endpoint {
   // Closes every connection and the listener, joins the I/O thread. Do not
   // destroy an endpoint from inside one of its own handlers.
   ~Endpoint();
+  // What the destructor does, without destroying the object: afterwards no
+  // handler runs and send() fails. Idempotent. Not from a handler.
+  void shutdown();
   Endpoint(const Endpoint&) = delete;
   Endpoint& operator=(const Endpoint&) = delete;
 
