@@ -171,12 +171,12 @@ check_wheel_installs() {
   # castmesh's one PyPI dependency (the wheelhouse holds only our wheels).
   "${py}" -m pip install -q --disable-pip-version-check cloudpickle
   "${pip[@]}" castmesh
-  "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh
+  "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh cloudpickle
   "${pip[@]}" "castmesh[rdma]"
-  "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma
+  "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma cloudpickle
   if [ "${HAVE_CUDA}" = 1 ]; then
-    "${pip[@]}" "castmesh[tensor_engine]"
-    "${py}" "${check}" rdma=found tensor_engine=found --only castmesh castmesh-rdma castmesh-tensor-engine
+    "${pip[@]}" "castmesh[tensor-engine]"
+    "${py}" "${check}" rdma=found tensor_engine=found --only castmesh castmesh-rdma castmesh-tensor-engine cloudpickle
   fi
   # The wheel's CMake package: find_package(castmesh COMPONENTS rdma) finds
   # the rdma component in the castmesh_rdma package next to castmesh/.

@@ -66,7 +66,7 @@ TEST(BackendRegistry, ListsWellKnownBackendsThatAreMissingWithHowToInstall) {
   EXPECT_TRUE(rdma.path.empty());
   const BackendInfo tensor_engine = find(all, "tensor_engine");
   EXPECT_EQ(tensor_engine.state, BackendState::kLibraryMissing);
-  EXPECT_THAT(tensor_engine.message, HasSubstr("castmesh[tensor_engine]"));
+  EXPECT_THAT(tensor_engine.message, HasSubstr("castmesh[tensor-engine]"));
 
   absl::StatusOr<const Backend*> loaded = registry.load("rdma");
   ASSERT_EQ(loaded.status().code(), absl::StatusCode::kNotFound);

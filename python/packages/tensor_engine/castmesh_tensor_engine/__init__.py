@@ -1,6 +1,6 @@
 """The castmesh tensor_engine backend: libcastmesh_tensor_engine.so, loaded by castmesh.
 
-Nothing to import here: install with `pip install "castmesh[tensor_engine]"` and
+Nothing to import here: install with `pip install "castmesh[tensor-engine]"` and
 `castmesh.backends()` finds this library through the `castmesh.backends`
 entry point, which calls library_path().
 """
