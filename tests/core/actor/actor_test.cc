@@ -251,10 +251,14 @@ TEST(Actor, LifecycleHooksAndStopDrainsEarlierMessages) {
   auto r = after.get();           // sent after stop(): fails, naming the actor
   ASSERT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(std::string(r.status().message()).find(a.to_string()), std::string::npos);
+  EXPECT_EQ(a.ask(Get{}).get().status().code(), absl::StatusCode::kUnavailable);
+  // `after` may be refused at send time, as soon as the mailbox closes, which
+  // can be before the worker has run on_stop and the destructor: wait for them.
+  for (int i = 0; i < 5000 && (rt.live_actors() != 0 || hooks.destroyed.load() == 0); ++i) {
+    std::this_thread::sleep_for(1ms);
+  }
   EXPECT_EQ(hooks.stopped.load(), 1);
   EXPECT_EQ(hooks.destroyed.load(), 1);
-  EXPECT_EQ(a.ask(Get{}).get().status().code(), absl::StatusCode::kUnavailable);
-  for (int i = 0; i < 5000 && rt.live_actors() != 0; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(rt.live_actors(), 0u);
 }
 
