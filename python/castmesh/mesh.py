@@ -54,11 +54,7 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
         slot = ref.ask(endpoint, payload)
 
     def wait(timeout: Optional[float]) -> Any:
-        done, code, data = slot.wait(-1.0 if timeout is None else timeout)
-        if not done:
-            raise TimeoutError(f"no answer from {ref.address} to {endpoint}() within {timeout} s")
-        if code:
-            raise ProcError(f"call {endpoint}() to {ref.address} failed: {data}", _STATUS_NAMES.get(code, str(code)))
+        data = _wait_slot(slot, timeout, f"an answer from {ref.address}", endpoint, ref.address)
         ok, value = decode_reply(data, ref.address)
         if ok:
             return value
@@ -67,15 +63,21 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
     return Future(wait, slot.add_callback)
 
 
+def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str, target: str) -> Any:
+    """Waits for a request slot; its data, or TimeoutError / ProcError naming the request."""
+    done, code, data = slot.wait(-1.0 if timeout is None else timeout)
+    if not done:
+        raise TimeoutError(f"no {awaited} to {endpoint}() within {timeout} s")
+    if code:
+        raise ProcError(f"call {endpoint}() to {target} failed: {data}", _STATUS_NAMES.get(code, str(code)))
+    return data
+
+
 def _mesh_call_future(slot: "_castmesh.MeshCallFuture", endpoint: str, mesh: "ActorMesh[Any]") -> Future[Any]:
     """The Future of a call through the C++ ActorMesh: a ValueMesh of the replies."""
 
     def wait(timeout: Optional[float]) -> Any:
-        done, code, data = slot.wait(-1.0 if timeout is None else timeout)
-        if not done:
-            raise TimeoutError(f"no complete answer from {mesh!r} to {endpoint}() within {timeout} s")
-        if code:
-            raise ProcError(f"call {endpoint}() to {mesh!r} failed: {data}", _STATUS_NAMES.get(code, str(code)))
+        data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh))
         refs = mesh._ordered_refs()
         values = []
         for ref, reply in zip(refs, data):

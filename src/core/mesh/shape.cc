@@ -369,9 +369,11 @@ absl::StatusOr<Shape> Shape::select(std::string_view name, const Selector& selec
   return std::visit([&](const auto& sel) { return select(name, sel); }, selector);
 }
 
-absl::StatusOr<Shape> Shape::select(
-    std::initializer_list<std::pair<std::string_view, Selector>> selections) const {
-  Shape current = *this;
+namespace {
+
+// Applies (name, selector) pairs one after the other; the first error wins.
+template <typename Selections>
+absl::StatusOr<Shape> select_each(Shape current, const Selections& selections) {
   for (const auto& [name, selector] : selections) {
     absl::StatusOr<Shape> next = current.select(name, selector);
     if (!next.ok()) return next.status();
@@ -380,15 +382,16 @@ absl::StatusOr<Shape> Shape::select(
   return current;
 }
 
+}  // namespace
+
+absl::StatusOr<Shape> Shape::select(
+    std::initializer_list<std::pair<std::string_view, Selector>> selections) const {
+  return select_each(*this, selections);
+}
+
 absl::StatusOr<Shape> Shape::select(
     const std::vector<std::pair<std::string, Selector>>& selections) const {
-  Shape current = *this;
-  for (const auto& [name, selector] : selections) {
-    absl::StatusOr<Shape> next = current.select(name, selector);
-    if (!next.ok()) return next.status();
-    current = *std::move(next);
-  }
-  return current;
+  return select_each(*this, selections);
 }
 
 absl::StatusOr<Shape> Shape::flatten(std::string name) const {
