@@ -24,27 +24,32 @@ extern char** environ;
 namespace castmesh {
 namespace detail {
 
-// Shared by the copies of one ProcMesh. Thread-safe.
-class ProcMeshState {
+// The actors a ProcMesh spawned, so that a worker's death becomes a
+// supervision event for each of their spawners. Thread-safe: written by
+// spawning threads, read on the endpoint's I/O thread. Kept apart from
+// ProcMeshState so that the I/O thread never holds the last reference to a
+// proc mesh (whose destructor stops and reaps workers and may release the
+// ProcHost that owns the I/O thread itself).
+class SpawnLedger {
  public:
-  std::shared_ptr<proc::ProcHost> host;
-  std::vector<ProcInfo> procs;
-  std::string secret;
-  uint64_t observer_id = 0;
-
-  ~ProcMeshState() { (void)stop(); }
-
-  void record_spawn(const ProcId& proc, Address child, std::string parent) {
+  void record(const ProcId& proc, Address child, std::string parent) {
     std::lock_guard lock(mu_);
-    spawned_.push_back({proc, std::move(child), std::move(parent)});
+    if (!closed_) spawned_.push_back({proc, std::move(child), std::move(parent)});
+  }
+
+  // After close(), deaths are expected (the mesh is stopping) and not reported.
+  void close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    spawned_.clear();
   }
 
   // A worker died: every actor spawned there is a failure for its spawner.
-  void on_peer_lost(const ProcId& peer, const absl::Status& why) {
+  void on_peer_lost(proc::ProcHost& host, const ProcId& peer, const absl::Status& why) {
     std::vector<Spawned> lost;
     {
       std::lock_guard lock(mu_);
-      if (stopped_) return;
+      if (closed_) return;
       for (const Spawned& s : spawned_) {
         if (s.proc == peer) lost.push_back(s);
       }
@@ -55,9 +60,32 @@ class ProcMeshState {
       event.child = s.child;
       event.origin = s.child;
       event.reason = why;
-      host->deliver_failure(s.parent, std::move(event));
+      host.deliver_failure(s.parent, std::move(event));
     }
   }
+
+ private:
+  struct Spawned {
+    ProcId proc;
+    Address child;
+    std::string parent;
+  };
+  std::mutex mu_;
+  bool closed_ = false;
+  std::vector<Spawned> spawned_;
+};
+
+// Shared by the copies of one ProcMesh; destroyed on the thread that drops
+// the last copy. Thread-safe.
+class ProcMeshState {
+ public:
+  std::shared_ptr<proc::ProcHost> host;
+  std::vector<ProcInfo> procs;
+  std::string secret;
+  uint64_t observer_id = 0;
+  std::shared_ptr<SpawnLedger> ledger = std::make_shared<SpawnLedger>();
+
+  ~ProcMeshState() { (void)stop(); }
 
   absl::Status stop() {
     {
@@ -65,6 +93,7 @@ class ProcMeshState {
       if (stopped_) return absl::OkStatus();
       stopped_ = true;
     }
+    ledger->close();
     if (host) {
       host->remove_peer_lost_observer(observer_id);
       for (const ProcInfo& p : procs) (void)host->send_control(p.id, wire::v1::Stop());
@@ -98,14 +127,8 @@ class ProcMeshState {
   }
 
  private:
-  struct Spawned {
-    ProcId proc;
-    Address child;
-    std::string parent;
-  };
   std::mutex mu_;
   bool stopped_ = false;
-  std::vector<Spawned> spawned_;
 };
 
 }  // namespace detail
@@ -279,10 +302,11 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, int procs) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: worker rank {} (pid {}) joined from {}", host->id(), rank, info.pid, info.id);
     state->procs.push_back(std::move(info));
   }
-  std::weak_ptr<detail::ProcMeshState> weak = state;
-  state->observer_id = host->add_peer_lost_observer([weak](const ProcId& peer, const absl::Status& why) {
-    if (auto s = weak.lock()) s->on_peer_lost(peer, why);
-  });
+  // The observer lives inside `host`, so the raw pointer outlives every call.
+  state->observer_id = host->add_peer_lost_observer(
+      [ledger = state->ledger, raw = host.get()](const ProcId& peer, const absl::Status& why) {
+        ledger->on_peer_lost(*raw, peer, why);
+      });
   ProcMesh mesh;
   mesh.state_ = std::move(state);
   return mesh;
@@ -335,7 +359,7 @@ absl::StatusOr<std::vector<Address>> ProcMesh::spawn_encoded(uint32_t class_id, 
     }
     auto address = Address::parse(reply.address());
     if (!address.ok()) return address.status();
-    state_->record_spawn(p.id, *address, request.parent());
+    state_->ledger->record(p.id, *address, request.parent());
     addresses.push_back(std::move(*address));
   }
   return addresses;
