@@ -11,11 +11,13 @@ Adverbs (on every endpoint of an :class:`ActorMesh`):
   * ``call_one(*a, **kw)``  -> Future[value]: the mesh must hold one actor
   * ``broadcast(*a, **kw)`` -> None: every actor, no reply (fire and forget)
   * ``choose(*a, **kw)``    -> Future[value]: one actor, chosen round-robin
-  * ``stream(*a, **kw)``    -> iterator of values in the order they arrive
+  * ``stream(*a, **kw)``    -> ResultStream: values in the order they arrive
+                               (``for`` or ``async for``)
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import inspect
 import itertools
@@ -33,7 +35,7 @@ from .errors import ProcError
 from .future import Future, gather
 from .shape import Shape, ValueMesh
 
-__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "this_host", "this_proc"]
+__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "ResultStream", "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
 R = TypeVar("R")
@@ -155,28 +157,34 @@ class EndpointRef(Generic[R]):
         ref = mesh._ordered_refs()[position]
         return _call_future(ref, self._name, self._payload(args, kwargs))
 
-    def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> Iterator[R]:
-        """Calls every actor and yields the results as they arrive (not in
-        mesh order). ``timeout`` bounds the wait for each next result."""
+    def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> "ResultStream[R]":
+        """Calls every actor now and gives the results as they arrive (not in
+        mesh order): iterate it (``for v in ep.stream()``) or, inside asyncio,
+        ``async for v in ep.stream()``. ``timeout`` bounds the wait for each
+        next result (``TimeoutError``)."""
         payload = self._payload(args, kwargs)
         refs = self._mesh._ordered_refs()
         cmesh = self._mesh._cmesh
         if cmesh is not None:
-            stream = cmesh.stream(self._name, payload)
-            for _ in range(len(refs)):
-                kind, position, data = stream.next(-1.0 if timeout is None else timeout)
-                if kind == "timeout":
-                    raise TimeoutError(f"no further result of {self._name}() within {timeout} s")
-                if kind == "end":
-                    return
-                if kind == "error":
-                    raise ProcError(f"stream {self._name}() to {self._mesh!r} failed: {data}")
-                ok, value = decode_reply(data, refs[position].address)
-                if not ok:
-                    raise value
-                yield value
-            return
+            return ResultStream(self._tree_results(cmesh.stream(self._name, payload), refs, timeout))
         futures = [_call_future(ref, self._name, payload) for ref in refs]
+        return ResultStream(self._arrival_order(futures, timeout))
+
+    def _tree_results(self, stream: Any, refs: List[Any], timeout: Optional[float]) -> Iterator[R]:
+        for _ in range(len(refs)):
+            kind, position, data = stream.next(-1.0 if timeout is None else timeout)
+            if kind == "timeout":
+                raise TimeoutError(f"no further result of {self._name}() within {timeout} s")
+            if kind == "end":
+                return
+            if kind == "error":
+                raise ProcError(f"stream {self._name}() to {self._mesh!r} failed: {data}")
+            ok, value = decode_reply(data, refs[position].address)
+            if not ok:
+                raise value
+            yield value
+
+    def _arrival_order(self, futures: List[Future[Any]], timeout: Optional[float]) -> Iterator[R]:
         arrived: "queue.SimpleQueue[int]" = queue.SimpleQueue()
         for index, fut in enumerate(futures):
             fut.add_done_callback(lambda _f, i=index: arrived.put(i))
@@ -189,6 +197,38 @@ class EndpointRef(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<endpoint {self._name} of {self._mesh!r}>"
+
+
+class ResultStream(Generic[R]):
+    """The results of :meth:`EndpointRef.stream`, in the order they arrive.
+
+    The requests are already sent when the stream is made. Iterate it once,
+    from one consumer: ``for v in s`` blocks in C++ with the GIL released;
+    ``async for v in s`` waits for each result in a worker thread of the
+    running loop (``run_in_executor``), so the loop keeps running. An actor's
+    error is raised when its result is reached; the rest can still be read.
+    """
+
+    __slots__ = ("_results",)
+
+    def __init__(self, results: Iterator[R]) -> None:
+        self._results = results
+
+    def __iter__(self) -> "ResultStream[R]":
+        return self
+
+    def __next__(self) -> R:
+        return next(self._results)
+
+    def __aiter__(self) -> "ResultStream[R]":
+        return self
+
+    async def __anext__(self) -> R:
+        done = object()
+        value = await asyncio.get_running_loop().run_in_executor(None, next, self._results, done)
+        if value is done:
+            raise StopAsyncIteration
+        return value
 
 
 class ActorMesh(Generic[A]):

@@ -165,6 +165,20 @@ def test_stream_yields_every_result(counters):
     assert sorted(r[0] for r in results) == [0, 1, 2, 3]
 
 
+def test_stream_is_sent_before_it_is_read_and_works_with_async_for(counters):
+    before = sum(counters.get_sync.call().get(timeout=30).values())
+    pending = counters.incr.stream(1)  # sent now, read later
+    after = sum(counters.get_sync.call().get(timeout=30).values())
+    assert after == before + 4
+    assert len(list(pending)) == 4
+
+    async def main():
+        return [r async for r in counters.where.stream(timeout=30)]
+
+    results = asyncio.run(main())
+    assert sorted(r[0] for r in results) == [0, 1, 2, 3]
+
+
 def test_futures_are_awaitable(counters):
     counters.incr.broadcast(7)
 
