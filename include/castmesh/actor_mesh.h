@@ -383,10 +383,19 @@ class ActorMesh {
   }
 
   // Spawns one A on every proc of `procs` (ProcMesh::spawn: A must be
-  // registered with CASTMESH_REGISTER_ACTOR, messages need codecs) and gives
-  // them `shape`, whose size must equal the number of procs (proc rank r is
-  // the point at row-major position r). The cast tree's forwarders run in
-  // the controller's runtime (see "Scope" in docs/meshes.md).
+  // registered with CASTMESH_REGISTER_ACTOR, messages need codecs); the
+  // mesh has the proc mesh's shape (of a slice: its dimensions, numbered
+  // 0..n-1 row-major).
+  template <typename... Args>
+  static absl::StatusOr<ActorMesh> Spawn(const ProcMesh& procs, MeshOptions options, const Args&... args) {
+    return Spawn(procs, procs.shape(), std::move(options), args...);
+  }
+
+  // Same, giving the members `shape` instead, whose size must equal the
+  // number of procs (the proc at row-major position r of procs.shape() is
+  // the point at row-major position r of `shape`). The cast tree's
+  // forwarders run in the controller's runtime (see "Scope" in
+  // docs/meshes.md).
   template <typename... Args>
   static absl::StatusOr<ActorMesh> Spawn(const ProcMesh& procs, const Shape& shape, MeshOptions options,
                                          const Args&... args) {

@@ -5,8 +5,10 @@
 //    same binary is both controller and worker).
 //  * CASTMESH_REGISTER_ACTOR(Type, CtorArgs...): lets other procs spawn Type
 //    by name with serializable constructor arguments.
-//  * LocalAllocator::allocate(runtime, n): starts n worker procs on this
-//    machine and returns a ProcMesh once all have joined.
+//  * LocalAllocator::allocate(runtime, shape) (or a count n): starts one
+//    worker proc per point of the shape on this machine and returns a
+//    ProcMesh once all have joined.
+//  * ProcMesh::slice(...): a sub-mesh (a view sharing the workers).
 //  * ProcMesh::spawn<A>(name, args...): one actor of A per proc; the refs
 //    work from any proc exactly like local ones.
 //
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,6 +33,7 @@
 #include "castmesh/message.h"
 #include "castmesh/ref.h"
 #include "castmesh/runtime.h"
+#include "castmesh/shape.h"
 #include "castmesh/supervision.h"
 
 namespace castmesh {
@@ -134,7 +138,7 @@ bool register_actor(std::string name) {
 // One proc of a mesh. Plain value.
 struct ProcInfo {
   ProcId id;          // its address, e.g. "unix:@castmesh-1234-0a1b2c3d4e5f"
-  int rank = 0;       // 0..size-1
+  int rank = 0;       // 0..size-1 in the mesh as allocated (a slice keeps it)
   int64_t pid = 0;    // operating-system process id
 };
 
@@ -160,26 +164,39 @@ struct LocalAllocatorOptions {
   std::function<void(const SupervisionEvent&)> on_supervision_event;
 };
 
-// A set of procs with ranks 0..size-1 (a Shape comes with the mesh layer).
-// Copies share the procs; when the last copy goes away (or stop() is
-// called) the workers are asked to exit, and killed if they do not within a
-// few seconds. Every copy must be gone before the Runtime it was allocated
-// on is destroyed. Any thread may call spawn/stop, but not an endpoint's I/O
-// thread (they block for the replies).
+// A set of procs addressed by a Shape, e.g. {hosts: 1, gpus: 4}: the proc
+// of rank r (0..size-1, row-major) sits at the point of base rank r. A slice
+// (slice(...)) is a view of some of the procs: same workers, same ranks,
+// nothing copied.
+// Copies and slices share the procs; when the last of them goes away (or
+// stop() is called) the workers are asked to exit, and killed if they do not
+// within a few seconds. Every copy must be gone before the Runtime it was
+// allocated on is destroyed. Any thread may call spawn/stop, but not an
+// endpoint's I/O thread (they block for the replies).
 class ProcMesh {
  public:
+  // An empty mesh (size 0); allocate one with a LocalAllocator.
   ProcMesh() = default;
 
   size_t size() const;
+  // The points of this mesh (or slice); point.rank() is the proc's rank.
+  const Shape& shape() const;
+  // The procs of this mesh, in row-major order of shape().
   const std::vector<ProcInfo>& procs() const;
-  const ProcInfo& proc(size_t rank) const;
+  // The proc at row-major position `position` of shape() (its rank, unless
+  // this is a slice). Throws std::out_of_range past the end.
+  const ProcInfo& proc(size_t position) const;
+  // A sub-mesh: an index drops the dimension, a Range keeps it (errors as
+  // Shape::select), e.g. procs.slice("gpus", Range(0, 4, 2)).
+  absl::StatusOr<ProcMesh> slice(std::string_view dim, const Selector& selector) const;
+  absl::StatusOr<ProcMesh> slice(std::initializer_list<std::pair<std::string_view, Selector>> selections) const;
   // The secret of the mesh (e.g. for procs that join by other means).
   const std::string& secret() const;
   // The controller's runtime (the one given to LocalAllocator::allocate).
   Runtime& runtime() const;
 
-  // Spawns one actor of A on every proc, named `name` with index = rank,
-  // from constructor arguments args (encoded with their codecs; A must be
+  // Spawns one actor of A on every proc of this mesh (or slice), named
+  // `name` with index = the proc's rank, from constructor arguments args (encoded with their codecs; A must be
   // registered with matching argument types). Its parent is the spawning
   // proc's root: failures go to LocalAllocatorOptions::on_supervision_event.
   template <typename A, typename... Args>
@@ -209,8 +226,8 @@ class ProcMesh {
     return refs;
   }
 
-  // Asks every worker to exit and waits for them (killing stragglers after
-  // 5 s). Idempotent.
+  // Asks every worker of the mesh (all of it, also when called on a slice)
+  // to exit and waits for them (killing stragglers after 5 s). Idempotent.
   absl::Status stop();
 
   // Untyped spawn used by the templates.
@@ -221,18 +238,26 @@ class ProcMesh {
 
  private:
   friend class LocalAllocator;
+  ProcMesh(std::shared_ptr<detail::ProcMeshState> state, Shape shape);
+
   std::shared_ptr<detail::ProcMeshState> state_;
+  Shape shape_;                                        // this view
+  std::shared_ptr<const std::vector<ProcInfo>> procs_;  // the procs of this view, in its row-major order
 };
 
 // Starts worker procs on this machine (fork/exec). Thread-safe.
 class LocalAllocator {
  public:
   explicit LocalAllocator(LocalAllocatorOptions options = {});
-  // Starts `procs` workers and returns once all have joined. `runtime`
-  // becomes a proc of the mesh (its proc id is set to its listen address):
-  // call this before spawning actors on it. Errors: a worker that exits or
-  // does not join within join_timeout (kDeadlineExceeded, naming its rank
-  // and pid); every worker started is killed in that case.
+  // Starts one worker per point of `shape` (rank r = row-major position r)
+  // and returns once all have joined; the mesh's shape() has the same
+  // dimensions. `runtime` becomes a proc of the mesh (its proc id is set to
+  // its listen address): call this before spawning actors on it. Errors: a
+  // worker that exits or does not join within join_timeout
+  // (kDeadlineExceeded, naming its rank and pid); every worker started is
+  // killed in that case.
+  absl::StatusOr<ProcMesh> allocate(Runtime& runtime, const Shape& shape);
+  // `procs` workers in one dimension named "procs".
   absl::StatusOr<ProcMesh> allocate(Runtime& runtime, int procs);
 
  private:

@@ -89,8 +89,10 @@ class RemoteRouter {
   // Sends `msg` to msg.destination.proc. Delivery failures are reported
   // back later through fail_reply_port / fail_pending_to_proc.
   virtual void route(WireMessage msg) = 0;
-  // A local actor started monitoring the remote actor `actor`; the transport
-  // should call report_remote_down when it stops or its proc dies.
+  // Monitors of the remote actor `actor` started: the transport must call
+  // report_remote_down when it stops (or is not there), or report_proc_down
+  // when its proc is lost. Called once per actor until it was reported down
+  // (later monitors of it share that report).
   virtual void watch(const Address& actor) {}
 };
 
@@ -160,16 +162,22 @@ class Runtime {
   void fail_reply_port(const PortAddress& port, absl::Status error);
   // Fails every request waiting for an answer from `proc` (it died).
   void fail_pending_to_proc(const ProcId& proc, absl::Status error);
-  // A remote actor stopped: monitors of it get a DownEvent.
-  void report_remote_down(const Address& actor, absl::Status reason);
+  // A remote actor stopped (`message_type`: what it was handling when it
+  // failed, if known): monitors of it get a DownEvent. Each monitor of a
+  // remote actor is told once, by this or report_proc_down, whichever comes
+  // first; the callbacks run on the runtime's timer thread, never on the
+  // caller's (the transport's I/O thread).
+  void report_remote_down(const Address& actor, absl::Status reason, std::string message_type = {});
   // A proc died: fail_pending_to_proc, and every monitored actor there is down.
   void report_proc_down(const ProcId& proc, absl::Status reason);
   // A failure event for the local actor `parent` (e.g. its remote child
   // failed); handled like a local child's failure.
   absl::Status deliver_supervision_event(const Address& parent, SupervisionEvent event);
 
-  // Watches `target` from a plain thread: `on_down` runs (on the thread where
-  // the target stops, or now if it is gone) when it stops. Must not block.
+  // Watches `target` from a plain thread: `on_down` runs once when it stops
+  // (on the thread where a local target stops, or now if it is gone; for an
+  // actor of another proc, on this runtime's timer thread when that proc
+  // reports its stop or is lost). Must not block.
   void monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down);
 
   // Sends `msg` to `to` after `delay` / every `period` (from the timer thread).

@@ -28,10 +28,16 @@ struct SupervisionEvent {
   std::string to_string() const;
 };
 
-// A monitored actor stopped. `reason` is OK for a normal stop.
+// A monitored actor stopped. `reason` is OK for a normal stop. For an actor
+// of another proc the event comes from that proc (the actor stopped or was
+// never there: kNotFound) or from the loss of the proc itself (kUnavailable
+// naming the proc); each monitor gets exactly one DownEvent.
 struct DownEvent {
   Address actor;
   absl::Status reason;
+  // C++ name of the message it was handling when it failed ("" if none,
+  // or not known).
+  std::string message_type{};
 };
 
 }  // namespace castmesh

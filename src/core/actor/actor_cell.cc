@@ -279,7 +279,7 @@ void ActorCell::finish() {
   for (auto& child : children) {
     child->request_stop_now(absl::UnavailableError(str_cat("parent ", address().to_string(), " stopped")));
   }
-  const DownEvent down{address(), reason};
+  const DownEvent down{address(), reason, failed_ ? failure_message_type_ : std::string()};
   for (const auto& w : watchers) notify_down(w, down);
 
   if (failed_) {

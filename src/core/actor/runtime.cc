@@ -43,8 +43,8 @@ void Runtime::fail_reply_port(const PortAddress& port, absl::Status error) {
 void Runtime::fail_pending_to_proc(const ProcId& proc, absl::Status error) {
   core_->fail_pending_to_proc(proc, error);
 }
-void Runtime::report_remote_down(const Address& actor, absl::Status reason) {
-  core_->report_remote_down(actor, reason);
+void Runtime::report_remote_down(const Address& actor, absl::Status reason, std::string message_type) {
+  core_->report_remote_down(actor, reason, std::move(message_type));
 }
 void Runtime::report_proc_down(const ProcId& proc, absl::Status reason) { core_->report_proc_down(proc, reason); }
 

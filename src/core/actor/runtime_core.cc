@@ -396,43 +396,62 @@ void RuntimeCore::fail_pending_to_proc(const ProcId& proc, const absl::Status& e
 }
 
 void RuntimeCore::watch_remote(const Address& actor, Watcher w) {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
-    remote_watchers_[actor].push_back(std::move(w));
+    std::vector<Watcher>& watchers = remote_watchers_[actor];
+    first = watchers.empty();
+    watchers.push_back(std::move(w));
   }
-  if (auto r = router()) r->watch(actor);
+  if (!first) return;  // the router already watches it
+  if (auto r = router()) {
+    r->watch(actor);
+  } else {
+    report_remote_down(actor, absl::UnavailableError(str_cat("cannot monitor ", actor.to_string(), ": no route to proc ",
+                                                             actor.proc, " (no RemoteRouter installed)")));
+  }
 }
 
-void RuntimeCore::report_remote_down(const Address& actor, const absl::Status& reason) {
-  std::vector<Watcher> watchers;
+void RuntimeCore::report_remote_down(const Address& actor, const absl::Status& reason, std::string message_type) {
+  std::vector<RemoteDown> downs(1);
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     auto it = remote_watchers_.find(actor);
     if (it == remote_watchers_.end()) return;
-    watchers = std::move(it->second);
+    downs[0].watchers = std::move(it->second);
     remote_watchers_.erase(it);
   }
-  const DownEvent ev{actor, reason};
-  for (const auto& w : watchers) notify_down(w, ev);
+  downs[0].event = DownEvent{actor, reason, std::move(message_type)};
+  notify_remote_down(std::move(downs));
 }
 
 void RuntimeCore::report_proc_down(const ProcId& proc, const absl::Status& reason) {
   fail_pending_to_proc(proc, reason);
-  std::vector<std::pair<Address, std::vector<Watcher>>> down;
+  std::vector<RemoteDown> downs;
   {
     std::lock_guard<std::mutex> lock(watch_mu_);
     for (auto it = remote_watchers_.begin(); it != remote_watchers_.end();) {
       if (it->first.proc == proc) {
-        down.emplace_back(it->first, std::move(it->second));
+        downs.push_back(RemoteDown{DownEvent{it->first, reason}, std::move(it->second)});
         remote_watchers_.erase(it++);
       } else {
         ++it;
       }
     }
   }
-  for (const auto& [addr, watchers] : down) {
-    const DownEvent ev{addr, reason};
-    for (const auto& w : watchers) notify_down(w, ev);
+  notify_remote_down(std::move(downs));
+}
+
+void RuntimeCore::notify_remote_down(std::vector<RemoteDown> downs) {
+  if (downs.empty()) return;
+  auto shared = std::make_shared<std::vector<RemoteDown>>(std::move(downs));
+  const TimerId timer = timers_.add(absl::ZeroDuration(), absl::ZeroDuration(), [shared] {
+    for (const RemoteDown& d : *shared) {
+      for (const Watcher& w : d.watchers) notify_down(w, d.event);
+    }
+  });
+  if (timer == 0) {
+    CASTMESH_LOG_DEBUG("runtime shutting down: down event of {} not delivered", (*shared)[0].event.actor.to_string());
   }
 }
 

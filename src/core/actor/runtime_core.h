@@ -150,8 +150,11 @@ class RuntimeCore {
   ReplySink* take_reply(uint64_t port);
   Address reply_owner() const { return Address{proc_id_, "_reply", 0}; }
   void fail_pending_to_proc(const ProcId& proc, const absl::Status& error);
+  // Remote monitors: the router is asked to watch an actor once, when its
+  // first watcher arrives; every watcher of it is then told exactly once, by
+  // report_remote_down or report_proc_down (whichever comes first).
   void watch_remote(const Address& actor, Watcher w);
-  void report_remote_down(const Address& actor, const absl::Status& reason);
+  void report_remote_down(const Address& actor, const absl::Status& reason, std::string message_type = {});
   void report_proc_down(const ProcId& proc, const absl::Status& reason);
   absl::Status deliver_serialized(const Address& dst, std::string_view type_name, std::string_view bytes,
                                   const std::optional<PortAddress>& reply_to, const Address& sender);
@@ -167,6 +170,13 @@ class RuntimeCore {
 
  private:
   void on_thread_start();
+  // Tells remote watchers on the timer thread: reports come from the
+  // transport's I/O thread, which must not run monitor callbacks.
+  struct RemoteDown {
+    DownEvent event;
+    std::vector<Watcher> watchers;
+  };
+  void notify_remote_down(std::vector<RemoteDown> downs);
 
   ProcId proc_id_;
   std::atomic<bool> spawned_any_{false};

@@ -44,6 +44,13 @@ class SpawnLedger {
     spawned_.clear();
   }
 
+  // The child's failure was reported by its proc (Supervision): its proc's
+  // death later is no second failure.
+  void forget(const Address& child) {
+    std::lock_guard lock(mu_);
+    std::erase_if(spawned_, [&](const Spawned& s) { return s.child == child; });
+  }
+
   // A worker died: every actor spawned there is a failure for its spawner.
   void on_peer_lost(proc::ProcHost& host, const ProcId& peer, const absl::Status& why) {
     std::vector<Spawned> lost;
@@ -82,7 +89,8 @@ class ProcMeshState {
   std::shared_ptr<proc::ProcHost> host;
   std::vector<ProcInfo> procs;
   std::string secret;
-  uint64_t observer_id = 0;
+  uint64_t observer_id = 0;          // peer-lost observer of the ledger
+  uint64_t failure_observer_id = 0;  // remote-failure observer of the ledger
   std::shared_ptr<SpawnLedger> ledger = std::make_shared<SpawnLedger>();
 
   ~ProcMeshState() { (void)stop(); }
@@ -96,6 +104,7 @@ class ProcMeshState {
     ledger->close();
     if (host) {
       host->remove_peer_lost_observer(observer_id);
+      host->remove_remote_failure_observer(failure_observer_id);
       for (const ProcInfo& p : procs) (void)host->send_control(p.id, wire::v1::Stop());
     }
     std::vector<pid_t> pids;
@@ -170,6 +179,18 @@ LocalAllocator::LocalAllocator(LocalAllocatorOptions options) : options_(std::mo
 
 absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, int procs) {
   if (procs <= 0) return absl::InvalidArgumentError("a proc mesh needs at least one proc");
+  absl::StatusOr<Shape> shape = Shape::Create({{"procs", static_cast<size_t>(procs)}});
+  if (!shape.ok()) return shape.status();
+  return allocate(runtime, *shape);
+}
+
+absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape& requested) {
+  // The mesh is numbered 0..n-1 row-major, whatever view `requested` was.
+  absl::StatusOr<Slice> row_major = Slice::RowMajor(requested.sizes());
+  if (!row_major.ok()) return row_major.status();
+  absl::StatusOr<Shape> shape = Shape::Create(requested.labels(), *std::move(row_major));
+  if (!shape.ok()) return shape.status();
+  const int procs = static_cast<int>(shape->size());
   if (options_.transport != "unix" && options_.transport != "tcp") {
     return absl::InvalidArgumentError(absl::StrCat("unknown transport '", options_.transport, "' (unix or tcp)"));
   }
@@ -307,19 +328,43 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, int procs) {
       [ledger = state->ledger, raw = host.get()](const ProcId& peer, const absl::Status& why) {
         ledger->on_peer_lost(*raw, peer, why);
       });
-  ProcMesh mesh;
-  mesh.state_ = std::move(state);
-  return mesh;
+  state->failure_observer_id = host->add_remote_failure_observer(
+      [ledger = state->ledger](const ProcId&, const SupervisionEvent& event) { ledger->forget(event.child); });
+  return ProcMesh(std::move(state), *std::move(shape));
 }
 
-size_t ProcMesh::size() const { return state_ ? state_->procs.size() : 0; }
+ProcMesh::ProcMesh(std::shared_ptr<detail::ProcMeshState> state, Shape shape)
+    : state_(std::move(state)), shape_(std::move(shape)) {
+  auto procs = std::make_shared<std::vector<ProcInfo>>();
+  for (size_t rank : shape_.slice().ranks()) procs->push_back(state_->procs.at(rank));
+  procs_ = std::move(procs);
+}
+
+size_t ProcMesh::size() const { return procs().size(); }
+
+const Shape& ProcMesh::shape() const { return shape_; }
 
 const std::vector<ProcInfo>& ProcMesh::procs() const {
   static const std::vector<ProcInfo> kNone;
-  return state_ ? state_->procs : kNone;
+  return procs_ ? *procs_ : kNone;
 }
 
-const ProcInfo& ProcMesh::proc(size_t rank) const { return procs().at(rank); }
+const ProcInfo& ProcMesh::proc(size_t position) const { return procs().at(position); }
+
+absl::StatusOr<ProcMesh> ProcMesh::slice(std::string_view dim, const Selector& selector) const {
+  if (!state_) return absl::FailedPreconditionError("empty proc mesh");
+  absl::StatusOr<Shape> view = shape_.select(dim, selector);
+  if (!view.ok()) return view.status();
+  return ProcMesh(state_, *std::move(view));
+}
+
+absl::StatusOr<ProcMesh> ProcMesh::slice(
+    std::initializer_list<std::pair<std::string_view, Selector>> selections) const {
+  if (!state_) return absl::FailedPreconditionError("empty proc mesh");
+  absl::StatusOr<Shape> view = shape_.select(selections);
+  if (!view.ok()) return view.status();
+  return ProcMesh(state_, *std::move(view));
+}
 
 const std::string& ProcMesh::secret() const {
   static const std::string kNone;
@@ -347,7 +392,7 @@ absl::StatusOr<std::vector<Address>> ProcMesh::spawn_encoded(uint32_t class_id, 
   for (std::string& t : arg_types) request.add_arg_types(std::move(t));
   if (!parent.empty()) request.set_parent(parent.to_string());
   std::vector<Address> addresses;
-  for (const ProcInfo& p : state_->procs) {
+  for (const ProcInfo& p : procs()) {
     request.set_index(static_cast<uint64_t>(p.rank));
     auto answer = state_->host->request(p.id, request, absl::Seconds(30));
     if (!answer.ok()) return answer.status();

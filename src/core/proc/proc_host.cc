@@ -29,6 +29,9 @@ HostDirectory& host_directory() {
 
 absl::Status status_from(int code, const std::string& message) {
   if (code == 0) return absl::OkStatus();
+  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(absl::StrCat(message, " (status code ", code, ")"));
+  }
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
@@ -73,6 +76,24 @@ class ProcHost::Router : public RemoteRouter {
       lock.unlock();
       fail(msg, absl::UnavailableError(absl::StrCat("cannot send to proc ", who, ": ", sent.message())));
     }
+  }
+
+  void watch(const Address& actor) override {
+    std::shared_lock lock(mu_);
+    if (host_ == nullptr) {
+      lock.unlock();
+      runtime_->report_remote_down(actor, absl::UnavailableError(absl::StrCat(
+                                              "cannot monitor ", actor.to_string(), ": this proc's transport is shut down")));
+      return;
+    }
+    host_->watch_remote_actor(actor);
+  }
+
+  // A local actor watched for `peer` stopped (any thread; the host may be
+  // gone by then, hence through the router).
+  void watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event) {
+    std::shared_lock lock(mu_);
+    if (host_ != nullptr) host_->on_watched_actor_down(peer, actor, event);
   }
 
  private:
@@ -144,18 +165,13 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
                      raw->handle_spawn(peer, correlation, payload);
                    });
   host->on_control(v1::Supervision().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
-    v1::Supervision message;
-    if (!message.ParseFromString(payload)) {
-      CASTMESH_LOG_WARN("castmesh-proc {}: malformed Supervision from {}", raw->id(), peer);
-      return;
-    }
-    SupervisionEvent event;
-    if (auto child = Address::parse(message.child()); child.ok()) event.child = *child;
-    if (auto origin = Address::parse(message.origin()); origin.ok()) event.origin = *origin;
-    event.reason = status_from(message.reason_code(), message.reason_message());
-    if (event.reason.ok()) event.reason = absl::UnknownError("remote actor failed");
-    event.message_type = message.message_type();
-    raw->deliver_failure(message.parent(), std::move(event));
+    raw->handle_supervision(peer, payload);
+  });
+  host->on_control(v1::Monitor().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
+    raw->handle_monitor(peer, payload);
+  });
+  host->on_control(v1::ActorDown().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
+    raw->handle_actor_down(peer, payload);
   });
   {
     std::lock_guard lock(host_directory().mu);
@@ -242,6 +258,18 @@ uint64_t ProcHost::add_peer_lost_observer(PeerLostObserver observer) {
 void ProcHost::remove_peer_lost_observer(uint64_t id) {
   std::lock_guard lock(mu_);
   peer_lost_observers_.erase(id);
+}
+
+uint64_t ProcHost::add_remote_failure_observer(RemoteFailureObserver observer) {
+  std::lock_guard lock(mu_);
+  const uint64_t id = next_id_++;
+  remote_failure_observers_.emplace(id, std::move(observer));
+  return id;
+}
+
+void ProcHost::remove_remote_failure_observer(uint64_t id) {
+  std::lock_guard lock(mu_);
+  remote_failure_observers_.erase(id);
 }
 
 void ProcHost::describe_peer(const ProcId& peer, std::string description) {
@@ -344,6 +372,128 @@ void ProcHost::handle_spawn(const ProcId& peer, uint64_t correlation, const std:
   }
 }
 
+void ProcHost::handle_supervision(const ProcId& peer, const std::string& payload) {
+  v1::Supervision message;
+  if (!message.ParseFromString(payload)) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: malformed Supervision from {}", id(), peer);
+    return;
+  }
+  SupervisionEvent event;
+  if (auto child = Address::parse(message.child()); child.ok()) event.child = *child;
+  if (auto origin = Address::parse(message.origin()); origin.ok()) event.origin = *origin;
+  event.reason = status_from(message.reason_code(), message.reason_message());
+  if (event.reason.ok()) event.reason = absl::UnknownError("remote actor failed");
+  event.message_type = message.message_type();
+  std::vector<RemoteFailureObserver> observers;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [observer_id, observer] : remote_failure_observers_) observers.push_back(observer);
+  }
+  for (auto& observer : observers) observer(peer, event);
+  deliver_failure(message.parent(), std::move(event));
+}
+
+void ProcHost::watch_remote_actor(const Address& actor) {
+  v1::Monitor monitor;
+  monitor.set_actor(actor.to_string());
+  {
+    std::lock_guard lock(mu_);
+    monitor.set_monitor_id(next_id_++);
+    monitors_sent_[actor] = monitor.monitor_id();
+  }
+  absl::Status sent = send_control(actor.proc, monitor);
+  if (sent.ok()) return;
+  {
+    std::lock_guard lock(mu_);
+    auto it = monitors_sent_.find(actor);
+    if (it == monitors_sent_.end() || it->second != monitor.monitor_id()) return;  // answered meanwhile
+    monitors_sent_.erase(it);
+  }
+  runtime_.report_remote_down(actor, absl::UnavailableError(absl::StrCat("cannot monitor ", actor.to_string(),
+                                                                         ": cannot send to proc ", describe(actor.proc),
+                                                                         ": ", sent.message())));
+}
+
+void ProcHost::handle_actor_down(const ProcId& peer, const std::string& payload) {
+  v1::ActorDown message;
+  absl::StatusOr<Address> actor = absl::InvalidArgumentError("malformed ActorDown");
+  if (message.ParseFromString(payload)) actor = Address::parse(message.actor());
+  if (!actor.ok()) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: ignoring bad ActorDown from {} (actor '{}')", id(), peer, message.actor());
+    return;
+  }
+  {
+    std::lock_guard lock(mu_);
+    auto it = monitors_sent_.find(*actor);
+    // Only the answer to the latest Monitor sent for this actor counts (an
+    // older one may be about an earlier actor at the same address).
+    if (it == monitors_sent_.end() || it->second != message.monitor_id()) return;
+    monitors_sent_.erase(it);
+  }
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: monitored actor {} is down ({})", id(), message.actor(),
+                     message.reason_code() == 0 ? std::string("stopped") : message.reason_message());
+  runtime_.report_remote_down(*actor, status_from(message.reason_code(), message.reason_message()),
+                              message.message_type());
+}
+
+void ProcHost::handle_monitor(const ProcId& peer, const std::string& payload) {
+  v1::Monitor message;
+  if (!message.ParseFromString(payload)) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: malformed Monitor from {}", id(), peer);
+    return;
+  }
+  auto actor = Address::parse(message.actor());
+  absl::Status refused;
+  if (!actor.ok()) {
+    refused = absl::InvalidArgumentError(absl::StrCat("cannot monitor '", message.actor(), "': ", actor.status().message()));
+  } else if (actor->proc != id()) {
+    refused = absl::InvalidArgumentError(
+        absl::StrCat("cannot monitor ", message.actor(), ": proc ", id(), " does not host it"));
+  }
+  if (!refused.ok()) {
+    v1::ActorDown down;
+    down.set_actor(message.actor());
+    down.set_monitor_id(message.monitor_id());
+    down.set_reason_code(static_cast<int>(refused.code()));
+    down.set_reason_message(std::string(refused.message()));
+    (void)send_control(peer, down);
+    return;
+  }
+  bool first;
+  {
+    std::lock_guard lock(mu_);
+    auto [it, inserted] = monitors_served_[peer].insert_or_assign(message.actor(), message.monitor_id());
+    first = inserted;
+  }
+  if (!first) return;  // already watched for this peer; the answer carries the latest id
+  // Through the router: the runtime's actors (and their watchers) may
+  // outlive this host, which the router then no longer points to.
+  runtime_.monitor(runtime_.resolve(*actor), [router = router_, peer, name = message.actor()](const DownEvent& event) {
+    router->watched_actor_down(peer, name, event);
+  });
+}
+
+void ProcHost::on_watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event) {
+  v1::ActorDown down;
+  {
+    std::lock_guard lock(mu_);
+    auto by_peer = monitors_served_.find(peer);
+    if (by_peer == monitors_served_.end()) return;  // that peer is gone
+    auto it = by_peer->second.find(actor);
+    if (it == by_peer->second.end()) return;
+    down.set_monitor_id(it->second);
+    by_peer->second.erase(it);
+    if (by_peer->second.empty()) monitors_served_.erase(by_peer);
+  }
+  down.set_actor(actor);
+  down.set_reason_code(static_cast<int>(event.reason.code()));
+  down.set_reason_message(std::string(event.reason.message()));
+  down.set_message_type(event.message_type);
+  if (absl::Status st = send_control(peer, down); !st.ok()) {
+    CASTMESH_LOG_DEBUG("castmesh-proc {}: cannot report the stop of {} to {}: {}", id(), actor, peer, st.ToString());
+  }
+}
+
 void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
   if (!ready_.load(std::memory_order_acquire)) return;
   if (envelope.kind() == v1::Envelope::KIND_CONTROL) {
@@ -406,7 +556,12 @@ void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
   if (!ready_.load(std::memory_order_acquire)) return;
   const absl::Status gone = absl::UnavailableError(absl::StrCat("proc ", describe(peer), " is gone: ", why.message()));
   CASTMESH_LOG_DEBUG("castmesh-proc {}: {}", id(), std::string(gone.message()));
-  runtime_.report_proc_down(peer, gone);
+  {
+    std::lock_guard lock(mu_);
+    monitors_served_.erase(peer);  // nobody left to tell
+    absl::erase_if(monitors_sent_, [&peer](const auto& entry) { return entry.first.proc == peer; });
+  }
+  runtime_.report_proc_down(peer, gone);  // every monitor of an actor there is down
   std::vector<std::shared_ptr<PendingRequest>> failed;
   std::vector<PeerLostObserver> observers;
   {

@@ -2,7 +2,14 @@
 // Endpoint, installs itself as the Runtime's RemoteRouter (actor messages to
 // other procs become Envelopes and back), reports dead peers to the Runtime
 // (pending requests fail, monitors fire), and carries proc-level control
-// messages (join, spawn by registered name, supervision, stop).
+// messages (join, spawn by registered name, supervision, remote monitors,
+// stop).
+//
+// Remote monitors: a monitor of an actor of another proc becomes a Monitor
+// message to that proc (one per actor, RemoteRouter::watch); the owning
+// host watches the actor locally and answers ActorDown when it stops (at
+// once when it is not there). The monitoring host reports the ActorDown, or
+// the owning proc's loss, to its Runtime, which tells every monitor once.
 //
 // Threading: public methods are thread-safe. Control handlers and peer-lost
 // observers run on the endpoint's I/O thread and must not block; request()
@@ -47,6 +54,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
  public:
   using ControlHandler = std::function<void(const ProcId& peer, uint64_t correlation, const std::string& payload)>;
   using PeerLostObserver = std::function<void(const ProcId& peer, const absl::Status& why)>;
+  using RemoteFailureObserver = std::function<void(const ProcId& peer, const SupervisionEvent& event)>;
 
   // Starts the endpoint, sets runtime's proc id to its address and installs
   // the router. The runtime must outlive the host; one host per runtime.
@@ -72,6 +80,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // Called (I/O thread) for every lost peer, after the runtime was told.
   uint64_t add_peer_lost_observer(PeerLostObserver observer);
   void remove_peer_lost_observer(uint64_t id);
+  // Called (I/O thread) for every failure a peer reports of an actor it
+  // spawned for this proc (Supervision message), before it is delivered.
+  uint64_t add_remote_failure_observer(RemoteFailureObserver observer);
+  void remove_remote_failure_observer(uint64_t id);
   // A human description used in errors about `peer` ("rank 2, pid 1234").
   void describe_peer(const ProcId& peer, std::string description);
   // Failures of actors this proc spawned for another proc go back to the
@@ -91,6 +103,14 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   void on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload);
   void on_peer_lost(const std::string& peer, const absl::Status& why);
   void handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload);
+  void handle_supervision(const ProcId& peer, const std::string& payload);
+  // Remote monitors, monitoring side: sends Monitor (Router::watch) and
+  // reports the ActorDown answers to the runtime.
+  void watch_remote_actor(const Address& actor);
+  void handle_actor_down(const ProcId& peer, const std::string& payload);
+  // Remote monitors, owning side: watches a local actor for `peer`.
+  void handle_monitor(const ProcId& peer, const std::string& payload);
+  void on_watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event);
   std::string describe(const ProcId& peer);
 
   Runtime& runtime_;
@@ -105,6 +125,12 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   std::mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_;
   absl::flat_hash_map<uint64_t, PeerLostObserver> peer_lost_observers_;
+  absl::flat_hash_map<uint64_t, RemoteFailureObserver> remote_failure_observers_;
+  // Monitoring side: remote actor -> id of the Monitor sent for it (an
+  // ActorDown with another id is stale and ignored).
+  absl::flat_hash_map<Address, uint64_t> monitors_sent_;
+  // Owning side: peer -> (local actor -> latest monitor id from that peer).
+  absl::flat_hash_map<ProcId, absl::flat_hash_map<std::string, uint64_t>> monitors_served_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_;
   absl::flat_hash_map<ProcId, std::string> descriptions_;
   // Actors spawned here for other procs: child address -> (spawner proc, parent address).

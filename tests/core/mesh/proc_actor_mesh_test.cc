@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 
@@ -19,6 +20,7 @@ struct Add {
 };
 struct Get {};
 struct Pid {};
+struct Fail {};
 
 absl::Status encode_add(const Add& m, std::string* out) {
   *out = std::to_string(m.n);
@@ -32,12 +34,15 @@ absl::Status encode_get(const Get&, std::string* out) { return out->clear(), abs
 absl::Status decode_get(std::string_view, Get*) { return absl::OkStatus(); }
 absl::Status encode_pid(const Pid&, std::string* out) { return out->clear(), absl::OkStatus(); }
 absl::Status decode_pid(std::string_view, Pid*) { return absl::OkStatus(); }
+absl::Status encode_fail(const Fail&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_fail(std::string_view, Fail*) { return absl::OkStatus(); }
 
 }  // namespace
 
 CASTMESH_REGISTER_MESSAGE(Add, "castmesh.test.mesh.Add", encode_add, decode_add);
 CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.mesh.Get", encode_get, decode_get);
 CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.mesh.Pid", encode_pid, decode_pid);
+CASTMESH_REGISTER_MESSAGE(Fail, "castmesh.test.mesh.Fail", encode_fail, decode_fail);
 
 namespace {
 
@@ -48,7 +53,8 @@ class Accumulator : public castmesh::Actor {
   void add(const Add& m) { value_ = value_ * 10 + m.n; }
   int64_t get(const Get&) { return value_; }
   int64_t pid(const Pid&) { return static_cast<int64_t>(::getpid()); }
-  using Handlers = castmesh::Handlers<&Accumulator::add, &Accumulator::get, &Accumulator::pid>;
+  int64_t fail(const Fail&) { throw std::runtime_error("member gave up"); }
+  using Handlers = castmesh::Handlers<&Accumulator::add, &Accumulator::get, &Accumulator::pid, &Accumulator::fail>;
 
  private:
   int64_t value_ = 0;
@@ -127,6 +133,92 @@ TEST(ProcActorMesh, CastCallReduceAndAKilledProc) {
     ASSERT_TRUE(survivors.ok()) << survivors.status();
     EXPECT_EQ(survivors->values(), (std::vector<int64_t>{134, 1234}));
   }
+  EXPECT_TRUE(procs->stop().ok());
+}
+
+// A member whose handler throws stops alone; its proc lives on. The mesh
+// records the dead point (through the remote monitor of the member), a call
+// including it fails at once naming it, the survivors keep working.
+TEST(ProcActorMesh, MemberThatFailsAloneInALiveProcIsRecordedDead) {
+  castmesh::Runtime runtime;
+  auto procs = castmesh::LocalAllocator().allocate(runtime, 4);
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  Shape shape = *Shape::Create({{"hosts", 2}, {"gpus", 2}});
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<MeshEvent> failures;
+  MeshOptions options;
+  options.name = "lone";
+  options.on_failure = [&](const MeshEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    failures.push_back(e);
+    cv.notify_all();
+    return MeshFailureAction::kContinue;
+  };
+  auto mesh = ActorMesh<Accumulator>::Spawn(*procs, shape, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  ASSERT_TRUE(mesh->cast(Add{1}).ok());
+
+  auto member = mesh->slice({{"hosts", 0}, {"gpus", 1}});
+  ASSERT_TRUE(member.ok()) << member.status();
+  absl::Status failed = member->call_one(Fail{}).get(absl::Seconds(20)).status();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_NE(failed.message().find("{hosts=0, gpus=1}"), std::string::npos) << failed;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(10), [&] { return !failures.empty(); });
+    ASSERT_EQ(failures.size(), 1u);
+    EXPECT_EQ(failures[0].point.to_string(), "{hosts=0, gpus=1}");
+    EXPECT_EQ(failures[0].actor, member->refs()[0].address());
+    EXPECT_NE(failures[0].reason.message().find("member gave up"), std::string::npos) << failures[0].reason;
+  }
+  ASSERT_EQ(mesh->events().size(), 1u);
+
+  // A call over the whole mesh fails at once, naming the dead point.
+  absl::Status st = mesh->call(Get{}).get(absl::Seconds(20)).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+  EXPECT_NE(st.message().find("{hosts=0, gpus=1}"), std::string::npos) << st;
+  // The survivors answer, and the dead member's proc is alive and serving.
+  auto survivors = mesh->slice("gpus", 0)->call(Get{}).get(absl::Seconds(20));
+  ASSERT_TRUE(survivors.ok()) << survivors.status();
+  EXPECT_EQ(survivors->values(), (std::vector<int64_t>{1, 1}));
+  auto probes = procs->spawn<Accumulator>("probe");
+  ASSERT_TRUE(probes.ok()) << probes.status();
+  auto pid = (*probes)[1].ask(Pid{}).get(absl::Seconds(20));
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  EXPECT_EQ(*pid, procs->proc(1).pid);
+  mesh->stop();
+  EXPECT_EQ(mesh->events().size(), 1u);  // stopping the rest is no failure
+  EXPECT_TRUE(procs->stop().ok());
+}
+
+// Without a shape, an ActorMesh takes its proc mesh's (or slice's).
+TEST(ProcActorMesh, SpawnTakesTheProcMeshShape) {
+  castmesh::Runtime runtime;
+  Shape shape = *Shape::Create({{"hosts", 2}, {"gpus", 2}});
+  auto procs = castmesh::LocalAllocator().allocate(runtime, shape);
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  MeshOptions options;
+  options.name = "whole";
+  auto mesh = ActorMesh<Accumulator>::Spawn(*procs, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(mesh->shape(), shape);
+  auto pids = mesh->call(Pid{}).get(absl::Seconds(20));
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  for (const auto& [point, pid] : pids->items()) EXPECT_EQ(pid, procs->proc(point.rank()).pid) << point;
+
+  // Over the slice gpus=1: one member per proc of the slice (ranks 1, 3).
+  auto gpu1 = procs->slice("gpus", 1);
+  ASSERT_TRUE(gpu1.ok()) << gpu1.status();
+  options.name = "gpu1";
+  auto sub = ActorMesh<Accumulator>::Spawn(*gpu1, options);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  EXPECT_EQ(sub->shape(), *Shape::Create({{"hosts", 2}}));
+  auto sub_pids = sub->call(Pid{}).get(absl::Seconds(20));
+  ASSERT_TRUE(sub_pids.ok()) << sub_pids.status();
+  EXPECT_EQ(sub_pids->values(), (std::vector<int64_t>{procs->proc(1).pid, procs->proc(3).pid}));
+  mesh->stop();
+  sub->stop();
   EXPECT_TRUE(procs->stop().ok());
 }
 

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -232,6 +233,77 @@ TEST(ProcMesh, RemoteTellAndAskWithConstructorArguments) {
   for (const auto& p : mesh->procs()) EXPECT_TRUE(process_gone(static_cast<pid_t>(p.pid), 5s));
 }
 
+TEST(ProcMesh, AllocatedWithAShapeAndSliced) {
+  castmesh::Runtime runtime;
+  const auto shape = castmesh::Shape::Create({{"hosts", 1}, {"gpus", 4}});
+  ASSERT_TRUE(shape.ok());
+  std::optional<castmesh::ProcMesh> mesh;
+  {
+    auto allocated = castmesh::LocalAllocator(quick_options()).allocate(runtime, *shape);
+    ASSERT_TRUE(allocated.ok()) << allocated.status();
+    mesh = *std::move(allocated);
+  }
+  EXPECT_EQ(mesh->shape(), *shape);
+  ASSERT_EQ(mesh->size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(mesh->proc(i).rank, static_cast<int>(i));
+
+  // Every other gpu: a view over ranks 0 and 2, same workers.
+  auto even = mesh->slice("gpus", castmesh::Range(0, 4, 2));
+  ASSERT_TRUE(even.ok()) << even.status();
+  EXPECT_EQ(even->shape().labels(), (std::vector<std::string>{"hosts", "gpus"}));
+  EXPECT_EQ(even->shape().sizes(), (std::vector<size_t>{1, 2}));
+  ASSERT_EQ(even->size(), 2u);
+  EXPECT_EQ(even->proc(0).rank, 0);
+  EXPECT_EQ(even->proc(1).rank, 2);
+  EXPECT_EQ(even->proc(1).pid, mesh->proc(2).pid);
+  EXPECT_EQ(even->proc(1).id, mesh->proc(2).id);
+  // A slice of the slice, and a single proc (dimensions dropped).
+  auto third = even->slice("gpus", 1);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->shape().labels(), (std::vector<std::string>{"hosts"}));
+  ASSERT_EQ(third->size(), 1u);
+  EXPECT_EQ(third->proc(0).rank, 2);
+  auto one = mesh->slice({{"hosts", 0}, {"gpus", 3}});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->shape().ndim(), 0u);
+  EXPECT_EQ(one->proc(0).rank, 3);
+  // Clear errors.
+  EXPECT_EQ(mesh->slice("gpu", 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(mesh->slice("gpus", 4).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(castmesh::ProcMesh().slice("gpus", 0).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Spawning on a slice puts one actor on each of its procs, indexed by rank.
+  auto echoes = even->spawn<Echo>("even", std::string("e"));
+  ASSERT_TRUE(echoes.ok()) << echoes.status();
+  ASSERT_EQ(echoes->size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ((*echoes)[i].address().proc, even->proc(i).id);
+    EXPECT_EQ((*echoes)[i].address().index, static_cast<uint64_t>(even->proc(i).rank));
+    auto pid = (*echoes)[i].ask(GetPid{}).get(absl::Seconds(10));
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    EXPECT_EQ(*pid, even->proc(i).pid);
+  }
+
+  // A slice shares the workers: they outlive the mesh it came from.
+  const std::vector<castmesh::ProcInfo> all = mesh->procs();
+  mesh.reset();
+  auto n = (*echoes)[1].ask(Ping{6}).get(absl::Seconds(10));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 6);
+  // stop() on a slice stops every worker of the mesh.
+  ASSERT_TRUE(third->stop().ok());
+  for (const auto& p : all) EXPECT_TRUE(process_gone(static_cast<pid_t>(p.pid), 5s));
+}
+
+TEST(ProcMesh, CountAllocationHasOneDimension) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  EXPECT_EQ(mesh->shape(), *castmesh::Shape::Create({{"procs", 2}}));
+  EXPECT_EQ(mesh->slice("procs", 1)->proc(0).rank, 1);
+  EXPECT_EQ(castmesh::LocalAllocator().allocate(runtime, 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ProcMesh, WorksOverTcpLoopback) {
   castmesh::Runtime runtime;
   castmesh::LocalAllocatorOptions options = quick_options();
@@ -315,6 +387,187 @@ TEST(ProcMesh, HandlerFailureOnAWorkerReachesTheSpawner) {
   auto event = events.wait_for_child((*echoes)[0].address());
   ASSERT_TRUE(event.has_value());
   EXPECT_NE(event->reason.message().find("boom from a worker"), std::string::npos) << event->reason;
+}
+
+// Collects the DownEvents of Runtime::monitor callbacks.
+struct Downs {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<castmesh::DownEvent> events;
+  std::function<void(const castmesh::DownEvent&)> callback() {
+    return [this](const castmesh::DownEvent& e) {
+      std::lock_guard lock(mu);
+      events.push_back(e);
+      cv.notify_all();
+    };
+  }
+  // Waits until `n` events arrived; returns them all.
+  std::vector<castmesh::DownEvent> wait_for(size_t n, std::chrono::seconds timeout = 10s) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, timeout, [&] { return events.size() >= n; });
+    return events;
+  }
+};
+
+TEST(RemoteMonitor, ActorThatFailsAloneInALiveProcIsReported) {
+  Events events;
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options(&events)).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  auto others = mesh->spawn<Echo>("other", std::string("o"));
+  ASSERT_TRUE(echoes.ok() && others.ok());
+  const auto& failing = (*echoes)[0];
+  Downs downs, other_downs;
+  runtime.monitor(failing, downs.callback());
+  runtime.monitor(failing, downs.callback());  // a second monitor of the same actor
+  runtime.monitor((*others)[0], other_downs.callback());
+
+  EXPECT_FALSE(failing.ask(Boom{}).get(absl::Seconds(10)).ok());
+  auto seen = downs.wait_for(2);
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& e : seen) {
+    EXPECT_EQ(e.actor, failing.address());
+    EXPECT_EQ(e.reason.code(), absl::StatusCode::kInternal) << e.reason;
+    EXPECT_NE(e.reason.message().find("boom from a worker"), std::string::npos) << e.reason;
+    EXPECT_NE(e.message_type.find("Boom"), std::string::npos) << e.message_type;
+  }
+  // The proc lives on: its other actor answers and is not reported down.
+  auto alive = (*others)[0].ask(Ping{4}).get(absl::Seconds(10));
+  ASSERT_TRUE(alive.ok()) << alive.status();
+  EXPECT_EQ(*alive, 4);
+  EXPECT_TRUE(other_downs.wait_for(1, 0s).empty());
+  // The supervision event reached the spawner too.
+  ASSERT_TRUE(events.wait_for_child(failing.address()).has_value());
+
+  // Killing the proc now reports the other actor, and nothing more about
+  // the failed one (its monitors were told once; its spawner too).
+  ASSERT_EQ(::kill(static_cast<pid_t>(mesh->proc(0).pid), SIGKILL), 0);
+  auto other_seen = other_downs.wait_for(1);
+  ASSERT_EQ(other_seen.size(), 1u);
+  EXPECT_EQ(other_seen[0].reason.code(), absl::StatusCode::kUnavailable) << other_seen[0].reason;
+  ASSERT_TRUE(events.wait_for_child((*others)[0].address()).has_value());
+  EXPECT_EQ(downs.wait_for(3, 0s).size(), 2u);
+  std::lock_guard lock(events.mu);
+  EXPECT_EQ(std::count_if(events.events.begin(), events.events.end(),
+                          [&](const auto& e) { return e.child == failing.address(); }),
+            1);
+}
+
+TEST(RemoteMonitor, StoppedAndUnknownActorsAreReportedPromptly) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  ASSERT_TRUE(echoes.ok());
+
+  // A normal stop: reason OK.
+  Downs stopped;
+  runtime.monitor((*echoes)[0], stopped.callback());
+  (*echoes)[0].stop();
+  auto seen = stopped.wait_for(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].reason.ok()) << seen[0].reason;
+
+  // Monitoring it again, now that it is gone, and an actor that never was.
+  Downs again, ghost;
+  runtime.monitor((*echoes)[0], again.callback());
+  const castmesh::Address ghost_address{mesh->proc(0).id, "ghost", 7};
+  runtime.monitor(runtime.resolve(ghost_address), ghost.callback());
+  for (auto* d : {&again, &ghost}) {
+    auto events = d->wait_for(1);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].reason.code(), absl::StatusCode::kNotFound) << events[0].reason;
+    EXPECT_NE(events[0].reason.message().find("no actor " + events[0].actor.to_string()), std::string::npos)
+        << events[0].reason;
+  }
+  EXPECT_EQ(ghost.wait_for(1)[0].actor, ghost_address);
+}
+
+// Watches a remote actor from inside an actor (Actor::monitor).
+struct WatchIt {
+  std::string target;  // an ActorRef, as bytes
+};
+struct CountDowns {};
+
+}  // namespace
+
+namespace {
+absl::Status encode_watch(const WatchIt& m, std::string* out) {
+  *out = m.target;
+  return absl::OkStatus();
+}
+absl::Status decode_watch(std::string_view b, WatchIt* m) {
+  m->target = std::string(b);
+  return absl::OkStatus();
+}
+absl::Status encode_count(const CountDowns&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_count(std::string_view, CountDowns*) { return absl::OkStatus(); }
+}  // namespace
+CASTMESH_REGISTER_MESSAGE(WatchIt, "test.WatchIt", encode_watch, decode_watch);
+CASTMESH_REGISTER_MESSAGE(CountDowns, "test.CountDowns", encode_count, decode_count);
+
+// Counts the DownEvents it gets ("<count> <last reason code>").
+class Watcher : public castmesh::Actor {
+ public:
+  void watch(const WatchIt& w) { monitor(castmesh::UntypedRef::from_bytes(w.target).value()); }
+  void on_down(const castmesh::DownEvent& e) override {
+    ++count_;
+    last_ = e.reason.code();
+  }
+  std::string count(const CountDowns&) { return absl::StrCat(count_, " ", static_cast<int>(last_)); }
+  using Handlers = castmesh::Handlers<&Watcher::watch, &Watcher::count>;
+
+ private:
+  int count_ = 0;
+  absl::StatusCode last_ = absl::StatusCode::kOk;
+};
+CASTMESH_REGISTER_ACTOR(Watcher);
+
+namespace {
+
+TEST(RemoteMonitor, KilledProcFiresEveryMonitorExactlyOnce) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  auto watchers = mesh->spawn<Watcher>("watcher");
+  ASSERT_TRUE(echoes.ok() && watchers.ok());
+  const auto& doomed = (*echoes)[1];
+  Downs a, b;
+  runtime.monitor(doomed, a.callback());
+  runtime.monitor(doomed, b.callback());
+  // A worker (rank 0) watches the actor of rank 1 too, worker to worker.
+  (*watchers)[0].tell(WatchIt{doomed.to_bytes()});
+  ASSERT_EQ(*(*watchers)[0].ask(CountDowns{}).get(absl::Seconds(10)), "0 0");  // the watch is in place
+
+  ASSERT_EQ(::kill(static_cast<pid_t>(mesh->proc(1).pid), SIGKILL), 0);
+  for (auto* d : {&a, &b}) {
+    auto events = d->wait_for(1);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].actor, doomed.address());
+    EXPECT_EQ(events[0].reason.code(), absl::StatusCode::kUnavailable) << events[0].reason;
+    EXPECT_NE(events[0].reason.message().find(mesh->proc(1).id), std::string::npos) << events[0].reason;
+  }
+  std::string worker_view;
+  for (int i = 0; i < 1000; ++i) {
+    worker_view = *(*watchers)[0].ask(CountDowns{}).get(absl::Seconds(10));
+    if (worker_view != "0 0") break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(worker_view, absl::StrCat("1 ", static_cast<int>(absl::StatusCode::kUnavailable)));
+
+  // A monitor added after the death is told too (the dead proc cannot be
+  // reached); it comes after any duplicate of the first ones would have.
+  Downs late;
+  runtime.monitor(doomed, late.callback());
+  auto late_events = late.wait_for(1);
+  ASSERT_EQ(late_events.size(), 1u);
+  EXPECT_EQ(late_events[0].reason.code(), absl::StatusCode::kUnavailable) << late_events[0].reason;
+  EXPECT_EQ(a.wait_for(2, 0s).size(), 1u);
+  EXPECT_EQ(b.wait_for(2, 0s).size(), 1u);
+  EXPECT_EQ(*(*watchers)[0].ask(CountDowns{}).get(absl::Seconds(10)),
+            absl::StrCat("1 ", static_cast<int>(absl::StatusCode::kUnavailable)));
 }
 
 TEST(ProcMesh, KilledProcFailsPendingAsksAndTellsTheSpawner) {
