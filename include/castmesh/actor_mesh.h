@@ -35,11 +35,14 @@
 // a pooled actor). The failure handler runs on the thread where the member
 // stopped and must not block.
 //
-// Scope today: members may live in this process (Spawn(runtime, ...)) or one
-// per proc of a ProcMesh (Spawn(procs, ...)); the forwarding actors of the
-// cast tree always run in the controller's runtime, so across procs the
-// controller's process still sends one message per member (its caller
-// thread sends O(fanout)). See docs/meshes.md.
+// Across procs. When members live in other procs (Spawn(procs, ...), or
+// Create over remote refs), the tree's nodes are the procs themselves: the
+// cast relay of every proc (detail/proc_cast.h) delivers to its own members
+// and forwards to at most `fanout` child procs, so the caller's process
+// sends at most `fanout` wire messages per cast or request; replies come
+// back up the tree, one message per subtree, and a reduction with a
+// registered reducer (Reducer::registered) is folded by the relays on the
+// way. Messages and replies then need codecs. See docs/meshes.md.
 #pragma once
 
 #include <algorithm>
@@ -49,6 +52,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -63,6 +67,7 @@
 #include "castmesh/actor.h"
 #include "castmesh/cast_tree.h"
 #include "castmesh/detail/mesh_reply.h"
+#include "castmesh/detail/proc_cast.h"
 #include "castmesh/future.h"
 #include "castmesh/port.h"
 #include "castmesh/proc_mesh.h"
@@ -97,9 +102,11 @@ using MeshFailureHandler = std::function<MeshFailureAction(const MeshEvent&)>;
 
 struct MeshOptions {
   // Name of the member actors (their addresses are proc/name[rank]); the
-  // forwarding actors are named name + "-cast". Default: the class name.
+  // in-process forwarding actors (a mesh whose members are all in this
+  // process) are named name + "-cast". Default: the class name.
   std::string name{};
-  // Fan-out of the cast tree; a value >= the mesh size is direct fan-out.
+  // Fan-out of the cast tree (over members in process, over procs across
+  // procs); a value >= the number of nodes is direct fan-out.
   size_t fanout = 8;
   // Default (empty): log the event and stop the mesh.
   MeshFailureHandler on_failure = nullptr;
@@ -147,8 +154,9 @@ struct CastHop {
   size_t up_slot = 0;
 };
 
-// The forwarding actor of one member (one per member, in-process today;
-// one per proc when meshes span procs).
+// The forwarding actor of one member of a mesh whose members all live in
+// this process (across procs the procs' cast relays forward instead,
+// detail/proc_cast.h).
 class MeshForwarder : public Actor {
  public:
   void hop(const CastHop& h) { h.work->run(h); }
@@ -164,8 +172,12 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   const Shape& base() const { return base_; }
   size_t default_fanout() const { return fanout_; }
 
-  // Set once, by Spawn, before the mesh is shared.
-  void set_members(std::vector<UntypedRef> members, std::vector<ActorRef<MeshForwarder>> forwarders);
+  // Set once, by Spawn, before the mesh is shared. `proc_tree` (members in
+  // other procs) replaces the in-process forwarders.
+  void set_members(std::vector<UntypedRef> members, std::vector<ActorRef<MeshForwarder>> forwarders,
+                   std::shared_ptr<ProcCastTree> proc_tree = nullptr);
+  // The per-proc cast tree, or nullptr when every member is in this process.
+  const std::shared_ptr<ProcCastTree>& proc_tree() const { return proc_tree_; }
   // Monitors every member through `runtime` (after set_members).
   void watch_members(Runtime& runtime);
 
@@ -202,6 +214,7 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   const MeshFailureHandler on_failure_;
   std::vector<UntypedRef> members_;
   std::vector<ActorRef<MeshForwarder>> forwarders_;
+  std::shared_ptr<ProcCastTree> proc_tree_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
 
   mutable std::mutex mu_;  // guards the members below
@@ -348,6 +361,85 @@ struct ReduceWork final : RoutedWork {
   Reducer<R> reducer;
 };
 
+// Encodes a mesh message once for the per-proc tree.
+template <typename M>
+absl::Status encode_cast(const M& msg, CastRequest* request) {
+  ensure_codec<M>();
+  const MessageCodec* codec = codec_for(type_id<M>());
+  if (codec == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("message type ", std::string(type_name<M>()),
+                                                      " has no codec, and the mesh has members in other procs "
+                                                      "(CASTMESH_REGISTER_MESSAGE)"));
+  }
+  request->message_type = codec->wire_name;
+  return codec->encode(&msg, &request->message);
+}
+
+// Decodes the value of a reply that came up the per-proc tree.
+template <typename R>
+absl::StatusOr<R> decode_piece(const CastPiece& piece) {
+  R value{};
+  if (absl::Status st = decode_value(piece.value, &value); !st.ok()) return st;
+  return value;
+}
+
+// The caller's end of a reduction over the per-proc tree: pieces (each a
+// run of targets, folded by relays where they could) arrive in any order;
+// once they cover every target they are folded in row-major order.
+template <typename R>
+class PieceFold {
+ public:
+  using Done = std::function<void(absl::StatusOr<R>)>;
+  PieceFold(size_t expected, Reducer<R> reducer, Shape base, Done done)
+      : expected_(expected), reducer_(std::move(reducer)), base_(std::move(base)), done_(std::move(done)) {}
+
+  void add(std::vector<CastPiece> batch) {
+    absl::Status error;
+    std::vector<CastPiece> all;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (finished_) return;
+      for (CastPiece& p : batch) {
+        if (!p.error.ok()) {
+          error = member_error(*base_.point_at(p.first_rank), p.error);
+          break;
+        }
+        covered_ += p.count;
+        pieces_.push_back(std::move(p));
+      }
+      if (error.ok() && covered_ < expected_) return;
+      finished_ = true;
+      all = std::move(pieces_);
+    }
+    if (!error.ok()) {
+      done_(std::move(error));
+      return;
+    }
+    std::sort(all.begin(), all.end(),
+              [](const CastPiece& a, const CastPiece& b) { return a.first_rank < b.first_rank; });
+    std::optional<R> folded;
+    for (const CastPiece& p : all) {
+      absl::StatusOr<R> v = decode_piece<R>(p);
+      if (!v.ok()) {
+        done_(member_error(*base_.point_at(p.first_rank), v.status()));
+        return;
+      }
+      folded = folded ? reducer_.combine(std::move(*folded), *std::move(v)) : *std::move(v);
+    }
+    done_(std::move(*folded));
+  }
+
+ private:
+  const size_t expected_;
+  const Reducer<R> reducer_;
+  const Shape base_;
+  const Done done_;
+  std::mutex mu_;
+  std::vector<CastPiece> pieces_;  // guarded by mu_
+  size_t covered_ = 0;             // guarded by mu_
+  bool finished_ = false;          // guarded by mu_
+};
+
 }  // namespace detail
 
 template <typename A>
@@ -393,9 +485,8 @@ class ActorMesh {
 
   // Same, giving the members `shape` instead, whose size must equal the
   // number of procs (the proc at row-major position r of procs.shape() is
-  // the point at row-major position r of `shape`). The cast tree's
-  // forwarders run in the controller's runtime (see "Scope" in
-  // docs/meshes.md).
+  // the point at row-major position r of `shape`). The cast tree's nodes
+  // are the procs' cast relays (see "Meshes over procs" in docs/meshes.md).
   template <typename... Args>
   static absl::StatusOr<ActorMesh> Spawn(const ProcMesh& procs, const Shape& shape, MeshOptions options,
                                          const Args&... args) {
@@ -411,9 +502,13 @@ class ActorMesh {
 
   // A mesh over actors that already exist (e.g. spawned by other means), the
   // member at base rank r being members[r] (row-major order of `shape`).
-  // Spawns the forwarding actors in `runtime` and monitors the members.
-  // Errors: a member count that differs from shape.size(), fanout 0, the
-  // forwarders' names taken.
+  // Monitors the members. All members in this process: spawns the
+  // forwarding actors in `runtime`. Some in other procs (then `runtime` must
+  // be a proc): installs the mesh's table in the cast relay of every proc
+  // holding a member (blocks for their answers); the tree's nodes are those
+  // procs, in the order their first member appears. Errors: a member count
+  // that differs from shape.size(), fanout 0, the forwarders' names taken,
+  // a proc that does not answer.
   static absl::StatusOr<ActorMesh> Create(Runtime& runtime, const Shape& shape,
                                           const std::vector<ActorRef<A>>& members, MeshOptions options) {
     if (options.fanout == 0) return absl::InvalidArgumentError("mesh cast fan-out must be at least 1");
@@ -425,6 +520,22 @@ class ActorMesh {
     // The mesh is numbered 0..n-1 whatever view `shape` was.
     absl::StatusOr<Shape> base = Shape::Create(shape.labels(), *Slice::RowMajor(shape.sizes()));
     if (!base.ok()) return base.status();
+    std::vector<Address> addresses;
+    bool remote = false;
+    for (const auto& m : members) {
+      addresses.push_back(m.address());
+      remote = remote || m.address().proc != runtime.proc_id();
+    }
+    if (remote) {  // members in other procs: the tree's nodes are the procs' relays
+      absl::StatusOr<std::shared_ptr<detail::ProcCastTree>> tree =
+          detail::ProcCastTree::Create(runtime, options.name, *base, addresses);
+      if (!tree.ok()) return tree.status();
+      auto state = std::make_shared<detail::MeshState>(options.name, *base, options.fanout,
+                                                       std::move(options.on_failure));
+      state->set_members(std::vector<UntypedRef>(members.begin(), members.end()), {}, *std::move(tree));
+      state->watch_members(runtime);
+      return ActorMesh(std::make_shared<detail::MeshOwner>(state), *base, options.fanout);
+    }
     std::vector<ActorRef<detail::MeshForwarder>> forwarders;
     for (size_t rank = 0; rank < base->size(); ++rank) {
       absl::StatusOr<ActorRef<detail::MeshForwarder>> forwarder = runtime.spawn_with<detail::MeshForwarder>(
@@ -487,6 +598,11 @@ class ActorMesh {
     (void)sizeof(detail::HandlerFor<A, std::decay_t<M>>);
     absl::Status st = state_->check_view(view_);
     if (!st.ok() && st.code() == absl::StatusCode::kFailedPrecondition) return st;
+    if (const auto& tree = state_->proc_tree()) {
+      detail::CastRequest request = proc_request(detail::CastMode::kTell);
+      if (absl::Status encoded = detail::encode_cast(msg, &request); !encoded.ok()) return encoded;
+      return tree->send(std::move(request), nullptr);
+    }
     auto route = route_for_view();
     if (!route.ok()) return route.status();
     auto work = std::make_shared<const detail::TellWork<A, std::decay_t<M>>>(state_, *std::move(route),
@@ -513,6 +629,25 @@ class ActorMesh {
             port.fail(std::move(r).status());
           }
         });
+    if (const auto& tree = state_->proc_tree()) {
+      detail::CastRequest request = proc_request(detail::CastMode::kGather);
+      absl::Status sent = detail::encode_cast(msg, &request);
+      if (sent.ok()) {
+        sent = tree->send(std::move(request), [gather, view = view_, base = state_->base()](
+                                                  std::vector<detail::CastPiece> pieces) {
+          for (const detail::CastPiece& p : pieces) {
+            absl::StatusOr<R> v = p.error.ok() ? detail::decode_piece<R>(p) : absl::StatusOr<R>(p.error);
+            if (!v.ok()) {
+              gather->fail(detail::member_error(*base.point_at(p.first_rank), v.status()));
+              return;
+            }
+            gather->set_value(*view.slice().position_of(p.first_rank), *std::move(v));
+          }
+        });
+      }
+      if (!sent.ok()) gather->fail(sent);
+      return std::move(future);
+    }
     auto work = std::make_shared<const detail::GatherWork<A, std::decay_t<M>, R>>(
         state_, *std::move(route), view_, std::move(msg), std::move(gather));
     detail::RoutedWork::launch(work, nullptr);
@@ -528,6 +663,28 @@ class ActorMesh {
     auto route = route_for_view();
     if (!route.ok()) return make_failed_future<R>(route.status());
     auto [port, future] = make_once_port<R>();
+    if (const auto& tree = state_->proc_tree()) {
+      auto fold = std::make_shared<detail::PieceFold<R>>(
+          view_.size(), reducer, state_->base(), [port = std::move(port)](absl::StatusOr<R> r) {
+            if (r.ok()) {
+              port.send(*std::move(r));
+            } else {
+              port.fail(std::move(r).status());
+            }
+          });
+      detail::CastRequest request = proc_request(detail::CastMode::kReduce);
+      if (reducer.registered) {
+        request.reducer = reducer.name;
+        request.reducer_type = std::string(type_name<R>());
+      }
+      absl::Status sent = detail::encode_cast(msg, &request);
+      if (sent.ok()) {
+        sent = tree->send(std::move(request),
+                          [fold](std::vector<detail::CastPiece> pieces) { fold->add(std::move(pieces)); });
+      }
+      if (!sent.ok()) fold->add({detail::CastPiece{view_.slice().rank_at(0).value_or(0), 1, sent, {}}});
+      return std::move(future);
+    }
     const size_t top_slots = route->root_children().size();
     auto root = std::make_shared<detail::ReduceNode<R>>(
         top_slots, reducer, [port = std::move(port)](absl::StatusOr<R> r) {
@@ -594,6 +751,24 @@ class ActorMesh {
       for (const Point& p : view_.points()) queue->push(p, st);
       return ReplyStream<R>(queue);
     }
+    if (const auto& tree = state_->proc_tree()) {
+      detail::CastRequest request = proc_request(detail::CastMode::kStream);
+      absl::Status sent = detail::encode_cast(msg, &request);
+      if (sent.ok()) {
+        sent = tree->send(std::move(request), [queue, view = view_, base = state_->base()](
+                                                  std::vector<detail::CastPiece> pieces) {
+          for (const detail::CastPiece& p : pieces) {
+            absl::StatusOr<R> v = p.error.ok() ? detail::decode_piece<R>(p) : absl::StatusOr<R>(p.error);
+            if (!v.ok()) v = detail::member_error(*base.point_at(p.first_rank), v.status());
+            queue->push(*view.point_of_rank(p.first_rank), std::move(v));
+          }
+        });
+      }
+      if (!sent.ok()) {
+        for (const Point& p : view_.points()) queue->push(p, sent);
+      }
+      return ReplyStream<R>(queue);
+    }
     auto work = std::make_shared<const detail::StreamWork<A, std::decay_t<M>, R>>(
         state_, *std::move(route), view_, std::move(msg), queue);
     detail::RoutedWork::launch(work, nullptr);
@@ -611,6 +786,14 @@ class ActorMesh {
   ActorMesh(std::shared_ptr<detail::MeshOwner> owner, Shape view, size_t fanout)
       : owner_(std::move(owner)), state_(owner_->state), view_(std::move(view)), fanout_(fanout) {}
 
+  // A request over the per-proc tree for this view and fan-out.
+  detail::CastRequest proc_request(detail::CastMode mode) const {
+    detail::CastRequest request;
+    request.mode = mode;
+    request.view = view_.slice();
+    request.fanout = fanout_;
+    return request;
+  }
   absl::StatusOr<CastRoute> route_for_view() const {
     return CastRoute::Create(state_->base().size(), view_.slice(), fanout_);
   }

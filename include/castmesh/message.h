@@ -165,3 +165,26 @@ MessageCodec make_codec(std::string wire_name, absl::Status (*enc)(const void*, 
   return c;
 }
 }  // namespace castmesh::detail
+
+namespace castmesh::detail {
+// Encodes / decodes one value with its type's codec (errors: no codec, or
+// the codec's own error).
+template <typename T>
+absl::Status encode_value(const T& value, std::string* out) {
+  ensure_codec<T>();
+  const MessageCodec* codec = codec_for(type_id<T>());
+  if (codec == nullptr) {
+    return absl::FailedPreconditionError("no codec for " + std::string(type_name<T>()) +
+                                         ": register one with CASTMESH_REGISTER_MESSAGE");
+  }
+  return codec->encode(&value, out);
+}
+
+template <typename T>
+absl::Status decode_value(std::string_view bytes, T* value) {
+  ensure_codec<T>();
+  const MessageCodec* codec = codec_for(type_id<T>());
+  if (codec == nullptr) return absl::FailedPreconditionError("no codec for " + std::string(type_name<T>()));
+  return codec->decode(bytes, value);
+}
+}  // namespace castmesh::detail

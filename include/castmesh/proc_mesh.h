@@ -71,25 +71,6 @@ void register_actor_factory(uint32_t class_id, ActorFactory factory);
 // The registration name of an actor class, or "" if it is not registered.
 std::string registered_actor_name(uint32_t class_id);
 
-template <typename T>
-absl::Status encode_value(const T& value, std::string* out) {
-  ensure_codec<T>();
-  const MessageCodec* codec = codec_for(type_id<T>());
-  if (codec == nullptr) {
-    return absl::FailedPreconditionError("no codec for " + std::string(type_name<T>()) +
-                                         ": register one with CASTMESH_REGISTER_MESSAGE");
-  }
-  return codec->encode(&value, out);
-}
-
-template <typename T>
-absl::Status decode_value(std::string_view bytes, T* value) {
-  ensure_codec<T>();
-  const MessageCodec* codec = codec_for(type_id<T>());
-  if (codec == nullptr) return absl::FailedPreconditionError("no codec for " + std::string(type_name<T>()));
-  return codec->decode(bytes, value);
-}
-
 template <typename A, typename... Args, std::size_t... I>
 absl::StatusOr<Address> spawn_from_encoded(Runtime& runtime, SpawnOptions options,
                                            const std::vector<std::string>& args, std::index_sequence<I...>) {

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/message.h"
 #include "castmesh/shape.h"
 
 namespace castmesh {
@@ -26,30 +29,114 @@ namespace castmesh {
 // ActorMesh::call(msg, reducer)). Values are always combined in row-major
 // order of the points (left operand first), so the operation needs to be
 // associative but not commutative. `name` is for logs and errors.
+//
+// `registered`: the reducer is registered under `name` for T in every proc
+// of this binary (the built-in sum/min/max of arithmetic types and
+// std::string, or CASTMESH_REGISTER_REDUCER), so the cast relays of other
+// procs can fold with it on the way back. An unregistered reducer (e.g.
+// reducers::custom with a lambda) still works: the values travel up
+// unfolded and the caller folds them (docs/meshes.md).
 template <typename T>
 struct Reducer {
   std::string name;
   std::function<T(T, T)> combine;
+  bool registered = false;
 };
+
+namespace detail {
+
+// Folds two encoded values of one type into one encoded value.
+using EncodedFold = std::function<absl::StatusOr<std::string>(std::string_view, std::string_view)>;
+
+// The registry of reducers that other procs can use, by (name, C++ type
+// name). Thread-safe; registration is meant for static initialisation (a
+// second registration of a key keeps the first). `typed` points at the
+// std::function<T(T, T)> of the reducer (for reducers::registered).
+void register_reducer_entry(std::string name, std::string value_type, std::shared_ptr<const void> typed,
+                            EncodedFold fold);
+// The typed combine function (a std::function<T(T, T)>) registered under
+// (name, value_type), or nullptr.
+std::shared_ptr<const void> find_reducer_combine(std::string_view name, std::string_view value_type);
+// The encoded fold registered under (name, value_type), or nullptr. The
+// pointer stays valid for the life of the process.
+const EncodedFold* find_encoded_fold(std::string_view name, std::string_view value_type);
+
+template <typename T, typename F>
+bool register_reducer_as(std::string name, F combine) {
+  auto typed = std::make_shared<const std::function<T(T, T)>>(std::move(combine));
+  EncodedFold fold = [typed](std::string_view a, std::string_view b) -> absl::StatusOr<std::string> {
+    T x{}, y{};
+    if (absl::Status st = decode_value(a, &x); !st.ok()) return st;
+    if (absl::Status st = decode_value(b, &y); !st.ok()) return st;
+    std::string out;
+    if (absl::Status st = encode_value((*typed)(std::move(x), std::move(y)), &out); !st.ok()) return st;
+    return out;
+  };
+  register_reducer_entry(std::move(name), std::string(type_name<T>()), typed, std::move(fold));
+  return true;
+}
+
+// Registers sum/min/max for T at static initialisation of every binary
+// that uses them (so worker procs, re-executions of the same binary, know
+// them too). Only for types with built-in codecs.
+template <typename T>
+inline constexpr bool kBuiltinReducible = std::is_arithmetic_v<T> || std::is_same_v<T, std::string>;
+
+template <typename T>
+inline const bool builtin_reducers_registered = [] {
+  if constexpr (kBuiltinReducible<T>) {
+    register_reducer_as<T>("sum", [](T a, T b) { return a + b; });
+    register_reducer_as<T>("min", [](T a, T b) { return b < a ? b : a; });
+    register_reducer_as<T>("max", [](T a, T b) { return a < b ? b : a; });
+  }
+  return kBuiltinReducible<T>;
+}();
+
+}  // namespace detail
+
+// Registers `combine` (an associative T(T, T)) as the reducer `name` over
+// Type, in every proc of this binary; get it with
+// reducers::registered<Type>(name). At namespace scope in a .cc file linked
+// into every proc: CASTMESH_REGISTER_REDUCER(Stats, "merge", merge_stats);
+#define CASTMESH_REGISTER_REDUCER(Type, name, combine)                                                     \
+  static const bool CASTMESH_DETAIL_REDUCER_CONCAT(castmesh_reducer_registered_, __LINE__) [[maybe_unused]] = \
+      ::castmesh::detail::register_reducer_as<Type>(name, combine)
+#define CASTMESH_DETAIL_REDUCER_CONCAT2(a, b) a##b
+#define CASTMESH_DETAIL_REDUCER_CONCAT(a, b) CASTMESH_DETAIL_REDUCER_CONCAT2(a, b)
 
 namespace reducers {
 
+// Built-in reducers; registered (foldable in other procs) for arithmetic
+// types and std::string.
 template <typename T>
 Reducer<T> sum() {
-  return {"sum", [](T a, T b) { return a + b; }};
+  return {"sum", [](T a, T b) { return a + b; }, detail::builtin_reducers_registered<T>};
 }
 template <typename T>
 Reducer<T> min() {
-  return {"min", [](T a, T b) { return b < a ? b : a; }};
+  return {"min", [](T a, T b) { return b < a ? b : a; }, detail::builtin_reducers_registered<T>};
 }
 template <typename T>
 Reducer<T> max() {
-  return {"max", [](T a, T b) { return a < b ? b : a; }};
+  return {"max", [](T a, T b) { return a < b ? b : a; }, detail::builtin_reducers_registered<T>};
 }
-// A user-defined reduction; `combine(a, b)` must be associative.
+// A user-defined reduction; `combine(a, b)` must be associative. Not
+// registered: across procs the caller folds the values.
 template <typename T, typename F>
 Reducer<T> custom(std::string name, F combine) {
-  return {std::move(name), std::function<T(T, T)>(std::move(combine))};
+  return {std::move(name), std::function<T(T, T)>(std::move(combine)), false};
+}
+// The reducer registered as `name` over T with CASTMESH_REGISTER_REDUCER
+// (or a built-in one). Errors: NotFound.
+template <typename T>
+absl::StatusOr<Reducer<T>> registered(std::string_view name) {
+  (void)detail::builtin_reducers_registered<T>;
+  std::shared_ptr<const void> typed = detail::find_reducer_combine(name, type_name<T>());
+  if (typed == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no reducer '", std::string(name), "' registered for ", std::string(type_name<T>()),
+                                            " (CASTMESH_REGISTER_REDUCER)"));
+  }
+  return Reducer<T>{std::string(name), *static_cast<const std::function<T(T, T)>*>(typed.get()), true};
 }
 
 }  // namespace reducers

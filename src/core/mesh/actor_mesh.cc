@@ -24,10 +24,11 @@ MeshState::MeshState(std::string name, Shape base, size_t fanout, MeshFailureHan
   for (size_t i = 0; i < base_.size(); ++i) in_flight_[i].store(0, std::memory_order_relaxed);
 }
 
-void MeshState::set_members(std::vector<UntypedRef> members,
-                            std::vector<ActorRef<MeshForwarder>> forwarders) {
+void MeshState::set_members(std::vector<UntypedRef> members, std::vector<ActorRef<MeshForwarder>> forwarders,
+                            std::shared_ptr<ProcCastTree> proc_tree) {
   members_ = std::move(members);
   forwarders_ = std::move(forwarders);
+  proc_tree_ = std::move(proc_tree);
 }
 
 void MeshState::watch_members(Runtime& runtime) {

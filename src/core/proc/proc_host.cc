@@ -8,6 +8,7 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
+#include "core/mesh/cast_relay.h"
 #include "core/proc/actor_registry.h"
 #include "core/transport/address.h"
 
@@ -71,6 +72,7 @@ class ProcHost::Router : public RemoteRouter {
     ProcHost* host = host_;
     const ProcId& peer = msg.destination.proc;
     absl::Status sent = host->endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(std::move(msg.payload)));
+    if (sent.ok()) host->messages_sent_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok()) {
       const std::string who = host->describe(peer);
       lock.unlock();
@@ -173,6 +175,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   host->on_control(v1::ActorDown().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
     raw->handle_actor_down(peer, payload);
   });
+  host->cast_relay_ = mesh::CastRelay::install(*host, runtime);
   {
     std::lock_guard lock(host_directory().mu);
     host_directory().by_runtime[&runtime] = host;
@@ -195,6 +198,7 @@ ProcHost::~ProcHost() {
     if (it != host_directory().by_runtime.end() && it->second.expired()) host_directory().by_runtime.erase(it);
   }
   ready_.store(false, std::memory_order_release);  // handlers starting now do nothing
+  if (cast_relay_) cast_relay_->detach();  // its pending requests fail; it sends nothing more
   if (router_) {
     router_->detach();
     runtime_.set_remote_router(nullptr);
@@ -213,7 +217,9 @@ absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::
   envelope.set_message_type(message.GetTypeName());
   envelope.set_correlation(correlation);
   if (is_reply) envelope.set_flags(kReplyFlag);
-  return endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(message.SerializeAsString()));
+  absl::Status sent = endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(message.SerializeAsString()));
+  if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
+  return sent;
 }
 
 absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::protobuf::MessageLite& message,

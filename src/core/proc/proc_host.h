@@ -33,6 +33,10 @@ namespace google::protobuf {
 class MessageLite;
 }
 
+namespace castmesh::mesh {
+class CastRelay;
+}
+
 namespace castmesh::proc {
 
 // Environment variables between a LocalAllocator and its workers.
@@ -95,6 +99,12 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   void deliver_failure(const std::string& parent, SupervisionEvent event);
   void set_root_failure_handler(std::function<void(const SupervisionEvent&)> handler);
 
+  // This proc's relay for the cast trees of actor meshes (core/mesh/cast_relay.h).
+  const std::shared_ptr<mesh::CastRelay>& cast_relay() const { return cast_relay_; }
+  // Messages this proc sent to other procs (actor messages, answers and
+  // control messages; not heartbeats). Statistics, e.g. the fan-out of casts.
+  uint64_t messages_sent() const { return messages_sent_.load(std::memory_order_relaxed); }
+
  private:
   class Router;
   struct PendingRequest;
@@ -118,6 +128,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   std::unique_ptr<transport::Endpoint> endpoint_;  // set once in attach(), shut down (not reset) in the destructor
   ProcId id_;                                       // endpoint_->id(), copied so teardown never races on it
   std::shared_ptr<Router> router_;
+  std::shared_ptr<mesh::CastRelay> cast_relay_;  // set once in attach()
+  std::atomic<uint64_t> messages_sent_{0};
   // Set once attach() has finished wiring; the endpoint's handlers ignore
   // traffic before (nobody knows this proc's address yet anyway).
   std::atomic<bool> ready_{false};

@@ -1,0 +1,154 @@
+// CastRelay: the per-proc system forwarder of the cast trees of actor
+// meshes whose members live in other procs (castmesh/detail/proc_cast.h,
+// wire form in proto/castmesh/wire/v1/cast.proto).
+//
+// One relay per ProcHost (created by ProcHost::attach). It serves four
+// control messages: CastMeshSetup (install a mesh's table; answered),
+// CastMeshDrop, CastHop (deliver to this proc's members of the view,
+// forward to the child procs) and CastReply (replies of a child's subtree).
+// For each request passing through, it keeps one node that collects its
+// own members' replies and its children's, and passes them up to its parent
+// (at once for errors and streams, at the subtree's completion for values,
+// folded into one for reductions with a registered reducer). A child proc
+// that is lost fails every target of its subtree at once; a proc known to
+// be lost is routed around (its children are adopted by its parent).
+//
+// Ordering: hops from one proc to another travel over that pair's one
+// connection (FIFO), a relay handles hops in arrival order on its I/O
+// thread, delivers to its members in that order and forwards in that
+// order; the tree of a mesh is fixed (for one fan-out), so two casts from
+// one sender thread reach every member in the order sent.
+//
+// Threading: thread-safe. Control handlers and peer-lost observers run on
+// the host's I/O thread; launch() on caller threads; member replies arrive
+// on actor threads. No lock is held while calling a CastPiecesHandler.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "castmesh/cast_tree.h"
+#include "castmesh/detail/proc_cast.h"
+#include "castmesh/runtime.h"
+#include "castmesh/shape.h"
+
+namespace castmesh::wire::v1 {
+class CastHop;
+class CastReply;
+}  // namespace castmesh::wire::v1
+
+namespace castmesh::proc {
+class ProcHost;
+}
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace castmesh::mesh {
+
+// What every relay of a mesh knows about it (the content of CastMeshSetup).
+// Immutable once built.
+struct CastTable {
+  ProcId owner;       // the controller's proc id
+  uint64_t id = 0;    // (owner, id) names the mesh
+  std::string name;
+  Shape base;
+  std::vector<Address> members;                // by base rank
+  std::vector<ProcId> group_procs;             // by group (tree node)
+  std::vector<uint32_t> group_of_rank;         // by base rank
+  std::vector<std::vector<size_t>> group_ranks;  // by group, increasing
+  bool fold_in_tree = false;
+
+  // Builds the groups from the members' procs (in order of first
+  // appearance) and decides fold_in_tree.
+  static absl::StatusOr<CastTable> Build(ProcId owner, uint64_t id, std::string name, Shape base,
+                                         std::vector<Address> members);
+};
+
+class CastRelay : public std::enable_shared_from_this<CastRelay> {
+ public:
+  // Creates the relay of `host` (a proc of `runtime`) and registers its
+  // control handlers and peer-lost observer with the host.
+  static std::shared_ptr<CastRelay> install(proc::ProcHost& host, Runtime& runtime);
+  // The host is going away: sends fail from now on, pending requests fail.
+  // Call after the host's I/O thread stopped.
+  void detach();
+
+  const ProcId& id() const { return id_; }
+
+  // Caller side (ProcCastTree).
+  uint64_t next_mesh_id() { return next_mesh_id_.fetch_add(1, std::memory_order_relaxed); }
+  // Installs `table` here and in the relay of every other proc of its
+  // groups (blocking requests; not on the I/O thread).
+  absl::Status install_table(const std::shared_ptr<const CastTable>& table);
+  // Forgets `table` here and in every other proc of its groups (one-way).
+  void drop_table(const CastTable& table);
+  absl::Status launch(const std::shared_ptr<const CastTable>& table, detail::CastRequest request,
+                      detail::CastPiecesHandler on_pieces);
+
+  // Statistics: CastHop messages this relay sent to other procs; CastReply
+  // messages it received and the pieces (replies or folded runs) in them.
+  uint64_t hops_sent() const { return hops_sent_.load(std::memory_order_relaxed); }
+  uint64_t replies_received() const { return replies_received_.load(std::memory_order_relaxed); }
+  uint64_t pieces_received() const { return pieces_received_.load(std::memory_order_relaxed); }
+
+  struct Node;
+  // Replies (or errors) for slot `slot` of `node`: from own members' reply
+  // ports, child relays and losses.
+  void add_pieces(const std::shared_ptr<Node>& node, size_t slot, std::vector<detail::CastPiece> pieces);
+
+ private:
+  struct Parent;
+
+  CastRelay(proc::ProcHost* host, Runtime* runtime, ProcId id) : host_(host), runtime_(runtime), id_(std::move(id)) {}
+
+  void on_setup(const ProcId& peer, uint64_t correlation, const std::string& payload);
+  void on_drop(const std::string& payload);
+  void on_hop_message(const ProcId& peer, const std::string& payload);
+  void on_reply_message(const std::string& payload);
+  void on_peer_lost(const ProcId& peer, const absl::Status& why);
+
+  // Handles one hop at this proc: node, forwarding, own deliveries.
+  void handle_hop(const std::shared_ptr<const CastTable>& table, const wire::v1::CastHop& hop);
+  void handle_reply(const wire::v1::CastReply& reply);
+  // Forwards `hop` (a template: span and reply slot are set per child) to
+  // the child `spans` of `node` (nullptr for tells); child i answers into
+  // slot first_child_slot + i.
+  void forward(const std::shared_ptr<const CastTable>& table, wire::v1::CastHop& hop,
+               const std::vector<CastSpan>& spans, const std::shared_ptr<Node>& node, size_t first_child_slot);
+  void fail_slot(const std::shared_ptr<Node>& node, size_t slot, const absl::Status& error);
+  void send_up(const Node& node, std::vector<detail::CastPiece> pieces);
+  absl::Status send_control(const ProcId& peer, const google::protobuf::MessageLite& message);
+  void register_node(const std::shared_ptr<Node>& node);
+  void forget_node(const Node& node);
+  std::shared_ptr<const CastTable> find_table(const ProcId& owner, uint64_t id);
+  bool is_lost(const ProcId& proc);
+
+  std::shared_mutex host_mu_;
+  proc::ProcHost* host_;  // guarded by host_mu_; nullptr once detached
+  Runtime* const runtime_;
+  const ProcId id_;
+  std::atomic<uint64_t> next_mesh_id_{1};
+  std::atomic<uint64_t> next_request_{1};
+  std::atomic<uint64_t> hops_sent_{0};
+  std::atomic<uint64_t> replies_received_{0};
+  std::atomic<uint64_t> pieces_received_{0};
+
+  std::mutex mu_;  // guards the members below
+  absl::flat_hash_map<std::pair<ProcId, uint64_t>, std::shared_ptr<const CastTable>> tables_;
+  absl::flat_hash_map<std::tuple<ProcId, uint64_t, uint64_t>, std::shared_ptr<Node>> nodes_;
+  absl::flat_hash_set<ProcId> lost_;
+  bool detached_ = false;
+};
+
+}  // namespace castmesh::mesh
