@@ -44,8 +44,9 @@ class SpawnLedger {
     spawned_.clear();
   }
 
-  // The child's failure was reported by its proc (Supervision): its proc's
-  // death later is no second failure.
+  // The child's failure was reported by its proc (Supervision), or it
+  // stopped normally (its remote monitor said so): its proc's death later is
+  // no failure of it.
   void forget(const Address& child) {
     std::lock_guard lock(mu_);
     std::erase_if(spawned_, [&](const Spawned& s) { return s.child == child; });
@@ -405,6 +406,15 @@ absl::StatusOr<std::vector<Address>> ProcMesh::spawn_encoded(uint32_t class_id, 
     auto address = Address::parse(reply.address());
     if (!address.ok()) return address.status();
     state_->ledger->record(p.id, *address, request.parent());
+    // A child that stops normally is forgotten too. Only a normal stop
+    // (reason OK): a failure is forgotten through its Supervision message,
+    // and the DownEvent of its proc's death must not race with the ledger's
+    // own report of that death.
+    runtime().monitor(runtime().resolve(*address), [ledger = std::weak_ptr<detail::SpawnLedger>(state_->ledger),
+                                                    child = *address](const DownEvent& event) {
+      if (!event.reason.ok()) return;
+      if (auto l = ledger.lock()) l->forget(child);
+    });
     addresses.push_back(std::move(*address));
   }
   return addresses;

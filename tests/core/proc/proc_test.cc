@@ -454,6 +454,34 @@ TEST(RemoteMonitor, ActorThatFailsAloneInALiveProcIsReported) {
             1);
 }
 
+// Supervision events for spawned actors: one per actor that fails, none for
+// one that stopped normally, even when their proc dies later.
+TEST(ProcMesh, StoppedOrFailedChildIsNotReportedAgainWhenItsProcDies) {
+  Events events;
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options(&events)).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto stopped = mesh->spawn<Echo>("stopped", std::string("s"));
+  auto failing = mesh->spawn<Echo>("failing", std::string("f"));
+  auto alive = mesh->spawn<Echo>("alive", std::string("a"));
+  ASSERT_TRUE(stopped.ok() && failing.ok() && alive.ok());
+  Downs downs;
+  runtime.monitor((*stopped)[0], downs.callback());
+  (*stopped)[0].stop();
+  ASSERT_EQ(downs.wait_for(1).size(), 1u);
+  EXPECT_FALSE((*failing)[0].ask(Boom{}).get(absl::Seconds(10)).ok());
+  ASSERT_TRUE(events.wait_for_child((*failing)[0].address()).has_value());
+
+  ASSERT_EQ(::kill(static_cast<pid_t>(mesh->proc(0).pid), SIGKILL), 0);
+  auto lost = events.wait_for_child((*alive)[0].address());
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->reason.code(), absl::StatusCode::kUnavailable) << lost->reason;
+  std::lock_guard lock(events.mu);
+  std::vector<std::string> children;
+  for (const auto& e : events.events) children.push_back(e.child.name);
+  EXPECT_EQ(children, (std::vector<std::string>{"failing", "alive"}));
+}
+
 TEST(RemoteMonitor, StoppedAndUnknownActorsAreReportedPromptly) {
   castmesh::Runtime runtime;
   auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
@@ -469,19 +497,24 @@ TEST(RemoteMonitor, StoppedAndUnknownActorsAreReportedPromptly) {
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_TRUE(seen[0].reason.ok()) << seen[0].reason;
 
-  // Monitoring it again, now that it is gone, and an actor that never was.
-  Downs again, ghost;
+  // Monitoring it again, now that it stopped: down at once (with its final
+  // reason while its proc still holds its cell, else NOT_FOUND).
+  Downs again;
   runtime.monitor((*echoes)[0], again.callback());
+  auto again_events = again.wait_for(1);
+  ASSERT_EQ(again_events.size(), 1u);
+  EXPECT_TRUE(again_events[0].reason.ok() || again_events[0].reason.code() == absl::StatusCode::kNotFound)
+      << again_events[0].reason;
+  // An actor that never was.
+  Downs ghost;
   const castmesh::Address ghost_address{mesh->proc(0).id, "ghost", 7};
   runtime.monitor(runtime.resolve(ghost_address), ghost.callback());
-  for (auto* d : {&again, &ghost}) {
-    auto events = d->wait_for(1);
-    ASSERT_EQ(events.size(), 1u);
-    EXPECT_EQ(events[0].reason.code(), absl::StatusCode::kNotFound) << events[0].reason;
-    EXPECT_NE(events[0].reason.message().find("no actor " + events[0].actor.to_string()), std::string::npos)
-        << events[0].reason;
-  }
-  EXPECT_EQ(ghost.wait_for(1)[0].actor, ghost_address);
+  auto ghost_events = ghost.wait_for(1);
+  ASSERT_EQ(ghost_events.size(), 1u);
+  EXPECT_EQ(ghost_events[0].actor, ghost_address);
+  EXPECT_EQ(ghost_events[0].reason.code(), absl::StatusCode::kNotFound) << ghost_events[0].reason;
+  EXPECT_NE(ghost_events[0].reason.message().find("no actor " + ghost_address.to_string()), std::string::npos)
+      << ghost_events[0].reason;
 }
 
 // Watches a remote actor from inside an actor (Actor::monitor).
