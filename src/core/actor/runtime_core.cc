@@ -445,7 +445,8 @@ void RuntimeCore::report_proc_down(const ProcId& proc, const absl::Status& reaso
 void RuntimeCore::notify_remote_down(std::vector<RemoteDown> downs) {
   if (downs.empty()) return;
   auto shared = std::make_shared<std::vector<RemoteDown>>(std::move(downs));
-  const TimerId timer = timers_.add(absl::ZeroDuration(), absl::ZeroDuration(), [shared] {
+  const TimerId timer = timers_.add(absl::ZeroDuration(), absl::ZeroDuration(), [this, shared] {
+    tl_runtime = this;  // the timer thread is this runtime's: Runtime::current() in a callback is right
     for (const RemoteDown& d : *shared) {
       for (const Watcher& w : d.watchers) notify_down(w, d.event);
     }
