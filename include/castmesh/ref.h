@@ -60,7 +60,7 @@ class UntypedRef {
     auto* env = make_envelope(std::forward<M>(msg));
     detail::ensure_codec<R>();
     auto* state = new detail::FutureState<R>();
-    env->reply = detail::ReplyRef(state);
+    env->reply = detail::ReplyRef::adopt(state->with_first_promise());
     Future<R> f(state);
     deliver(env);
     return f;
@@ -148,7 +148,7 @@ class ActorRef : public UntypedRef {
     env->handler = &H::invoke;
     env->handler_class = type_id<A>();
     auto* state = new detail::FutureState<R>();
-    env->reply = detail::ReplyRef(state);
+    env->reply = detail::ReplyRef::adopt(state->with_first_promise());
     Future<R> f(state);
     deliver(env);
     return f;

@@ -48,6 +48,13 @@ class ReplyRef {
   explicit ReplyRef(ReplySink* sink) : sink_(sink) {
     if (sink_) sink_->add_promise();
   }
+  // Takes over a promise the sink already counts (see
+  // FutureStateBase::with_first_promise) instead of adding one.
+  static ReplyRef adopt(ReplySink* sink) {
+    ReplyRef r;
+    r.sink_ = sink;
+    return r;
+  }
   ReplyRef(ReplyRef&& o) noexcept : sink_(std::exchange(o.sink_, nullptr)) {}
   ReplyRef& operator=(ReplyRef&& o) noexcept {
     if (this != &o) {

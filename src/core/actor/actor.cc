@@ -5,7 +5,7 @@
 namespace castmesh {
 
 const Address& Actor::address() const { return cell_->address(); }
-UntypedRef Actor::self() const { return UntypedRef(cell_->shared_from_this()); }
+UntypedRef Actor::self() const { return UntypedRef(cell_->self_ref()); }
 Runtime& Actor::runtime() const { return *cell_->runtime()->owner; }
 void Actor::stop() { cell_->stop_after_current(); }
 void Actor::fail(absl::Status reason) {

@@ -8,7 +8,9 @@
 namespace castmesh::detail {
 
 namespace {
-thread_local ActorCell* tl_cell = nullptr;
+// initial-exec: a plain %fs-relative load in this shared library (read on
+// every send and turn); a pointer of static TLS, fine for dlopen (Python).
+__attribute__((tls_model("initial-exec"))) thread_local ActorCell* tl_cell = nullptr;
 
 std::string describe_exception(std::exception_ptr ep) {
   try {

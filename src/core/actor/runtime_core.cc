@@ -9,7 +9,8 @@
 namespace castmesh::detail {
 
 namespace {
-thread_local RuntimeCore* tl_runtime = nullptr;
+// initial-exec: see tl_cell in actor_cell.cc.
+__attribute__((tls_model("initial-exec"))) thread_local RuntimeCore* tl_runtime = nullptr;
 // Live runtimes in creation order; a plain thread's current runtime is the
 // most recently created one still alive.
 std::mutex g_runtimes_mu;

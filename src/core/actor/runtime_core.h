@@ -71,6 +71,11 @@ class ActorCell final : public Endpoint, public Schedulable, public std::enable_
   Actor* actor() const { return actor_.get(); }
   std::string_view class_name() const { return table_.class_name; }
 
+  // A ref to this cell: a copy of self_ while the actor runs (one atomic
+  // increment; shared_from_this() is a CAS loop), else shared_from_this().
+  // Actor thread only.
+  std::shared_ptr<ActorCell> self_ref() { return self_ ? self_ : shared_from_this(); }
+
   // The cell whose turn runs on this thread, or nullptr.
   static ActorCell* current();
 

@@ -15,6 +15,14 @@ absl::Status type_mismatch(std::string_view got, std::string_view expected) {
 }
 
 void FutureStateBase::drop_promise() {
+  // Once claimed (answered), the promise count no longer matters: it only
+  // detects the last promise dropped without an answer. claimed_ never
+  // goes back to false, so skipping the decrement is safe and saves an
+  // atomic read-modify-write per request.
+  if (claimed_.load(std::memory_order_acquire)) {
+    unref();
+    return;
+  }
   if (promises_.fetch_sub(1, std::memory_order_acq_rel) == 1 && !claimed_.load(std::memory_order_acquire)) {
     fail(absl::AbortedError("request dropped without a reply (every copy of its reply port was destroyed)"));
   }
@@ -22,12 +30,16 @@ void FutureStateBase::drop_promise() {
 }
 
 void FutureStateBase::publish() {
-  ready_.store(1, std::memory_order_seq_cst);
-  if (waiters_.load(std::memory_order_seq_cst) > 0) futex_wake(&ready_, INT_MAX);
   const uintptr_t cb = callback_.exchange(1, std::memory_order_acq_rel);
   if (cb > 1) {
+    // Installing a callback consumed the one Future, so nobody waits: no
+    // store-load fence and waiter check on this (the ask/reply) path.
+    ready_.store(1, std::memory_order_release);
     reinterpret_cast<FutureCallback*>(cb)->on_future_ready(this);
+    return;
   }
+  ready_.store(1, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) > 0) futex_wake(&ready_, INT_MAX);
 }
 
 bool FutureStateBase::wait(absl::Time deadline) {

@@ -1,11 +1,30 @@
 // Message memory: per-thread free lists by size class. A message is usually
 // allocated by its sender and freed by its receiver, so each thread's list
 // would drain on one side and grow on the other; full batches move between
-// threads through a shared depot (one lock per kBatch blocks). Every block is
-// one ::operator new of its class size, so any block may also be handed back
-// with ::operator delete (used after a thread's cache is gone).
+// threads through a shared depot (one lock per kBatch blocks).
+//
+// Fresh blocks are carved kBatch at a time from large regions mapped once
+// and kept for the life of the process (like the blocks in the lists: this
+// memory is a cache that only grows to the most messages ever in flight).
+// Carving kBatch blocks under one lock replaces a malloc per block (and the
+// depot lock that every allocation took while the depot was empty) when a
+// receiver falls behind its senders and hundreds of thousands of messages
+// are in flight; a burst of sends also walks memory forward. The page
+// faults of fresh memory remain (about half of an N:1 burst's time on the
+// 2-vCPU VM of bench/RESULTS.md). Transparent huge pages
+// (MADV_HUGEPAGE on 2 MiB-aligned regions) removed them when the host had
+// the memory backed, but made a cold run 20x slower on that VM (the host
+// faults in each huge page the guest kernel clears), so they are not used.
+//
+// The thread-local lists are plain data with the initial-exec TLS model (a
+// few dozen bytes of static TLS; a `%fs`-relative load instead of a
+// __tls_get_addr call per message in this shared library). Their flush at
+// thread exit is registered separately, on a thread's first slow path.
+#include <sys/mman.h>
+
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -24,11 +43,14 @@ namespace castmesh::detail {
 namespace {
 
 constexpr std::array<std::size_t, 4> kClassSize = {64, 128, 256, 512};
+constexpr std::size_t kClasses = kClassSize.size();
 constexpr std::size_t kBatch = 64;
 constexpr std::size_t kMaxLocal = 4 * kBatch;
+constexpr std::size_t kFirstRegionBytes = std::size_t{256} << 10;  // small programs stay small
+constexpr std::size_t kRegionBytes = std::size_t{2} << 20;
 
 int size_class(std::size_t n) {
-  for (std::size_t c = 0; c < kClassSize.size(); ++c) {
+  for (std::size_t c = 0; c < kClasses; ++c) {
     if (n <= kClassSize[c]) return static_cast<int>(c);
   }
   return -1;
@@ -43,9 +65,13 @@ struct Chain {
   std::size_t count = 0;
 };
 
+// Shared by all threads; guarded by `mu` (taken once per kBatch blocks).
 struct Depot {
   std::mutex mu;
-  std::array<std::vector<Chain>, kClassSize.size()> chains;
+  std::array<std::vector<Chain>, kClasses> chains;
+  char* region_next = nullptr;
+  char* region_end = nullptr;
+  std::size_t regions = 0;
 };
 
 Depot& depot() {
@@ -53,56 +79,140 @@ Depot& depot() {
   return *d;
 }
 
-struct LocalCache {
-  std::array<Chain, kClassSize.size()> lists;
-  bool alive = true;
+// Maps a new region; nullptr if the kernel refuses. Caller holds d.mu.
+char* map_region(std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+}
 
-  ~LocalCache() {
-    alive = false;
+// kBatch fresh blocks of class c; an empty chain if the kernel refused
+// memory (the caller throws bad_alloc). Caller holds d.mu.
+Chain carve(Depot& d, int c) {
+  const std::size_t size = kClassSize[c];
+  const std::size_t bytes = size * kBatch;
+  if (static_cast<std::size_t>(d.region_end - d.region_next) < bytes) {
+    const std::size_t region_bytes = d.regions == 0 ? kFirstRegionBytes : kRegionBytes;
+    char* r = map_region(region_bytes);
+    if (r == nullptr) return Chain{};
+    ++d.regions;
+    d.region_next = r;
+    d.region_end = r + region_bytes;  // the old region's tail (< one batch) is left unused
+  }
+  Chain out;
+  char* p = d.region_next;
+  d.region_next += bytes;
+  // Linked in address order, so a burst of allocations walks memory forward.
+  for (std::size_t i = kBatch; i-- > 0;) {
+    auto* b = reinterpret_cast<FreeBlock*>(p + i * size);
+    b->next = out.head;
+    out.head = b;
+  }
+  out.count = kBatch;
+  return out;
+}
+
+// Caller holds d.mu.
+void depot_put(Depot& d, int c, Chain chain) { d.chains[c].push_back(chain); }
+
+// A chain of class c from the depot, or fresh blocks. Never empty unless
+// the kernel refused memory.
+Chain depot_take(int c) {
+  Depot& d = depot();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (!d.chains[c].empty()) {
+    Chain chain = d.chains[c].back();
+    d.chains[c].pop_back();
+    return chain;
+  }
+  return carve(d, c);
+}
+
+// A thread's free lists. Plain data (zero-initialised static TLS, no guard
+// on access); `state` says whether the exit flush is registered.
+enum class CacheState : uint8_t { kNew, kActive, kGone };
+struct LocalCache {
+  std::array<Chain, kClasses> lists;
+  CacheState state;
+};
+__attribute__((tls_model("initial-exec"))) thread_local LocalCache tl_cache;
+
+// Gives a thread's blocks to the depot when the thread exits.
+struct LocalCacheFlush {
+  LocalCacheFlush() { tl_cache.state = CacheState::kActive; }
+  ~LocalCacheFlush() {
+    tl_cache.state = CacheState::kGone;
     Depot& d = depot();
     std::lock_guard<std::mutex> lock(d.mu);
-    for (std::size_t c = 0; c < lists.size(); ++c) {
-      if (lists[c].count > 0) d.chains[c].push_back(lists[c]);
-      lists[c] = Chain{};
+    for (std::size_t c = 0; c < kClasses; ++c) {
+      Chain& list = tl_cache.lists[c];
+      if (list.count > 0) depot_put(d, static_cast<int>(c), list);
+      list = Chain{};
     }
   }
 };
 
-thread_local LocalCache tl_cache;
-
-}  // namespace
-
-void* allocate_message_memory(std::size_t size) {
-  const int c = size_class(size);
-  if (c < 0 || !tl_cache.alive) return ::operator new(c < 0 ? size : kClassSize[c]);
-  Chain& list = tl_cache.lists[c];
-  if (list.head == nullptr) {
-    Depot& d = depot();
-    std::lock_guard<std::mutex> lock(d.mu);
-    if (!d.chains[c].empty()) {
-      list = d.chains[c].back();
-      d.chains[c].pop_back();
-    }
+// Slow path of a thread whose cache is not active: registers the flush on
+// first use; false once the thread is exiting (its cache is gone).
+bool activate_local_cache() {
+  if (tl_cache.state == CacheState::kNew) {
+    thread_local LocalCacheFlush flush;  // constructing it sets kActive
+    (void)flush;
   }
-  if (list.head == nullptr) return ::operator new(kClassSize[c]);
+  return tl_cache.state == CacheState::kActive;
+}
+
+void* take_one(Chain& list) {
   FreeBlock* b = list.head;
   list.head = b->next;
   --list.count;
   return b;
 }
 
+}  // namespace
+
+void* allocate_message_memory(std::size_t size) {
+  const int c = size_class(size);
+  if (c < 0) return ::operator new(size);
+  Chain& list = tl_cache.lists[c];
+  if (list.head != nullptr) [[likely]] return take_one(list);
+  if (!activate_local_cache()) {
+    // Exiting thread: one block straight from the depot, the rest given back.
+    Chain chain = depot_take(c);
+    if (chain.head == nullptr) throw std::bad_alloc();
+    void* b = take_one(chain);
+    if (chain.count > 0) {
+      Depot& d = depot();
+      std::lock_guard<std::mutex> lock(d.mu);
+      depot_put(d, c, chain);
+    }
+    return b;
+  }
+  list = depot_take(c);
+  if (list.head == nullptr) throw std::bad_alloc();
+  return take_one(list);
+}
+
 void free_message_memory(void* p, std::size_t size) noexcept {
   if (p == nullptr) return;
   const int c = size_class(size);
-  if (c < 0 || !tl_cache.alive) {
+  if (c < 0) {
     ::operator delete(p);
     return;
   }
-  Chain& list = tl_cache.lists[c];
   auto* b = static_cast<FreeBlock*>(p);
+  if (tl_cache.state != CacheState::kActive) [[unlikely]] {
+    if (!activate_local_cache()) {
+      b->next = nullptr;
+      Depot& d = depot();
+      std::lock_guard<std::mutex> lock(d.mu);
+      depot_put(d, c, Chain{b, 1});
+      return;
+    }
+  }
+  Chain& list = tl_cache.lists[c];
   b->next = list.head;
   list.head = b;
-  if (++list.count < kMaxLocal) return;
+  if (++list.count < kMaxLocal) [[likely]] return;
   // Hand one batch to the depot for the threads that allocate.
   Chain out;
   for (std::size_t i = 0; i < kBatch; ++i) {
@@ -115,7 +225,7 @@ void free_message_memory(void* p, std::size_t size) noexcept {
   list.count -= kBatch;
   Depot& d = depot();
   std::lock_guard<std::mutex> lock(d.mu);
-  d.chains[c].push_back(out);
+  depot_put(d, c, out);
 }
 
 #else

@@ -50,7 +50,9 @@ struct Scheduler::Worker {
 };
 
 namespace {
-thread_local Scheduler::Worker* tl_worker = nullptr;
+// initial-exec: read on every schedule(); a plain %fs-relative load instead
+// of __tls_get_addr in this shared library (one pointer of static TLS).
+__attribute__((tls_model("initial-exec"))) thread_local Scheduler::Worker* tl_worker = nullptr;
 }
 
 Scheduler::Scheduler(int workers, int batch, std::function<void()> on_thread_start)
