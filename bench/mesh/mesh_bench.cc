@@ -7,10 +7,14 @@
 //   build/release/bench/mesh/castmesh_mesh_bench [--iters=N] [--repeat=N] [--workers=N] [--procs=N]
 //
 // Second table (--procs=N, default 4; 0 skips it): the same meshes with the
-// members in N worker procs (this binary re-executed), ceil(size/N) actors
-// per proc, forwarders in the controller. There the members cannot signal
-// the controller directly, so cast is measured pipelined: K casts, then one
-// call that is ordered after them (cast_us = total / K).
+// members in N worker procs (this binary re-executed), size/N actors per
+// proc (one contiguous run of ranks each), cast along the per-proc tree of
+// cast relays (fan-out 2, so 4 procs make a tree of depth 2), by direct
+// fan-out to every proc's relay (fan-out >= procs), and by the naive loop
+// (one wire message per member). There the members cannot signal the
+// controller directly, so cast is measured pipelined: K casts, then one call
+// that is ordered after them (cast_us = total / K). msgs = wire messages the
+// controller's proc sent per cast (its ProcHost's counter).
 //
 // Each cell is measured --repeat times (default 5) and the median printed,
 // because a shared 2-core machine is noisy. Columns (mean over the
@@ -32,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "castmesh/actor_mesh.h"
 #include "castmesh/proc_mesh.h"
+#include "core/proc/proc_host.h"
 
 namespace {
 
@@ -110,7 +115,7 @@ double us_since(Clock::time_point t) {
 }
 
 struct Row {
-  double cast_us = 0, send_us = 0, call_us = 0, reduce_us = 0;
+  double cast_us = 0, send_us = 0, call_us = 0, reduce_us = 0, msgs = 0;
 };
 
 // The baseline without the mesh layer: the sender messages every member.
@@ -208,6 +213,8 @@ Row measure_remote(const castmesh::ActorMesh<RemoteMember>& mesh, int iters, boo
     return sum;
   };
   for (int i = 0; i < iters / 10 + 1; ++i) call_all();  // warm up
+  std::shared_ptr<castmesh::proc::ProcHost> host = castmesh::proc::ProcHost::of(*castmesh::Runtime::current());
+  const uint64_t sent_before = host ? host->messages_sent() : 0;
   double send_total = 0;
   auto start = Clock::now();
   for (int i = 0; i < iters; ++i) {
@@ -219,6 +226,7 @@ Row measure_remote(const castmesh::ActorMesh<RemoteMember>& mesh, int iters, boo
     }
     send_total += us_since(t);
   }
+  if (host) row.msgs = static_cast<double>(host->messages_sent() - sent_before) / iters;
   if (call_all() != static_cast<int64_t>(refs.size())) std::abort();
   row.cast_us = us_since(start) / iters;
   row.send_us = send_total / iters;
@@ -254,6 +262,7 @@ Row median(std::vector<Row> rows) {
   out.send_us = med(&Row::send_us);
   out.call_us = med(&Row::call_us);
   out.reduce_us = med(&Row::reduce_us);
+  out.msgs = med(&Row::msgs);
   return out;
 }
 
@@ -326,11 +335,11 @@ int run_remote(castmesh::Runtime& runtime, castmesh::ProcMesh& proc_mesh, int it
   castmesh::ProcMesh* procs = &proc_mesh;
   const int nprocs = static_cast<int>(proc_mesh.size());
   iters = std::max(1, iters / 4);
-  std::printf("\nmembers in %d worker procs (unix sockets), forwarders in the controller; median of %d x %d;\n"
-              "cast_us = pipelined cast cost (K casts + one ordered call) / K\n",
+  std::printf("\nmembers in %d worker procs (unix sockets), per-proc cast relays; median of %d x %d;\n"
+              "cast_us = pipelined cast cost (K casts + one ordered call) / K; msgs = controller wire messages per cast\n",
               nprocs, repeat, iters);
-  std::printf("%6s %5s  %-12s %10s %10s %10s %10s\n", "actors", "procs", "delivery", "cast_us", "send_us",
-              "call_us", "reduce_us");
+  std::printf("%6s %5s  %-12s %10s %10s %10s %10s %6s\n", "actors", "procs", "delivery", "cast_us", "send_us",
+              "call_us", "reduce_us", "msgs");
   int mesh_id = 0;
   for (size_t size : {1u, 4u, 16u, 64u}) {
     const size_t used = std::min<size_t>(size, static_cast<size_t>(nprocs));
@@ -352,13 +361,13 @@ int run_remote(castmesh::Runtime& runtime, castmesh::ProcMesh& proc_mesh, int it
     castmesh::Shape shape = *castmesh::Shape::Create({{"procs", used}, {"local", per_proc}});
     castmesh::MeshOptions options;
     options.name = absl::StrCat("remote", mesh_id++);
-    options.fanout = 8;
+    options.fanout = 2;
     auto mesh = castmesh::ActorMesh<RemoteMember>::Create(runtime, shape, members, options);
     if (!mesh.ok()) {
       std::fprintf(stderr, "mesh: %s\n", mesh.status().ToString().c_str());
       return 1;
     }
-    for (const char* mode : {"tree(f=8)", "direct", "naive-loop"}) {
+    for (const char* mode : {"tree(f=2)", "direct", "naive-loop"}) {
       std::vector<Row> rows;
       for (int r = 0; r < repeat; ++r) {
         bool naive = std::strcmp(mode, "naive-loop") == 0;
@@ -366,8 +375,8 @@ int run_remote(castmesh::Runtime& runtime, castmesh::ProcMesh& proc_mesh, int it
         rows.push_back(measure_remote(m, iters, naive));
       }
       Row row = median(std::move(rows));
-      std::printf("%6zu %5zu  %-12s %10.2f %10.2f %10.2f %10.2f\n", size, used, mode, row.cast_us, row.send_us,
-                  row.call_us, row.reduce_us);
+      std::printf("%6zu %5zu  %-12s %10.2f %10.2f %10.2f %10.2f %6.1f\n", size, used, mode, row.cast_us,
+                  row.send_us, row.call_us, row.reduce_us, row.msgs);
       std::fflush(stdout);
     }
   }

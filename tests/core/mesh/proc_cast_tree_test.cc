@@ -259,6 +259,35 @@ TEST_F(ProcCastTree, ReductionsFoldAcrossProcsInRowMajorOrder) {
   EXPECT_EQ(relay.pieces_received() - pieces_before, static_cast<uint64_t>(kProcs) * kPerProc);
 }
 
+TEST_F(ProcCastTree, MembersInTheCallersOwnProcAreAGroupToo) {
+  // Rank 0 lives in the controller, ranks 1..4 in the workers: the
+  // controller's relay is the first node of the tree.
+  auto local = runtime_.spawn_with<Digits>(castmesh::SpawnOptions{.name = "mixed_local"});
+  ASSERT_TRUE(local.ok()) << local.status();
+  auto remote = procs_.spawn<Digits>("mixed");
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  std::vector<ActorRef<Digits>> members{*local};
+  members.insert(members.end(), remote->begin(), remote->end());
+  MeshOptions options;
+  options.name = "mixed";
+  options.fanout = 2;
+  auto mesh = ActorMesh<Digits>::Create(runtime_, *Shape::Create({{"x", members.size()}}), members, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  ASSERT_TRUE(mesh->cast(Add{1}).ok());
+  ASSERT_TRUE(mesh->slice("x", castmesh::Range(0, 5, 2))->cast(Add{2}).ok());
+  ASSERT_TRUE(mesh->cast(Add{3}).ok());
+  auto values = mesh->call(Get{}).get(absl::Seconds(20));
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_EQ(values->values(), (std::vector<int64_t>{123, 13, 123, 13, 123}));
+  auto pids = mesh->call(Pid{}).get(absl::Seconds(20));
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  EXPECT_EQ(pids->values()[0], static_cast<int64_t>(::getpid()));
+  EXPECT_EQ(pids->values()[4], procs_.proc(3).pid);
+  auto sum = mesh->call(Get{}, castmesh::reducers::sum<int64_t>()).get(absl::Seconds(20));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_EQ(*sum, 3 * 123 + 2 * 13);
+}
+
 TEST_F(ProcCastTree, ProcsKilledDuringACallFailItNamingThePoint) {
   // Fan-out 1: a chain controller -> proc 0 -> 1 -> 2 -> 3, so proc 1 is a
   // forwarder for procs 2 and 3.
