@@ -63,6 +63,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "castmesh/actor.h"
 #include "castmesh/cast_tree.h"
@@ -383,6 +384,28 @@ absl::StatusOr<R> decode_piece(const CastPiece& piece) {
   return value;
 }
 
+// The error of a batch of pieces holding failures: the first failed
+// target's error naming its point, followed by the batch's other failed
+// points (a lost subtree fails all its targets in one batch). nullopt when
+// every piece is a value.
+inline std::optional<absl::Status> pieces_error(const Shape& base, const std::vector<CastPiece>& pieces) {
+  const CastPiece* first = nullptr;
+  std::vector<std::string> others;
+  for (const CastPiece& p : pieces) {
+    if (p.error.ok()) continue;
+    if (first == nullptr) {
+      first = &p;
+    } else {
+      others.push_back(base.point_at(p.first_rank)->to_string());
+    }
+  }
+  if (first == nullptr) return std::nullopt;
+  absl::Status error = member_error(*base.point_at(first->first_rank), first->error);
+  if (others.empty()) return error;
+  return absl::Status(error.code(),
+                      absl::StrCat(error.message(), " (also failed: ", absl::StrJoin(others, ", "), ")"));
+}
+
 // The caller's end of a reduction over the per-proc tree: pieces (each a
 // run of targets, folded by relays where they could) arrive in any order;
 // once they cover every target they are folded in row-major order.
@@ -394,18 +417,16 @@ class PieceFold {
       : expected_(expected), reducer_(std::move(reducer)), base_(std::move(base)), done_(std::move(done)) {}
 
   void add(std::vector<CastPiece> batch) {
-    absl::Status error;
+    absl::Status error = pieces_error(base_, batch).value_or(absl::OkStatus());
     std::vector<CastPiece> all;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
-      for (CastPiece& p : batch) {
-        if (!p.error.ok()) {
-          error = member_error(*base_.point_at(p.first_rank), p.error);
-          break;
+      if (error.ok()) {
+        for (CastPiece& p : batch) {
+          covered_ += p.count;
+          pieces_.push_back(std::move(p));
         }
-        covered_ += p.count;
-        pieces_.push_back(std::move(p));
       }
       if (error.ok() && covered_ < expected_) return;
       finished_ = true;
@@ -635,8 +656,12 @@ class ActorMesh {
       if (sent.ok()) {
         sent = tree->send(std::move(request), [gather, view = view_, base = state_->base()](
                                                   std::vector<detail::CastPiece> pieces) {
+          if (std::optional<absl::Status> error = detail::pieces_error(base, pieces)) {
+            gather->fail(*std::move(error));
+            return;
+          }
           for (const detail::CastPiece& p : pieces) {
-            absl::StatusOr<R> v = p.error.ok() ? detail::decode_piece<R>(p) : absl::StatusOr<R>(p.error);
+            absl::StatusOr<R> v = detail::decode_piece<R>(p);
             if (!v.ok()) {
               gather->fail(detail::member_error(*base.point_at(p.first_rank), v.status()));
               return;

@@ -215,6 +215,26 @@ std::shared_ptr<const CastTable> CastRelay::find_table(const ProcId& owner, uint
   return it == tables_.end() ? nullptr : it->second;
 }
 
+std::vector<bool> CastRelay::lost_groups(const CastTable& table, const v1::CastHop& hop) {
+  std::vector<bool> lost(table.group_procs.size(), false);
+  for (uint32_t g : hop.lost_groups()) {
+    if (g < lost.size()) lost[g] = true;
+  }
+  std::lock_guard lock(mu_);
+  if (lost_.empty()) return lost;
+  for (size_t g = 0; g < lost.size(); ++g) {
+    if (table.group_procs[g] != id_ && lost_.contains(table.group_procs[g])) lost[g] = true;
+  }
+  return lost;
+}
+
+void CastRelay::set_lost_groups(const std::vector<bool>& lost, v1::CastHop* hop) {
+  hop->clear_lost_groups();
+  for (size_t g = 0; g < lost.size(); ++g) {
+    if (lost[g]) hop->add_lost_groups(static_cast<uint32_t>(g));
+  }
+}
+
 bool CastRelay::is_lost(const ProcId& proc) {
   if (proc == id_) return false;
   std::lock_guard lock(mu_);
@@ -493,16 +513,19 @@ absl::StatusOr<Targets> targets_of(const CastTable& table, const v1::CastHop& ho
 namespace {
 // The children of a node: the spans holding targets (and their targets); a
 // span whose first group's proc is known to be lost is skipped over: its own
-// targets are unreachable (lost proc, rank), its children are adopted.
+// targets are unreachable (lost proc, its targets), its children are adopted.
 void plan_children(const CastTable& table, const Targets& targets, std::vector<CastSpan> spans,
-                   size_t fanout, const std::function<bool(const ProcId&)>& lost, std::vector<CastSpan>* out_spans,
-                   std::vector<std::vector<size_t>>* out_targets, std::vector<std::pair<ProcId, size_t>>* unreachable) {
+                   size_t fanout, const std::vector<bool>& lost, std::vector<CastSpan>* out_spans,
+                   std::vector<std::vector<size_t>>* out_targets,
+                   std::vector<std::pair<ProcId, std::vector<size_t>>>* unreachable) {
   for (CastSpan span : spans) {
     std::vector<size_t> in = targets.in_span(table, span);
     if (in.empty()) continue;
     const ProcId& proc = table.group_procs[span.begin];
-    if (lost(proc)) {
-      for (size_t r : targets.in_group(table, span.begin)) unreachable->emplace_back(proc, r);
+    if (lost[span.begin]) {
+      if (std::vector<size_t> own = targets.in_group(table, span.begin); !own.empty()) {
+        unreachable->emplace_back(proc, std::move(own));
+      }
       plan_children(table, targets, cast_node_children(span, fanout), fanout, lost, out_spans, out_targets,
                     unreachable);
       continue;
@@ -571,9 +594,10 @@ void CastRelay::handle_hop(const std::shared_ptr<const CastTable>& table, const 
   const std::vector<size_t> own = targets->in_group(*table, span.begin);
   std::vector<CastSpan> spans;
   std::vector<std::vector<size_t>> child_targets;
-  std::vector<std::pair<ProcId, size_t>> unreachable;
-  plan_children(*table, *targets, cast_node_children(span, fanout), fanout,
-                [this](const ProcId& p) { return is_lost(p); }, &spans, &child_targets, &unreachable);
+  std::vector<std::pair<ProcId, std::vector<size_t>>> unreachable;
+  const std::vector<bool> lost = lost_groups(*table, hop);
+  plan_children(*table, *targets, cast_node_children(span, fanout), fanout, lost, &spans, &child_targets,
+                &unreachable);
 
   std::shared_ptr<Node> node;
   if (request) {
@@ -591,13 +615,16 @@ void CastRelay::handle_hop(const std::shared_ptr<const CastTable>& table, const 
       node->slots.push_back(Node::Slot{table->group_procs[spans[i].begin], child_targets[i],
                                        std::vector<bool>(child_targets[i].size(), false)});
     }
-    for (auto& [proc, r] : unreachable) node->slots.push_back(Node::Slot{proc, {r}, std::vector<bool>(1, false)});
+    for (auto& [proc, ranks] : unreachable) {
+      node->slots.push_back(Node::Slot{proc, ranks, std::vector<bool>(ranks.size(), false)});
+    }
     node->held.resize(node->slots.size());
     node->open = node->slots.size();
     register_node(node);
   }
   // Children first, so they start early; then the own members.
   v1::CastHop child = hop;
+  set_lost_groups(lost, &child);
   forward(table, child, spans, node, own.size());
   for (size_t i = 0; i < unreachable.size(); ++i) {
     if (node) {
@@ -714,9 +741,11 @@ absl::Status CastRelay::launch(const std::shared_ptr<const CastTable>& table, de
   if (!targets.ok()) return targets.status();
   std::vector<CastSpan> spans;
   std::vector<std::vector<size_t>> child_targets;
-  std::vector<std::pair<ProcId, size_t>> unreachable;
-  plan_children(*table, *targets, cast_root_children(table->group_procs.size(), fanout), fanout,
-                [this](const ProcId& p) { return is_lost(p); }, &spans, &child_targets, &unreachable);
+  std::vector<std::pair<ProcId, std::vector<size_t>>> unreachable;
+  const std::vector<bool> lost = lost_groups(*table, hop);
+  set_lost_groups(lost, &hop);
+  plan_children(*table, *targets, cast_root_children(table->group_procs.size(), fanout), fanout, lost, &spans,
+                &child_targets, &unreachable);
   std::shared_ptr<Node> node;
   if (request.mode != CastMode::kTell) {
     hop.set_request(next_request_.fetch_add(1, std::memory_order_relaxed));
@@ -731,7 +760,9 @@ absl::Status CastRelay::launch(const std::shared_ptr<const CastTable>& table, de
       node->slots.push_back(Node::Slot{table->group_procs[spans[i].begin], child_targets[i],
                                        std::vector<bool>(child_targets[i].size(), false)});
     }
-    for (auto& [proc, r] : unreachable) node->slots.push_back(Node::Slot{proc, {r}, std::vector<bool>(1, false)});
+    for (auto& [proc, ranks] : unreachable) {
+      node->slots.push_back(Node::Slot{proc, ranks, std::vector<bool>(ranks.size(), false)});
+    }
     node->held.resize(node->slots.size());
     node->open = node->slots.size();
     register_node(node);

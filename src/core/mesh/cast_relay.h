@@ -133,6 +133,9 @@ class CastRelay : public std::enable_shared_from_this<CastRelay> {
   void forget_node(const Node& node);
   std::shared_ptr<const CastTable> find_table(const ProcId& owner, uint64_t id);
   bool is_lost(const ProcId& proc);
+  // By group: lost according to `hop` or to this relay (peer-lost events).
+  std::vector<bool> lost_groups(const CastTable& table, const wire::v1::CastHop& hop);
+  static void set_lost_groups(const std::vector<bool>& lost, wire::v1::CastHop* hop);
 
   std::shared_mutex host_mu_;
   proc::ProcHost* host_;  // guarded by host_mu_; nullptr once detached

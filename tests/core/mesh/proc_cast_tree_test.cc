@@ -302,6 +302,10 @@ TEST_F(ProcCastTree, ProcsKilledDuringACallFailItNamingThePoint) {
   absl::Status st = pending.get(absl::Seconds(20)).status();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
   EXPECT_NE(st.message().find("{procs=1, local="), std::string::npos) << st;
+  // Every member of the dead proc is named (and those behind it, whose
+  // replies had to pass through it, unless the hop was routed around it).
+  EXPECT_NE(st.message().find("also failed"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("{procs=1, local=2}"), std::string::npos) << st;
   absl::Status reduce_st = reduce_pending.get(absl::Seconds(20)).status();
   EXPECT_EQ(reduce_st.code(), absl::StatusCode::kUnavailable) << reduce_st;
   EXPECT_NE(reduce_st.message().find("{procs=1, local="), std::string::npos) << reduce_st;
