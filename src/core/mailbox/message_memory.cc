@@ -131,10 +131,12 @@ Chain depot_take(int c) {
 // on access); `state` says whether the exit flush is registered.
 enum class CacheState : uint8_t { kNew, kActive, kGone };
 struct LocalCache {
-  std::array<Chain, kClasses> lists;
-  CacheState state;
+  std::array<Chain, kClasses> lists{};
+  CacheState state = CacheState::kNew;
 };
-__attribute__((tls_model("initial-exec"))) thread_local LocalCache tl_cache;
+// constinit: constant-initialised, so no TLS init guard (itself a
+// general-dynamic TLS variable) is checked on each access.
+__attribute__((tls_model("initial-exec"))) constinit thread_local LocalCache tl_cache;
 
 // Gives a thread's blocks to the depot when the thread exits.
 struct LocalCacheFlush {
@@ -165,6 +167,10 @@ void* take_one(Chain& list) {
   FreeBlock* b = list.head;
   list.head = b->next;
   --list.count;
+  // A recycled block was last written by the thread that freed it (usually
+  // the receiver, on another core): fetch the next one for writing now, so
+  // that its transfer overlaps the work until the next allocation.
+  if (list.head != nullptr) __builtin_prefetch(list.head, 1);
   return b;
 }
 
