@@ -521,6 +521,16 @@ TEST(RemoteMonitor, StoppedAndUnknownActorsAreReportedPromptly) {
   EXPECT_EQ(ghost_events[0].reason.code(), absl::StatusCode::kNotFound) << ghost_events[0].reason;
   EXPECT_NE(ghost_events[0].reason.message().find("no actor " + ghost_address.to_string()), std::string::npos)
       << ghost_events[0].reason;
+
+  // An actor of a proc that cannot be reached at all.
+  Downs nowhere;
+  const castmesh::Address nowhere_address{"unix:@castmesh-test-no-such-proc", "a", 1};
+  runtime.monitor(runtime.resolve(nowhere_address), nowhere.callback());
+  auto nowhere_events = nowhere.wait_for(1);
+  ASSERT_EQ(nowhere_events.size(), 1u);
+  EXPECT_EQ(nowhere_events[0].reason.code(), absl::StatusCode::kUnavailable) << nowhere_events[0].reason;
+  EXPECT_NE(nowhere_events[0].reason.message().find(nowhere_address.proc), std::string::npos)
+      << nowhere_events[0].reason;
 }
 
 // Remote DownEvents do not run on the transport's I/O thread: a callback
