@@ -8,12 +8,14 @@
 //   int total = *mesh.call(GetValue{}, reducers::sum<int>()).get();
 //
 // Delivery. cast/call/call_one/stream travel along the cast tree of the mesh
-// (castmesh/cast_tree.h): each member has a forwarding actor that delivers
-// to its member and forwards to at most `fanout` children, so the sender
-// sends O(fanout) messages. Two messages from one sender through the tree
-// reach every member in the order they were sent, whatever slices they
-// target (the path to a member is fixed by the base mesh; every hop is FIFO
-// per sender). choose() sends directly to one member.
+// (castmesh/cast_tree.h): each node delivers to its member(s) and forwards
+// to at most `fanout` children, so the sender sends O(fanout) messages. In
+// one process the nodes are forwarding actors, one per member; across procs
+// they are the procs' cast relays (see "Across procs" below). Two messages
+// from one sender through the tree reach every member in the order they
+// were sent, whatever slices they target (the path to a member is fixed by
+// the base mesh; every hop is FIFO per sender). choose() sends directly to
+// one member.
 //
 // Supervision. The mesh monitors its members. A member that fails (its
 // handler threw, or it was failed) produces a MeshEvent naming its point;

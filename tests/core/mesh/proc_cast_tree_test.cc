@@ -259,6 +259,40 @@ TEST_F(ProcCastTree, ReductionsFoldAcrossProcsInRowMajorOrder) {
   EXPECT_EQ(relay.pieces_received() - pieces_before, static_cast<uint64_t>(kProcs) * kPerProc);
 }
 
+TEST_F(ProcCastTree, MembersSpreadRoundRobinAreFoldedByTheCaller) {
+  // Rank r lives on proc r % 4: a proc's members are not one run of ranks,
+  // so no relay may fold (it would not be row-major order); the values come
+  // up unfolded and the caller folds them in order.
+  std::vector<std::vector<ActorRef<Digits>>> spawned;
+  for (size_t j = 0; j < 2; ++j) {
+    auto refs = procs_.spawn<Digits>("spread_" + std::to_string(j));
+    ASSERT_TRUE(refs.ok()) << refs.status();
+    spawned.push_back(*refs);
+  }
+  std::vector<ActorRef<Digits>> members;
+  for (size_t j = 0; j < 2; ++j) {
+    for (size_t p = 0; p < static_cast<size_t>(kProcs); ++p) members.push_back(spawned[j][p]);
+  }
+  MeshOptions options;
+  options.name = "spread";
+  options.fanout = 2;
+  auto mesh = ActorMesh<Digits>::Create(runtime_, *Shape::Create({{"x", members.size()}}), members, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  for (size_t r = 0; r < members.size(); ++r) {
+    ASSERT_TRUE(mesh->slice("x", static_cast<int64_t>(r))->cast(Add{static_cast<int64_t>(r + 1)}).ok());
+  }
+  auto& relay = *host_->cast_relay();
+  const uint64_t pieces_before = relay.pieces_received();
+  auto appended = mesh->call(Get{}, *castmesh::reducers::registered<int64_t>("append_digits"))
+                      .get(absl::Seconds(20));
+  ASSERT_TRUE(appended.ok()) << appended.status();
+  EXPECT_EQ(*appended, 12345678);
+  EXPECT_EQ(relay.pieces_received() - pieces_before, members.size());
+  auto pids = mesh->call(Pid{}).get(absl::Seconds(20));
+  ASSERT_TRUE(pids.ok()) << pids.status();
+  for (size_t r = 0; r < members.size(); ++r) EXPECT_EQ(pids->values()[r], procs_.proc(r % kProcs).pid) << r;
+}
+
 TEST_F(ProcCastTree, MembersInTheCallersOwnProcAreAGroupToo) {
   // Rank 0 lives in the controller, ranks 1..4 in the workers: the
   // controller's relay is the first node of the tree.
