@@ -161,6 +161,7 @@ class ProcMesh {
 
   size_t size() const;
   // The points of this mesh (or slice); point.rank() is the proc's rank.
+  // An empty mesh has the 0-dimensional shape (but size() 0).
   const Shape& shape() const;
   // The procs of this mesh, in row-major order of shape().
   const std::vector<ProcInfo>& procs() const;
@@ -177,9 +178,10 @@ class ProcMesh {
   Runtime& runtime() const;
 
   // Spawns one actor of A on every proc of this mesh (or slice), named
-  // `name` with index = the proc's rank, from constructor arguments args (encoded with their codecs; A must be
-  // registered with matching argument types). Its parent is the spawning
-  // proc's root: failures go to LocalAllocatorOptions::on_supervision_event.
+  // `name` with index = the proc's rank, from constructor arguments args
+  // (encoded with their codecs; A must be registered with matching argument
+  // types). Refs in the order of procs(). Its parent is the spawning proc's
+  // root: failures go to LocalAllocatorOptions::on_supervision_event.
   template <typename A, typename... Args>
   absl::StatusOr<std::vector<ActorRef<A>>> spawn(const std::string& name, const Args&... args) const {
     return spawn_supervised<A>(Address{}, name, args...);
