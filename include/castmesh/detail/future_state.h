@@ -37,7 +37,14 @@ class FutureStateBase : public ReplySink, public MessageMemory {
 
   void ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void unref() {
-    if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    // A reference is only ever added by a holder of one (ref, add_promise),
+    // so a holder that sees the count at 1 holds the last one and nobody can
+    // add another: it skips the atomic decrement (the answer's unref on the
+    // ask/reply path). The acquire load pairs with the other holders'
+    // releasing decrements.
+    if (refs_.load(std::memory_order_acquire) == 1 || refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      delete this;
+    }
   }
 
   void add_promise() override {
