@@ -20,8 +20,9 @@ example=$(find build/dev/examples -type f -name "${EXAMPLE_TARGET}" -perm -u+x |
 echo "=== running ${example} ${EXAMPLE_ARGS[*]}"
 "${example}" "${EXAMPLE_ARGS[@]}"
 
-# The single-controller model: a 2x4 mesh of actors (examples/mesh/):
-# cast, slices, call -> ValueMesh, reductions, a failing member.
+# The single-controller model (examples/mesh/): 8 worker procs as a 2x4 mesh,
+# one actor each; cast, slices, call -> ValueMesh, reductions, a failing
+# member, a killed proc.
 if [ -z "${CASTMESH_EXAMPLE_TARGET:-}" ]; then
   cmake --build --preset dev -j"${JOBS}" --target castmesh_mesh_example
   echo "=== running build/dev/examples/mesh/castmesh_mesh_example"

@@ -1,32 +1,78 @@
-// A 2x4 mesh of actors in one process: cast to all, slice, call, reduce, and
-// watch a member fail. Prints what it does at each step.
+// The single-controller model end to end: this program starts 8 worker procs
+// (itself, re-executed) as a {hosts: 2, gpus: 4} proc mesh, spawns a Trainer
+// actor in each, then casts to all, slices, calls, reduces on the way back,
+// and watches a member fail and a proc die. Prints what it does at each step;
+// exits non-zero if any step does not give what it should.
 //
 //   build/dev/examples/mesh/castmesh_mesh_example
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "castmesh/actor_mesh.h"
+#include "castmesh/proc_mesh.h"
 
 namespace {
 
 struct Add {
-  int n;
+  int n = 0;
 };
 struct Get {};
+struct Pid {};
 struct Crash {};
 
-// One member: a counter that knows its place in the mesh.
+// Messages between procs need a codec (protobuf messages have one already).
+absl::Status encode_add(const Add& m, std::string* out) {
+  *out = std::to_string(m.n);
+  return absl::OkStatus();
+}
+absl::Status decode_add(std::string_view bytes, Add* m) {
+  return absl::SimpleAtoi(absl::string_view(bytes.data(), bytes.size()), &m->n)
+             ? absl::OkStatus()
+             : absl::InvalidArgumentError("Add: not a number");
+}
+template <typename Empty>
+absl::Status encode_empty(const Empty&, std::string* out) {
+  out->clear();
+  return absl::OkStatus();
+}
+template <typename Empty>
+absl::Status decode_empty(std::string_view, Empty*) {
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(Add, "castmesh.example.Add", encode_add, decode_add);
+CASTMESH_REGISTER_MESSAGE(Get, "castmesh.example.Get", encode_empty<Get>, decode_empty<Get>);
+CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.example.Pid", encode_empty<Pid>, decode_empty<Pid>);
+CASTMESH_REGISTER_MESSAGE(Crash, "castmesh.example.Crash", encode_empty<Crash>, decode_empty<Crash>);
+
+namespace {
+
+// One member: a counter in its own worker proc.
 class Trainer : public castmesh::Actor {
  public:
   void add(const Add& m) { value_ += m.n; }
   int get(const Get&) { return value_; }
+  int pid(const Pid&) { return static_cast<int>(::getpid()); }
   int crash(const Crash&) { throw std::runtime_error("simulated fault"); }
-  using Handlers = castmesh::Handlers<&Trainer::add, &Trainer::get, &Trainer::crash>;
+  using Handlers = castmesh::Handlers<&Trainer::add, &Trainer::get, &Trainer::pid, &Trainer::crash>;
 
  private:
   int value_ = 0;
 };
+
+}  // namespace
+
+// Worker procs spawn Trainers by this registered name.
+CASTMESH_REGISTER_ACTOR(Trainer);
+
+namespace {
 
 template <typename T>
 void print_mesh(const char* what, const castmesh::ValueMesh<T>& values) {
@@ -36,58 +82,90 @@ void print_mesh(const char* what, const castmesh::ValueMesh<T>& values) {
   }
 }
 
-int run() {
-  castmesh::Runtime runtime;
-  castmesh::Shape shape = *castmesh::Shape::Create({{"hosts", 2}, {"gpus", 4}});
+// Prints `what` and whether it held; the example fails if any check does not.
+bool check(bool ok, const std::string& what) {
+  std::printf("%s %s\n", ok ? "  [ok]    " : "  [WRONG] ", what.c_str());
+  return ok;
+}
+
+int run(castmesh::Runtime& runtime) {
+  const castmesh::Shape shape = *castmesh::Shape::Create({{"hosts", 2}, {"gpus", 4}});
+  auto procs = castmesh::LocalAllocator().allocate(runtime, shape);
+  if (!procs.ok()) return std::fprintf(stderr, "allocate failed: %s\n", procs.status().ToString().c_str()), 1;
+  std::printf("started %zu worker procs as %s\n", procs->size(), procs->shape().to_string().c_str());
+
   castmesh::MeshOptions options;
   options.name = "trainer";
   options.on_failure = [](const castmesh::MeshEvent& event) {
     std::printf("mesh event: %s -> continue on the survivors\n", event.to_string().c_str());
     return castmesh::MeshFailureAction::kContinue;
   };
-  auto spawned = castmesh::ActorMesh<Trainer>::Spawn(runtime, shape, options);
-  if (!spawned.ok()) {
-    std::fprintf(stderr, "spawn failed: %s\n", spawned.status().ToString().c_str());
-    return 1;
-  }
+  auto spawned = castmesh::ActorMesh<Trainer>::Spawn(*procs, options);
+  if (!spawned.ok()) return std::fprintf(stderr, "spawn failed: %s\n", spawned.status().ToString().c_str()), 1;
   castmesh::ActorMesh<Trainer> mesh = *spawned;
-  std::printf("spawned %zu actors as %s (cast fan-out %zu)\n", mesh.size(), mesh.shape().to_string().c_str(),
-              mesh.fanout());
+  std::printf("spawned %zu Trainers as %s (cast fan-out %zu procs)\n", mesh.size(),
+              mesh.shape().to_string().c_str(), mesh.fanout());
+  bool all_ok = true;
+
+  auto pids = mesh.call(Pid{}).get(absl::Seconds(20));
+  if (!pids.ok()) return std::fprintf(stderr, "call failed: %s\n", pids.status().ToString().c_str()), 1;
+  print_mesh("\neach member's process id", *pids);
 
   std::printf("\ncast Add{1} to every actor\n");
-  if (auto st = mesh.cast(Add{1}); !st.ok()) return std::fprintf(stderr, "%s\n", st.ToString().c_str()), 1;
-
+  all_ok &= check(mesh.cast(Add{1}).ok(), "cast accepted");
   auto gpu1 = *mesh.slice("gpus", 1);
   std::printf("cast Add{10} to the slice gpus=1: %s\n", gpu1.shape().to_string().c_str());
-  (void)gpu1.cast(Add{10});
+  all_ok &= check(gpu1.cast(Add{10}).ok(), "cast accepted");
   auto even_host1 = *mesh.slice({{"hosts", 1}, {"gpus", castmesh::Range(0, 4, 2)}});
   std::printf("cast Add{100} to the slice hosts=1, gpus=0:4:2: %s\n", even_host1.shape().to_string().c_str());
-  (void)even_host1.cast(Add{100});
+  all_ok &= check(even_host1.cast(Add{100}).ok(), "cast accepted");
 
-  auto values = mesh.call(Get{}).get(absl::Seconds(10));
+  // Casts and calls from one sender reach each member in order, so the call
+  // sees all three casts.
+  auto values = mesh.call(Get{}).get(absl::Seconds(20));
   if (!values.ok()) return std::fprintf(stderr, "call failed: %s\n", values.status().ToString().c_str()), 1;
   std::printf("\n");
   print_mesh("call Get{}", *values);
-  std::printf("value at {hosts=1, gpus=2}: %d\n", *values->at({{"hosts", 1}, {"gpus", 2}}));
+  all_ok &= check(*values->at({{"hosts", 1}, {"gpus", 2}}) == 101, "value at {hosts=1, gpus=2} is 1 + 100");
+  all_ok &= check(*values->at({{"hosts", 0}, {"gpus", 1}}) == 11, "value at {hosts=0, gpus=1} is 1 + 10");
 
-  auto total = mesh.call(Get{}, castmesh::reducers::sum<int>()).get(absl::Seconds(10));
-  auto largest = mesh.call(Get{}, castmesh::reducers::max<int>()).get(absl::Seconds(10));
-  std::printf("\nreduced on the way back: sum=%d max=%d\n", *total, *largest);
-  auto one = mesh.slice({{"hosts", 0}, {"gpus", 1}})->call_one(Get{}).get(absl::Seconds(10));
-  std::printf("call_one on {hosts=0, gpus=1}: %d\n", *one);
+  auto total = mesh.call(Get{}, castmesh::reducers::sum<int>()).get(absl::Seconds(20));
+  auto largest = mesh.call(Get{}, castmesh::reducers::max<int>()).get(absl::Seconds(20));
+  if (!total.ok() || !largest.ok()) return std::fprintf(stderr, "reduction failed\n"), 1;
+  std::printf("\nreduced on the way back up the tree of procs: sum=%d max=%d\n", *total, *largest);
+  all_ok &= check(*total == 8 + 2 * 10 + 2 * 100 && *largest == 101, "sum is 228 and max is 101");
+  auto one = mesh.slice({{"hosts", 0}, {"gpus", 1}})->call_one(Get{}).get(absl::Seconds(20));
+  all_ok &= check(one.ok() && *one == 11, "call_one on {hosts=0, gpus=1} gives 11");
 
   std::printf("\nthe actor at {hosts=1, gpus=3} crashes while handling a call\n");
-  auto crashed = mesh.slice({{"hosts", 1}, {"gpus", 3}})->call_one(Crash{}).get(absl::Seconds(10));
+  auto crashed = mesh.slice({{"hosts", 1}, {"gpus", 3}})->call_one(Crash{}).get(absl::Seconds(20));
   std::printf("that call failed: %s\n", crashed.status().ToString().c_str());
-  auto whole = mesh.call(Get{}).get(absl::Seconds(10));
-  std::printf("a call to the whole mesh now fails at once: %s\n", whole.status().ToString().c_str());
-  auto host0 = mesh.slice("hosts", 0)->call(Get{}).get(absl::Seconds(10));
-  if (host0.ok()) print_mesh("the survivors on hosts=0 still answer", *host0);
+  all_ok &= check(!crashed.ok(), "the crash came back as an error");
+
+  auto whole = mesh.call(Get{}).get(absl::Seconds(20));
+  std::printf("a call to the whole mesh fails: %s\n", whole.status().ToString().c_str());
+  all_ok &= check(!whole.ok(), "the call failed, naming the point");
+
+  const auto victim = procs->proc(2);  // {hosts=0, gpus=2}
+  std::printf("\nSIGKILL the worker proc of {hosts=0, gpus=2} (pid %lld)\n", static_cast<long long>(victim.pid));
+  ::kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  auto host0 = mesh.slice("hosts", 0)->call(Get{}).get(absl::Seconds(20));
+  std::printf("a call to the slice hosts=0 fails promptly: %s\n", host0.status().ToString().c_str());
+  all_ok &= check(!host0.ok(), "the call failed instead of hanging");
+  auto survivors = mesh.slice({{"hosts", 0}, {"gpus", castmesh::Range(0, 2)}})->call(Get{}).get(absl::Seconds(20));
+  if (survivors.ok()) print_mesh("the survivors on hosts=0, gpus=0:2 still answer", *survivors);
+  all_ok &= check(survivors.ok(), "survivors answer");
+
   mesh.stop();
-  std::printf("\nmesh stopped; done\n");
-  return 0;
+  (void)procs->stop();
+  std::printf("\nmesh and procs stopped; %s\n", all_ok ? "every step gave what it should" : "SOME STEPS WENT WRONG");
+  return all_ok ? 0 : 1;
 }
 
 }  // namespace
 
-int main() { return run(); }
+int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // in a worker proc this serves and never returns
+  castmesh::Runtime runtime;
+  return run(runtime);
+}
