@@ -86,7 +86,10 @@ class Actor {
 
   // Watches `target`: on_down runs here when it stops (at once if it is
   // already gone).
-  void monitor(const UntypedRef& target);
+  MonitorId monitor(const UntypedRef& target);
+  // Ends monitor `id` of `target` (see Runtime::demonitor). When false, an
+  // on_down for it may still be on its way to this actor.
+  bool demonitor(const UntypedRef& target, MonitorId id);
 
   // Delivers `msg` to this actor after `delay` / every `period`. Timers end
   // when cancelled or when the actor stops.

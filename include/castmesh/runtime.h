@@ -54,6 +54,10 @@ struct SpawnOptions {
 // Identifies a timer (send_after / send_every); 0 is never a timer.
 using TimerId = uint64_t;
 
+// Names one monitor (Runtime::monitor, Actor::monitor), to end it with
+// demonitor. Never 0.
+using MonitorId = uint64_t;
+
 struct RuntimeOptions {
   // Worker threads; 0 means std::thread::hardware_concurrency().
   int workers = 0;
@@ -178,7 +182,11 @@ class Runtime {
   // (on the thread where a local target stops, or now if it is gone; for an
   // actor of another proc, on this runtime's timer thread when that proc
   // reports its stop or is lost). Must not block.
-  void monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down);
+  MonitorId monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down);
+  // Ends monitor `id` of `target`. True: it was removed before `target`
+  // was reported down, and its callback will never run. False: it was
+  // already told (its callback may still be running) or is unknown.
+  bool demonitor(const UntypedRef& target, MonitorId id);
 
   // Sends `msg` to `to` after `delay` / every `period` (from the timer thread).
   template <typename M>

@@ -13,22 +13,11 @@ void Actor::fail(absl::Status reason) {
   cell_->fail(std::move(reason), "", cell_->address());
 }
 
-void Actor::monitor(const UntypedRef& target) {
-  detail::Watcher w{cell_->weak_from_this(), {}};
-  if (!target.valid()) {
-    detail::notify_down(w, DownEvent{{}, absl::InvalidArgumentError("monitor of an empty ref")});
-    return;
-  }
-  detail::RuntimeCore* rt = cell_->runtime();
-  const Address& a = target.address();
-  if (a.proc != rt->proc_id()) {
-    rt->watch_remote(a, std::move(w));
-  } else if (auto cell = rt->find_local(a)) {
-    cell->add_watcher(std::move(w));
-  } else {
-    detail::notify_down(w, DownEvent{a, absl::NotFoundError("no actor " + a.to_string())});
-  }
+MonitorId Actor::monitor(const UntypedRef& target) {
+  return cell_->runtime()->monitor(target, detail::Watcher{cell_->weak_from_this(), {}});
 }
+
+bool Actor::demonitor(const UntypedRef& target, MonitorId id) { return cell_->runtime()->demonitor(target, id); }
 
 TimerId Actor::add_timer(absl::Duration delay, absl::Duration period, std::function<void()> fire) {
   const TimerId id = cell_->runtime()->timers().add(delay, period, std::move(fire));

@@ -230,6 +230,11 @@ void ActorCell::add_watcher(Watcher w) {
   notify_down(w, DownEvent{address(), reason});
 }
 
+bool ActorCell::remove_watcher(MonitorId id) {
+  std::lock_guard<std::mutex> lock(links_mu_);
+  return std::erase_if(watchers_, [id](const Watcher& w) { return w.id == id; }) > 0;
+}
+
 bool ActorCell::add_child(std::shared_ptr<ActorCell> child) {
   std::lock_guard<std::mutex> lock(links_mu_);
   if (stopped_) return false;

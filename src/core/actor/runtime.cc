@@ -58,21 +58,11 @@ absl::Status Runtime::deliver_supervision_event(const Address& parent, Supervisi
   return absl::OkStatus();
 }
 
-void Runtime::monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down) {
-  detail::Watcher w{{}, std::move(on_down)};
-  if (!target.valid()) {
-    detail::notify_down(w, DownEvent{{}, absl::InvalidArgumentError("monitor of an empty ref")});
-    return;
-  }
-  const Address& a = target.address();
-  if (a.proc != core_->proc_id()) {
-    core_->watch_remote(a, std::move(w));
-  } else if (auto cell = core_->find_local(a)) {
-    cell->add_watcher(std::move(w));
-  } else {
-    detail::notify_down(w, DownEvent{a, absl::NotFoundError("no actor " + a.to_string())});
-  }
+MonitorId Runtime::monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down) {
+  return core_->monitor(target, detail::Watcher{{}, std::move(on_down)});
 }
+
+bool Runtime::demonitor(const UntypedRef& target, MonitorId id) { return core_->demonitor(target, id); }
 
 bool Runtime::cancel_timer(TimerId id) { return core_->timers().cancel(id); }
 TimerId Runtime::add_timer(absl::Duration delay, absl::Duration period, std::function<void()> fire) {

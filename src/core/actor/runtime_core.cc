@@ -413,6 +413,43 @@ void RuntimeCore::watch_remote(const Address& actor, Watcher w) {
   }
 }
 
+bool RuntimeCore::unwatch_remote(const Address& actor, MonitorId id) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  auto it = remote_watchers_.find(actor);
+  if (it == remote_watchers_.end()) return false;
+  const bool removed = std::erase_if(it->second, [id](const Watcher& w) { return w.id == id; }) > 0;
+  // With no watcher left, a later monitor asks the router again; the
+  // router's answer about this watch, if any, then finds nobody.
+  if (it->second.empty()) remote_watchers_.erase(it);
+  return removed;
+}
+
+MonitorId RuntimeCore::monitor(const UntypedRef& target, Watcher w) {
+  w.id = next_monitor_.fetch_add(1, std::memory_order_relaxed);
+  const MonitorId id = w.id;
+  if (!target.valid()) {
+    notify_down(w, DownEvent{{}, absl::InvalidArgumentError("monitor of an empty ref")});
+    return id;
+  }
+  const Address& a = target.address();
+  if (a.proc != proc_id()) {
+    watch_remote(a, std::move(w));
+  } else if (auto cell = find_local(a)) {
+    cell->add_watcher(std::move(w));
+  } else {
+    notify_down(w, DownEvent{a, absl::NotFoundError("no actor " + a.to_string())});
+  }
+  return id;
+}
+
+bool RuntimeCore::demonitor(const UntypedRef& target, MonitorId id) {
+  if (!target.valid() || id == 0) return false;
+  const Address& a = target.address();
+  if (a.proc != proc_id()) return unwatch_remote(a, id);
+  auto cell = find_local(a);
+  return cell != nullptr && cell->remove_watcher(id);
+}
+
 void RuntimeCore::report_remote_down(const Address& actor, const absl::Status& reason, std::string message_type) {
   std::vector<RemoteDown> downs(1);
   {

@@ -29,6 +29,7 @@ class ActorCell;
 struct Watcher {
   std::weak_ptr<ActorCell> cell;
   std::function<void(const DownEvent&)> callback;
+  MonitorId id = 0;
 };
 void notify_down(const Watcher& w, const DownEvent& ev);
 
@@ -57,6 +58,8 @@ class ActorCell final : public Endpoint, public Schedulable, public std::enable_
   void request_stop_now(absl::Status reason);
   // Any thread: watch this actor (runs at once if it already stopped).
   void add_watcher(Watcher w);
+  // Any thread: true if watcher `id` was still waiting and is now removed.
+  bool remove_watcher(MonitorId id);
   // Any thread: link a child; false if this actor already stopped.
   bool add_child(std::shared_ptr<ActorCell> child);
   void remove_child(ActorCell* child);
@@ -159,6 +162,11 @@ class RuntimeCore {
   // first watcher arrives; every watcher of it is then told exactly once, by
   // report_remote_down or report_proc_down (whichever comes first).
   void watch_remote(const Address& actor, Watcher w);
+  bool unwatch_remote(const Address& actor, MonitorId id);
+  // Any thread: gives `w` an id and installs it on `target` (local cell,
+  // remote watch, or told at once that there is no such actor).
+  MonitorId monitor(const UntypedRef& target, Watcher w);
+  bool demonitor(const UntypedRef& target, MonitorId id);
   void report_remote_down(const Address& actor, const absl::Status& reason, std::string message_type = {});
   void report_proc_down(const ProcId& proc, const absl::Status& reason);
   absl::Status deliver_serialized(const Address& dst, std::string_view type_name, std::string_view bytes,
@@ -217,6 +225,7 @@ class RuntimeCore {
   uint64_t next_port_ = 1;
   absl::flat_hash_map<uint64_t, PendingReply> ports_;
 
+  std::atomic<MonitorId> next_monitor_{1};
   std::mutex watch_mu_;
   absl::flat_hash_map<Address, std::vector<Watcher>> remote_watchers_;
 };

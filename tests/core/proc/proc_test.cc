@@ -482,6 +482,40 @@ TEST(ProcMesh, StoppedOrFailedChildIsNotReportedAgainWhenItsProcDies) {
   EXPECT_EQ(children, (std::vector<std::string>{"failing", "alive"}));
 }
 
+TEST(RemoteMonitor, DemonitoredRemoteActorIsNotToldAndOtherMonitorsAre) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
+  ASSERT_TRUE(echoes.ok());
+  const auto& echo = (*echoes)[0];
+  Downs removed, kept;
+  const castmesh::MonitorId removed_id = runtime.monitor(echo, removed.callback());
+  const castmesh::MonitorId kept_id = runtime.monitor(echo, kept.callback());
+  EXPECT_TRUE(runtime.demonitor(echo, removed_id));
+  EXPECT_FALSE(runtime.demonitor(echo, removed_id));
+  echo.stop();
+  // Both are told in one batch, in the order added: once `kept` is told,
+  // `removed` would have been too.
+  ASSERT_EQ(kept.wait_for(1).size(), 1u);
+  EXPECT_TRUE(removed.wait_for(1, 0s).empty());
+  EXPECT_FALSE(runtime.demonitor(echo, kept_id));
+
+  // A monitor removed at once, the actor stopped, then a new monitor: the
+  // new one is told (by the stop's report or, if that came first, by the
+  // proc asked again), the removed one never.
+  auto others = mesh->spawn<Echo>("other", std::string("o"));
+  ASSERT_TRUE(others.ok());
+  const auto& other = (*others)[0];
+  Downs first, second;
+  EXPECT_TRUE(runtime.demonitor(other, runtime.monitor(other, first.callback())));
+  other.stop();
+  EXPECT_FALSE(other.ask(Ping{1}).get(absl::Seconds(10)).ok());
+  runtime.monitor(other, second.callback());
+  ASSERT_EQ(second.wait_for(1).size(), 1u);
+  EXPECT_TRUE(first.wait_for(1, 0s).empty());
+}
+
 TEST(RemoteMonitor, StoppedAndUnknownActorsAreReportedPromptly) {
   castmesh::Runtime runtime;
   auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);

@@ -160,12 +160,17 @@ struct Watch {
   UntypedRef target;
 };
 struct Downs {};
+struct Unwatch {
+  UntypedRef target;
+  MonitorId id = 0;
+};
 class Watcher : public Actor {
  public:
-  void watch(const Watch& w) { monitor(w.target); }
+  MonitorId watch(const Watch& w) { return monitor(w.target); }
+  bool unwatch(const Unwatch& u) { return demonitor(u.target, u.id); }
   void on_down(const DownEvent& e) override { downs_.push_back(e); }
   std::vector<DownEvent> downs(const Downs&) { return downs_; }
-  using Handlers = castmesh::Handlers<&Watcher::watch, &Watcher::downs>;
+  using Handlers = castmesh::Handlers<&Watcher::watch, &Watcher::unwatch, &Watcher::downs>;
 
  private:
   std::vector<DownEvent> downs_;
@@ -204,6 +209,52 @@ TEST(Supervision, MonitorSeesNormalStopFailureAndAlreadyDead) {
   EXPECT_EQ(normal, 2);
   EXPECT_EQ(failed, 1);
   EXPECT_TRUE(root.wait_for(1));  // b had the root as parent
+}
+
+TEST(Supervision, DemonitoredActorIsNotToldAndOtherMonitorsAre) {
+  Runtime rt;
+  auto w = rt.spawn<Watcher>();
+  auto a = rt.spawn<Counter>();
+  auto b = rt.spawn<Counter>();
+  const MonitorId on_a = w.ask(Watch{a}).get().value();
+  const MonitorId on_b = w.ask(Watch{b}).get().value();
+  EXPECT_NE(on_a, on_b);
+  EXPECT_TRUE(w.ask(Unwatch{a, on_a}).get().value());
+  EXPECT_FALSE(w.ask(Unwatch{a, on_a}).get().value());  // already gone
+  // Watchers are told in the order they were added: once this later one
+  // ran, w would have been told too, had it still been watching.
+  std::atomic<bool> a_down{false};
+  rt.monitor(a, [&](const DownEvent&) { a_down = true; });
+  a.stop();
+  for (int i = 0; i < 5000 && !a_down; ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(a_down);
+  b.stop();
+  std::vector<DownEvent> downs;
+  for (int i = 0; i < 5000 && downs.empty(); ++i) {
+    downs = w.ask(Downs{}).get().value();
+    if (downs.empty()) std::this_thread::sleep_for(1ms);
+  }
+  // The watcher's mailbox is FIFO: a down from a would have come first.
+  ASSERT_EQ(downs.size(), 1u);
+  EXPECT_EQ(downs[0].actor, b.address());
+  EXPECT_FALSE(w.ask(Unwatch{b, on_b}).get().value());  // b was reported already
+}
+
+TEST(Supervision, DemonitorOfACallbackMonitor) {
+  Runtime rt;
+  auto a = rt.spawn<Counter>();
+  std::atomic<int> removed_calls{0}, kept_calls{0};
+  const MonitorId removed = rt.monitor(a, [&](const DownEvent&) { ++removed_calls; });
+  const MonitorId kept = rt.monitor(a, [&](const DownEvent&) { ++kept_calls; });
+  EXPECT_FALSE(rt.demonitor(a, kept + 1000));  // not a monitor of a
+  EXPECT_FALSE(rt.demonitor(UntypedRef(), removed));
+  EXPECT_TRUE(rt.demonitor(a, removed));
+  a.stop();
+  // Told in the order added: once `kept` ran, `removed` would have too.
+  for (int i = 0; i < 5000 && kept_calls == 0; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(kept_calls.load(), 1);
+  EXPECT_EQ(removed_calls.load(), 0);
+  EXPECT_FALSE(rt.demonitor(a, kept));
 }
 
 struct Boom {};
