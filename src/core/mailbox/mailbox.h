@@ -1,20 +1,36 @@
 // Mailbox: the lock-free multi-producer single-consumer queue of one actor.
 //
-// Producers push with one CAS onto an intrusive LIFO stack (the envelope is
-// the node; no allocation). The consumer takes the whole stack with one
-// exchange and reverses it into a private FIFO cache, so messages come out
-// in push order (FIFO per sender, and globally in linearization order).
-// Two tag values in the head encode the actor's scheduling state:
-//  * kBlocked: empty and not scheduled. The push that replaces it returns
-//    kUnblocked and that producer must schedule the actor (exactly once).
-//  * kClosed: the actor stopped; pushes are refused (kClosed) so the sender
-//    can fail the request at once.
+// An unbounded queue of array segments. A producer claims the next position
+// with one CAS on `tail_` and stores its envelope pointer into that slot; the
+// consumer reads the slots in position order, so messages come out in claim
+// order (FIFO per sender, and globally in linearization order). Unlike an
+// intrusive linked list, the consumer does not chase a chain of `next`
+// pointers through lines the producers wrote (one dependent cache miss per
+// message when a receiver falls behind): it reads consecutive slots (eight
+// per line, which the hardware prefetches) and prefetches the envelopes a few
+// slots ahead, so their misses overlap.
+//
+// Positions: each segment has kSlots slots plus one sentinel position
+// (offset kSlots). The producer that claims a segment's last slot moves the
+// tail onto the sentinel, links a new segment (allocated before its CAS, so
+// the window is a few stores), then moves the tail past the sentinel;
+// producers that see the sentinel wait for that. A producer dereferences only
+// the segment of the slot it claimed, and its slot store is its last access,
+// so the consumer frees a segment once it has read all its slots.
+//
+// Two flag bits in `tail_` encode the actor's scheduling state:
+//  * kBlockedBit: empty and not scheduled. The push that clears it (the
+//    first claim after the consumer blocked) returns kUnblocked and that
+//    producer must schedule the actor (exactly once).
+//  * kClosedBit: the actor stopped; pushes are refused (kClosed) so the
+//    sender can fail the request at once.
 // push() may be called from any thread; every other method only by the one
 // thread currently running the actor.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 #include "castmesh/detail/envelope.h"
 
@@ -24,96 +40,172 @@ class Mailbox {
  public:
   enum class PushResult { kOk, kUnblocked, kClosed };
 
+  // Slots per segment: a segment (slots + link) is one 512-byte block of
+  // message memory.
+  static constexpr uint64_t kSlots = 63;
+
   Mailbox() = default;
   Mailbox(const Mailbox&) = delete;
   Mailbox& operator=(const Mailbox&) = delete;
-  ~Mailbox() { delete_list(cache_); }
+  ~Mailbox() {
+    if (!closed()) {
+      for (Envelope* e = drain(tail_.load(std::memory_order_acquire) >> kFlagBits); e != nullptr;) {
+        delete std::exchange(e, e->next);
+      }
+    }
+    for (Segment* s = head_seg_; s != nullptr;) free_segment(std::exchange(s, s->next.load(std::memory_order_acquire)));
+  }
 
   PushResult push(Envelope* e) {
-    Envelope* head = head_.load(std::memory_order_relaxed);
-    for (;;) {
-      if (head == closed_tag()) return PushResult::kClosed;
-      e->next = head == blocked_tag() ? nullptr : head;
-      if (head_.compare_exchange_weak(head, e, std::memory_order_acq_rel, std::memory_order_relaxed)) {
-        return head == blocked_tag() ? PushResult::kUnblocked : PushResult::kOk;
+    Segment* spare = nullptr;  // the next segment, when this push claims a segment's last slot
+    uint64_t t = tail_.load(std::memory_order_acquire);
+    for (int spins = 0;;) {
+      if (t & kClosedBit) {
+        delete spare;
+        return PushResult::kClosed;
+      }
+      const uint64_t pos = t >> kFlagBits;
+      const uint64_t off = pos % kLap;
+      if (off == kSlots) {  // the claimer of the last slot is linking the next segment
+        wait_a_little(spins);
+        t = tail_.load(std::memory_order_acquire);
+        continue;
+      }
+      // Consistent with `t` if the CAS below succeeds: tail_seg_ only
+      // changes while the tail is on a sentinel, and tail values never recur.
+      Segment* seg = tail_seg_.load(std::memory_order_acquire);
+      if (off + 1 == kSlots && spare == nullptr) spare = new Segment;
+      if (tail_.compare_exchange_weak(t, (pos + 1) << kFlagBits, std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        if (off + 1 == kSlots) {
+          seg->next.store(spare, std::memory_order_release);
+          tail_seg_.store(spare, std::memory_order_release);
+          tail_.fetch_add(uint64_t{1} << kFlagBits, std::memory_order_release);  // past the sentinel
+          spare = nullptr;
+        }
+        seg->slots[off].store(e, std::memory_order_release);  // last access to seg
+        delete spare;
+        return (t & kBlockedBit) ? PushResult::kUnblocked : PushResult::kOk;
       }
     }
   }
 
   // Consumer: marks the (new) mailbox as scheduled, before its first turn.
   void mark_scheduled() {
-    Envelope* expected = blocked_tag();
-    head_.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel);
+    uint64_t expected = (head_pos_ << kFlagBits) | kBlockedBit;
+    tail_.compare_exchange_strong(expected, head_pos_ << kFlagBits, std::memory_order_acq_rel);
   }
 
   // Consumer: next message in FIFO order, or nullptr if empty right now.
   Envelope* pop() {
-    if (cache_ == nullptr) {
-      if (head_.load(std::memory_order_relaxed) == nullptr) return nullptr;
-      Envelope* stack = head_.exchange(nullptr, std::memory_order_acquire);
-      cache_ = reverse(stack);
-      if (cache_ == nullptr) return nullptr;
+    const uint64_t off = head_pos_ % kLap;
+    Envelope* e = head_seg_->slots[off].load(std::memory_order_acquire);
+    if (e == nullptr) {
+      if ((tail_.load(std::memory_order_acquire) >> kFlagBits) == head_pos_) return nullptr;
+      e = wait_for_slot(head_seg_->slots[off]);  // claimed, its producer is storing it
     }
-    Envelope* e = cache_;
-    cache_ = e->next;
-    // The next message is loaded while this one is handled: a long cache
-    // (a receiver far behind its senders) no longer fits in the L1/L2 that
-    // reverse() walked it through.
-    if (cache_ != nullptr) __builtin_prefetch(cache_);
-    e->next = nullptr;
+    advance(off);
+    // Envelopes a few slots ahead are loaded while this one is handled: a
+    // receiver far behind its senders reads envelopes the senders' cores
+    // wrote long ago, and these misses overlap instead of coming one by one.
+    const uint64_t ahead = head_pos_ % kLap + kPrefetchDistance;
+    if (ahead < kSlots) {
+      if (Envelope* p = head_seg_->slots[ahead].load(std::memory_order_relaxed)) __builtin_prefetch(p);
+    }
     return e;
   }
 
-  // Consumer: true if messages are waiting (cache or stack).
-  bool has_messages() const {
-    return cache_ != nullptr || head_.load(std::memory_order_acquire) != nullptr;
-  }
+  // Consumer: true if messages are waiting (or being stored).
+  bool has_messages() const { return (tail_.load(std::memory_order_acquire) >> kFlagBits) != head_pos_; }
 
-  // Consumer: if empty, marks the actor idle (kBlocked) and returns true;
+  // Consumer: if empty, marks the actor idle (kBlockedBit) and returns true;
   // after that the next push reschedules it. False if messages arrived.
   bool try_block() {
-    if (cache_ != nullptr) return false;
-    Envelope* expected = nullptr;
-    return head_.compare_exchange_strong(expected, blocked_tag(), std::memory_order_acq_rel,
+    uint64_t expected = head_pos_ << kFlagBits;
+    return tail_.compare_exchange_strong(expected, expected | kBlockedBit, std::memory_order_acq_rel,
                                          std::memory_order_acquire);
   }
 
   // Consumer: refuses further pushes and returns the messages still queued,
-  // in FIFO order (caller owns them).
-  Envelope* close() {
-    Envelope* stack = head_.exchange(closed_tag(), std::memory_order_acq_rel);
-    if (stack == blocked_tag() || stack == closed_tag()) stack = nullptr;
-    Envelope* rest = reverse(stack);
-    if (cache_ == nullptr) return rest;
-    Envelope* tail = cache_;
-    while (tail->next) tail = tail->next;
-    tail->next = rest;
-    return std::exchange(cache_, nullptr);
-  }
+  // in FIFO order, linked through Envelope::next (caller owns them).
+  Envelope* close() { return drain(tail_.fetch_or(kClosedBit, std::memory_order_acq_rel) >> kFlagBits); }
 
-  bool closed() const { return head_.load(std::memory_order_acquire) == closed_tag(); }
+  bool closed() const { return (tail_.load(std::memory_order_acquire) & kClosedBit) != 0; }
 
  private:
-  static Envelope* blocked_tag() { return reinterpret_cast<Envelope*>(uintptr_t{1}); }
-  static Envelope* closed_tag() { return reinterpret_cast<Envelope*>(uintptr_t{2}); }
+  struct Segment : MessageMemory {
+    std::atomic<Envelope*> slots[kSlots] = {};
+    std::atomic<Segment*> next{nullptr};
+  };
 
-  static Envelope* reverse(Envelope* e) {
-    Envelope* out = nullptr;
-    while (e) {
-      Envelope* next = e->next;
-      e->next = out;
-      out = e;
-      e = next;
+  static constexpr uint64_t kLap = kSlots + 1;  // positions per segment, with the sentinel
+  static constexpr int kFlagBits = 2;
+  static constexpr uint64_t kBlockedBit = 1;
+  static constexpr uint64_t kClosedBit = 2;
+  static constexpr uint64_t kPrefetchDistance = 8;
+
+  // Consumer: moves past the slot at offset `off` of the head segment (and
+  // past the sentinel into the next segment after the last slot).
+  void advance(uint64_t off) {
+    if (off + 1 < kSlots) {
+      ++head_pos_;
+      return;
     }
-    return out;
-  }
-  static void delete_list(Envelope* e) {
-    while (e) delete std::exchange(e, e->next);
+    // The last slot's producer linked `next` before storing its slot.
+    Segment* next = head_seg_->next.load(std::memory_order_acquire);
+    free_segment(std::exchange(head_seg_, next));
+    head_pos_ += 2;
   }
 
-  // Starts blocked: a new actor is scheduled explicitly by spawn.
-  std::atomic<Envelope*> head_{blocked_tag()};
-  Envelope* cache_ = nullptr;
+  // Consumer: takes every message at positions below `end` (all claimed),
+  // in order, linked through Envelope::next.
+  Envelope* drain(uint64_t end) {
+    Envelope* first = nullptr;
+    Envelope** link = &first;
+    while (head_pos_ < end) {
+      const uint64_t off = head_pos_ % kLap;
+      Envelope* e = wait_for_slot(head_seg_->slots[off]);
+      advance(off);
+      *link = e;
+      link = &e->next;
+    }
+    *link = nullptr;
+    return first;
+  }
+
+  // A claimed slot whose producer has not stored it yet (it was between its
+  // CAS and its store): a few instructions, unless it was preempted there.
+  static Envelope* wait_for_slot(const std::atomic<Envelope*>& slot) {
+    for (int spins = 0;;) {
+      if (Envelope* e = slot.load(std::memory_order_acquire)) return e;
+      wait_a_little(spins);
+    }
+  }
+  static void wait_a_little(int& spins) {
+    if (++spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      std::this_thread::yield();
+    }
+  }
+
+  void free_segment(Segment* s) {
+    if (s != &first_seg_) delete s;
+  }
+
+  // Producers' line: claimed positions (<< kFlagBits) | flags, and the
+  // segment of the current tail position. Starts blocked: a new actor is
+  // scheduled explicitly by spawn.
+  alignas(64) std::atomic<uint64_t> tail_{kBlockedBit};
+  std::atomic<Segment*> tail_seg_{&first_seg_};
+  // Consumer's line: the next position to read and its segment.
+  alignas(64) uint64_t head_pos_ = 0;
+  Segment* head_seg_ = &first_seg_;
+  // Built in, so an actor that never gets more than kSlots messages
+  // allocates no segment.
+  alignas(64) Segment first_seg_;
 };
 
 }  // namespace castmesh::detail
