@@ -53,7 +53,8 @@ class Mailbox {
         delete std::exchange(e, e->next);
       }
     }
-    for (Segment* s = head_seg_; s != nullptr;) free_segment(std::exchange(s, s->next.load(std::memory_order_acquire)));
+    Segment* s = head_seg_ != nullptr ? head_seg_ : first_seg_.load(std::memory_order_acquire);
+    while (s != nullptr) free_segment(std::exchange(s, s->next.load(std::memory_order_acquire)));
   }
 
   PushResult push(Envelope* e) {
@@ -73,7 +74,7 @@ class Mailbox {
       }
       // Consistent with `t` if the CAS below succeeds: tail_seg_ only
       // changes while the tail is on a sentinel, and tail values never recur.
-      Segment* seg = tail_seg_.load(std::memory_order_acquire);
+      Segment* seg = producer_segment();
       if (off + 1 == kSlots && spare == nullptr) spare = new Segment;
       if (tail_.compare_exchange_weak(t, (pos + 1) << kFlagBits, std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
@@ -98,6 +99,7 @@ class Mailbox {
 
   // Consumer: next message in FIFO order, or nullptr if empty right now.
   Envelope* pop() {
+    if (head_seg_ == nullptr && !attach_first_segment()) return nullptr;
     const uint64_t off = head_pos_ % kLap;
     Envelope* e = head_seg_->slots[off].load(std::memory_order_acquire);
     if (e == nullptr) {
@@ -137,6 +139,7 @@ class Mailbox {
     std::atomic<Envelope*> slots[kSlots] = {};
     std::atomic<Segment*> next{nullptr};
   };
+  static_assert(sizeof(Segment) == 512, "one block of the largest message memory size class");
 
   static constexpr uint64_t kLap = kSlots + 1;  // positions per segment, with the sentinel
   static constexpr int kFlagBits = 2;
@@ -163,6 +166,7 @@ class Mailbox {
     Envelope* first = nullptr;
     Envelope** link = &first;
     while (head_pos_ < end) {
+      if (head_seg_ == nullptr) head_seg_ = first_seg_.load(std::memory_order_acquire);
       const uint64_t off = head_pos_ % kLap;
       Envelope* e = wait_for_slot(head_seg_->slots[off]);
       advance(off);
@@ -191,21 +195,47 @@ class Mailbox {
     }
   }
 
-  void free_segment(Segment* s) {
-    if (s != &first_seg_) delete s;
+  static void free_segment(Segment* s) { delete s; }
+
+  // Producer, before its CAS: the segment of the tail position. tail_seg_
+  // stays null until the first segment fills up; the first segment itself is
+  // allocated by the first push (an actor that gets no message, like most
+  // short-lived ones, allocates none) and published in first_seg_ before
+  // that push's CAS.
+  Segment* producer_segment() {
+    if (Segment* seg = tail_seg_.load(std::memory_order_acquire)) return seg;
+    Segment* first = first_seg_.load(std::memory_order_acquire);
+    if (first != nullptr) return first;
+    auto* fresh = new Segment;
+    if (first_seg_.compare_exchange_strong(first, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      return fresh;
+    }
+    delete fresh;
+    return first;
   }
 
-  // Producers' line: claimed positions (<< kFlagBits) | flags, and the
-  // segment of the current tail position. Starts blocked: a new actor is
-  // scheduled explicitly by spawn.
-  alignas(64) std::atomic<uint64_t> tail_{kBlockedBit};
-  std::atomic<Segment*> tail_seg_{&first_seg_};
-  // Consumer's line: the next position to read and its segment.
-  alignas(64) uint64_t head_pos_ = 0;
-  Segment* head_seg_ = &first_seg_;
-  // Built in, so an actor that never gets more than kSlots messages
-  // allocates no segment.
-  alignas(64) Segment first_seg_;
+  // Consumer, before its first read: takes the first segment once a push
+  // has claimed a position (its producer published the segment before).
+  bool attach_first_segment() {
+    if ((tail_.load(std::memory_order_acquire) >> kFlagBits) == head_pos_) return false;
+    head_seg_ = first_seg_.load(std::memory_order_acquire);
+    return true;
+  }
+
+  // Producers' fields: claimed positions (<< kFlagBits) | flags, the
+  // segment of the tail position once past the first, and the first
+  // segment. Starts blocked: a new actor is scheduled explicitly by spawn.
+  // Not cache-line aligned (an over-aligned ActorCell would need aligned
+  // operator new), only kept 64 bytes apart so that the producers' CAS and
+  // the consumer's per-message updates never share a line.
+  std::atomic<uint64_t> tail_{kBlockedBit};
+  std::atomic<Segment*> tail_seg_{nullptr};
+  std::atomic<Segment*> first_seg_{nullptr};
+  [[maybe_unused]] char producer_consumer_gap_[64];
+  // Consumer's fields: the next position to read and its segment (null
+  // until the first message).
+  uint64_t head_pos_ = 0;
+  Segment* head_seg_ = nullptr;
 };
 
 }  // namespace castmesh::detail
