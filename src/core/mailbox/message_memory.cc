@@ -85,23 +85,30 @@ char* map_region(std::size_t bytes) {
   return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
 }
 
-// kBatch fresh blocks of class c; an empty chain if the kernel refused
-// memory (the caller throws bad_alloc). Caller holds d.mu.
-Chain carve(Depot& d, int c) {
-  const std::size_t size = kClassSize[c];
-  const std::size_t bytes = size * kBatch;
+// Reserves room for kBatch fresh blocks of class c; nullptr if the kernel
+// refused memory. Caller holds d.mu. Touches no page of the room: the
+// first touch faults (several microseconds per page on a VM), and other
+// threads must not wait for that on d.mu.
+char* reserve_batch(Depot& d, int c) {
+  const std::size_t bytes = kClassSize[c] * kBatch;
   if (static_cast<std::size_t>(d.region_end - d.region_next) < bytes) {
     const std::size_t region_bytes = d.regions == 0 ? kFirstRegionBytes : kRegionBytes;
     char* r = map_region(region_bytes);
-    if (r == nullptr) return Chain{};
+    if (r == nullptr) return nullptr;
     ++d.regions;
     d.region_next = r;
     d.region_end = r + region_bytes;  // the old region's tail (< one batch) is left unused
   }
-  Chain out;
   char* p = d.region_next;
   d.region_next += bytes;
-  // Linked in address order, so a burst of allocations walks memory forward.
+  return p;
+}
+
+// Links the kBatch blocks of class c at `p` (from reserve_batch) into a
+// chain, in address order so a burst of allocations walks memory forward.
+Chain carve(char* p, int c) {
+  const std::size_t size = kClassSize[c];
+  Chain out;
   for (std::size_t i = kBatch; i-- > 0;) {
     auto* b = reinterpret_cast<FreeBlock*>(p + i * size);
     b->next = out.head;
@@ -118,13 +125,17 @@ void depot_put(Depot& d, int c, Chain chain) { d.chains[c].push_back(chain); }
 // the kernel refused memory.
 Chain depot_take(int c) {
   Depot& d = depot();
-  std::lock_guard<std::mutex> lock(d.mu);
-  if (!d.chains[c].empty()) {
-    Chain chain = d.chains[c].back();
-    d.chains[c].pop_back();
-    return chain;
+  char* fresh = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (!d.chains[c].empty()) {
+      Chain chain = d.chains[c].back();
+      d.chains[c].pop_back();
+      return chain;
+    }
+    fresh = reserve_batch(d, c);
   }
-  return carve(d, c);
+  return fresh == nullptr ? Chain{} : carve(fresh, c);
 }
 
 // A thread's free lists. Plain data (zero-initialised static TLS, no guard
