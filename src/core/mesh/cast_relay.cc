@@ -510,31 +510,59 @@ absl::StatusOr<Targets> targets_of(const CastTable& table, const v1::CastHop& ho
 
 }  // namespace
 
+// Where a request goes below a node: the child spans holding targets (with
+// their targets) and the targets on procs known to be lost.
+struct CastRelay::ChildPlan {
+  std::vector<CastSpan> spans;
+  std::vector<std::vector<size_t>> targets;  // by span
+  std::vector<std::pair<ProcId, std::vector<size_t>>> unreachable;
+};
+
 namespace {
-// The children of a node: the spans holding targets (and their targets); a
-// span whose first group's proc is known to be lost is skipped over: its own
-// targets are unreachable (lost proc, its targets), its children are adopted.
-void plan_children(const CastTable& table, const Targets& targets, std::vector<CastSpan> spans,
-                   size_t fanout, const std::vector<bool>& lost, std::vector<CastSpan>* out_spans,
-                   std::vector<std::vector<size_t>>* out_targets,
-                   std::vector<std::pair<ProcId, std::vector<size_t>>>* unreachable) {
+// Plans the children of a node among `spans`: a span whose first group's
+// proc is known to be lost is skipped over: its own targets are unreachable
+// (lost proc, its targets), its children are adopted.
+void plan_children(const CastTable& table, const Targets& targets, std::vector<CastSpan> spans, size_t fanout,
+                   const std::vector<bool>& lost, CastRelay::ChildPlan* plan) {
   for (CastSpan span : spans) {
     std::vector<size_t> in = targets.in_span(table, span);
     if (in.empty()) continue;
     const ProcId& proc = table.group_procs[span.begin];
     if (lost[span.begin]) {
       if (std::vector<size_t> own = targets.in_group(table, span.begin); !own.empty()) {
-        unreachable->emplace_back(proc, std::move(own));
+        plan->unreachable.emplace_back(proc, std::move(own));
       }
-      plan_children(table, targets, cast_node_children(span, fanout), fanout, lost, out_spans, out_targets,
-                    unreachable);
+      plan_children(table, targets, cast_node_children(span, fanout), fanout, lost, plan);
       continue;
     }
-    out_spans->push_back(span);
-    out_targets->push_back(std::move(in));
+    plan->spans.push_back(span);
+    plan->targets.push_back(std::move(in));
   }
 }
 }  // namespace
+
+void CastRelay::open_node(const std::shared_ptr<Node>& node, const CastTable& table, const ChildPlan& plan) {
+  for (size_t i = 0; i < plan.spans.size(); ++i) {
+    node->slots.push_back(Node::Slot{table.group_procs[plan.spans[i].begin], plan.targets[i],
+                                     std::vector<bool>(plan.targets[i].size(), false)});
+  }
+  for (const auto& [proc, ranks] : plan.unreachable) {
+    node->slots.push_back(Node::Slot{proc, ranks, std::vector<bool>(ranks.size(), false)});
+  }
+  node->held.resize(node->slots.size());
+  node->open = node->slots.size();
+  register_node(node);
+}
+
+void CastRelay::send_to_children(const std::shared_ptr<const CastTable>& table, v1::CastHop& hop,
+                                 const ChildPlan& plan, const std::shared_ptr<Node>& node, size_t first_child_slot) {
+  forward(table, hop, plan.spans, node, first_child_slot);
+  if (!node) return;
+  for (size_t i = 0; i < plan.unreachable.size(); ++i) {
+    fail_slot(node, first_child_slot + plan.spans.size() + i,
+              absl::UnavailableError(absl::StrCat("proc ", plan.unreachable[i].first, " is gone")));
+  }
+}
 
 void CastRelay::forward(const std::shared_ptr<const CastTable>& table, v1::CastHop& hop,
                         const std::vector<CastSpan>& spans, const std::shared_ptr<Node>& node,
@@ -592,12 +620,9 @@ void CastRelay::handle_hop(const std::shared_ptr<const CastTable>& table, const 
   }
   const size_t fanout = std::max<uint64_t>(hop.fanout(), 1);
   const std::vector<size_t> own = targets->in_group(*table, span.begin);
-  std::vector<CastSpan> spans;
-  std::vector<std::vector<size_t>> child_targets;
-  std::vector<std::pair<ProcId, std::vector<size_t>>> unreachable;
+  ChildPlan plan;
   const std::vector<bool> lost = lost_groups(*table, hop);
-  plan_children(*table, *targets, cast_node_children(span, fanout), fanout, lost, &spans, &child_targets,
-                &unreachable);
+  plan_children(*table, *targets, cast_node_children(span, fanout), fanout, lost, &plan);
 
   std::shared_ptr<Node> node;
   if (request) {
@@ -611,27 +636,12 @@ void CastRelay::handle_hop(const std::shared_ptr<const CastTable>& table, const 
       node->fold = detail::find_encoded_fold(hop.reducer(), hop.reducer_type());
     }
     for (size_t r : own) node->slots.push_back(Node::Slot{id_, {r}, std::vector<bool>(1, false)});
-    for (size_t i = 0; i < spans.size(); ++i) {
-      node->slots.push_back(Node::Slot{table->group_procs[spans[i].begin], child_targets[i],
-                                       std::vector<bool>(child_targets[i].size(), false)});
-    }
-    for (auto& [proc, ranks] : unreachable) {
-      node->slots.push_back(Node::Slot{proc, ranks, std::vector<bool>(ranks.size(), false)});
-    }
-    node->held.resize(node->slots.size());
-    node->open = node->slots.size();
-    register_node(node);
+    open_node(node, *table, plan);
   }
   // Children first, so they start early; then the own members.
   v1::CastHop child = hop;
   set_lost_groups(lost, &child);
-  forward(table, child, spans, node, own.size());
-  for (size_t i = 0; i < unreachable.size(); ++i) {
-    if (node) {
-      fail_slot(node, own.size() + spans.size() + i,
-                absl::UnavailableError(absl::StrCat("proc ", unreachable[i].first, " is gone")));
-    }
-  }
+  send_to_children(table, child, plan, node, own.size());
   detail::RuntimeCore* core = runtime_->core();
   for (size_t i = 0; i < own.size(); ++i) {
     const Address& member = table->members[own[i]];
@@ -739,13 +749,10 @@ absl::Status CastRelay::launch(const std::shared_ptr<const CastTable>& table, de
   }
   absl::StatusOr<Targets> targets = targets_of(*table, hop);
   if (!targets.ok()) return targets.status();
-  std::vector<CastSpan> spans;
-  std::vector<std::vector<size_t>> child_targets;
-  std::vector<std::pair<ProcId, std::vector<size_t>>> unreachable;
+  ChildPlan plan;
   const std::vector<bool> lost = lost_groups(*table, hop);
   set_lost_groups(lost, &hop);
-  plan_children(*table, *targets, cast_root_children(table->group_procs.size(), fanout), fanout, lost, &spans,
-                &child_targets, &unreachable);
+  plan_children(*table, *targets, cast_root_children(table->group_procs.size(), fanout), fanout, lost, &plan);
   std::shared_ptr<Node> node;
   if (request.mode != CastMode::kTell) {
     hop.set_request(next_request_.fetch_add(1, std::memory_order_relaxed));
@@ -756,23 +763,9 @@ absl::Status CastRelay::launch(const std::shared_ptr<const CastTable>& table, de
     node->mode = request.mode;
     node->parent = Parent{ProcId(), 0, 0, std::move(on_pieces)};
     node->pass_through = true;
-    for (size_t i = 0; i < spans.size(); ++i) {
-      node->slots.push_back(Node::Slot{table->group_procs[spans[i].begin], child_targets[i],
-                                       std::vector<bool>(child_targets[i].size(), false)});
-    }
-    for (auto& [proc, ranks] : unreachable) {
-      node->slots.push_back(Node::Slot{proc, ranks, std::vector<bool>(ranks.size(), false)});
-    }
-    node->held.resize(node->slots.size());
-    node->open = node->slots.size();
-    register_node(node);
+    open_node(node, *table, plan);
   }
-  forward(table, hop, spans, node, 0);
-  for (size_t i = 0; i < unreachable.size(); ++i) {
-    if (node) {
-      fail_slot(node, spans.size() + i, absl::UnavailableError(absl::StrCat("proc ", unreachable[i].first, " is gone")));
-    }
-  }
+  send_to_children(table, hop, plan, node, 0);
   return absl::OkStatus();
 }
 

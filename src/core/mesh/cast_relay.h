@@ -103,6 +103,7 @@ class CastRelay : public std::enable_shared_from_this<CastRelay> {
   uint64_t pieces_received() const { return pieces_received_.load(std::memory_order_relaxed); }
 
   struct Node;
+  struct ChildPlan;  // where a request goes below a node (cast_relay.cc)
   // Replies (or errors) for slot `slot` of `node`: from own members' reply
   // ports, child relays and losses.
   void add_pieces(const std::shared_ptr<Node>& node, size_t slot, std::vector<detail::CastPiece> pieces);
@@ -126,6 +127,13 @@ class CastRelay : public std::enable_shared_from_this<CastRelay> {
   // slot first_child_slot + i.
   void forward(const std::shared_ptr<const CastTable>& table, wire::v1::CastHop& hop,
                const std::vector<CastSpan>& spans, const std::shared_ptr<Node>& node, size_t first_child_slot);
+  // Appends a slot per child span and per unreachable proc of `plan` to
+  // `node` (after the slots it has), then opens and registers it.
+  void open_node(const std::shared_ptr<Node>& node, const CastTable& table, const ChildPlan& plan);
+  // Forwards `hop` to the plan's children (slots from first_child_slot on),
+  // then fails the slots of its unreachable procs (after the children's).
+  void send_to_children(const std::shared_ptr<const CastTable>& table, wire::v1::CastHop& hop,
+                        const ChildPlan& plan, const std::shared_ptr<Node>& node, size_t first_child_slot);
   void fail_slot(const std::shared_ptr<Node>& node, size_t slot, const absl::Status& error);
   void send_up(const Node& node, std::vector<detail::CastPiece> pieces);
   absl::Status send_control(const ProcId& peer, const google::protobuf::MessageLite& message);
