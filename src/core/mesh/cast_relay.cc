@@ -11,6 +11,7 @@
 #include "core/actor/runtime_core.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
+#include "core/wire/status_code.h"
 
 namespace castmesh::mesh {
 namespace {
@@ -39,11 +40,6 @@ CastMode mode_of(v1::CastHop::Mode mode) {
     case v1::CastHop::MODE_REDUCE: return CastMode::kReduce;
     default: return CastMode::kTell;
   }
-}
-
-absl::Status status_from(int code, const std::string& message) {
-  if (code == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
 }  // namespace
@@ -267,7 +263,7 @@ absl::Status CastRelay::install_table(const std::shared_ptr<const CastTable>& ta
     v1::CastMeshSetupReply reply;
     absl::Status st = answer.status();
     if (st.ok() && !reply.ParseFromString(*answer)) st = absl::InternalError("malformed CastMeshSetupReply");
-    if (st.ok()) st = status_from(reply.error_code(), reply.error_message());
+    if (st.ok()) st = wire::status_from_wire(reply.error_code(), reply.error_message());
     if (!st.ok()) {
       drop_table(*table);
       return absl::Status(st.code(), absl::StrCat("installing the cast tree of mesh '", table->name, "' in proc ",
@@ -704,11 +700,11 @@ void CastRelay::handle_reply(const v1::CastReply& reply) {
   pieces.reserve(reply.pieces_size());
   for (const v1::CastPiece& p : reply.pieces()) {
     pieces.push_back(CastPiece{p.first_rank(), std::max<uint64_t>(p.count(), 1),
-                               status_from(p.error_code(), p.error_message()), p.value()});
+                               wire::status_from_wire(p.error_code(), p.error_message()), p.value()});
   }
   if (!pieces.empty()) add_pieces(node, reply.slot(), std::move(pieces));
   if (reply.slot_error_code() != 0) {
-    fail_slot(node, reply.slot(), status_from(reply.slot_error_code(), reply.slot_error_message()));
+    fail_slot(node, reply.slot(), wire::status_from_wire(reply.slot_error_code(), reply.slot_error_message()));
   }
 }
 

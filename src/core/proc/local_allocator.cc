@@ -18,6 +18,7 @@
 #include "core/proc/proc_host.h"
 #include "core/proc/worker.h"
 #include "core/wire/handshake.h"
+#include "core/wire/status_code.h"
 
 extern char** environ;
 
@@ -400,8 +401,8 @@ absl::StatusOr<std::vector<Address>> ProcMesh::spawn_encoded(uint32_t class_id, 
     wire::v1::SpawnReply reply;
     if (!reply.ParseFromString(*answer)) return absl::InternalError("malformed SpawnReply");
     if (reply.error_code() != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(reply.error_code()),
-                          absl::StrCat("spawning ", actor_type, " on proc rank ", p.rank, ": ", reply.error_message()));
+      return wire::status_from_wire(reply.error_code(), absl::StrCat("spawning ", actor_type, " on proc rank ",
+                                                                     p.rank, ": ", reply.error_message()));
     }
     auto address = Address::parse(reply.address());
     if (!address.ok()) return address.status();

@@ -11,6 +11,7 @@
 #include "core/mesh/cast_relay.h"
 #include "core/proc/actor_registry.h"
 #include "core/transport/address.h"
+#include "core/wire/status_code.h"
 
 namespace castmesh::proc {
 namespace {
@@ -26,14 +27,6 @@ struct HostDirectory {
 HostDirectory& host_directory() {
   static auto* directory = new HostDirectory;
   return *directory;
-}
-
-absl::Status status_from(int code, const std::string& message) {
-  if (code == 0) return absl::OkStatus();
-  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
-    return absl::UnknownError(absl::StrCat(message, " (status code ", code, ")"));
-  }
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
 }  // namespace
@@ -387,7 +380,7 @@ void ProcHost::handle_supervision(const ProcId& peer, const std::string& payload
   SupervisionEvent event;
   if (auto child = Address::parse(message.child()); child.ok()) event.child = *child;
   if (auto origin = Address::parse(message.origin()); origin.ok()) event.origin = *origin;
-  event.reason = status_from(message.reason_code(), message.reason_message());
+  event.reason = wire::status_from_wire(message.reason_code(), message.reason_message());
   if (event.reason.ok()) event.reason = absl::UnknownError("remote actor failed");
   event.message_type = message.message_type();
   std::vector<RemoteFailureObserver> observers;
@@ -438,7 +431,7 @@ void ProcHost::handle_actor_down(const ProcId& peer, const std::string& payload)
   }
   CASTMESH_LOG_DEBUG("castmesh-proc {}: monitored actor {} is down ({})", id(), message.actor(),
                      message.reason_code() == 0 ? std::string("stopped") : message.reason_message());
-  runtime_.report_remote_down(*actor, status_from(message.reason_code(), message.reason_message()),
+  runtime_.report_remote_down(*actor, wire::status_from_wire(message.reason_code(), message.reason_message()),
                               message.message_type());
 }
 
@@ -547,7 +540,7 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
   } else {
     const PortAddress port{*destination, envelope.port()};
     if (envelope.error_code() != 0) {
-      runtime_.fail_reply_port(port, status_from(envelope.error_code(), envelope.error_message()));
+      runtime_.fail_reply_port(port, wire::status_from_wire(envelope.error_code(), envelope.error_message()));
     } else {
       delivered = runtime_.deliver_serialized_reply(port, envelope.message_type(), payload.view());
     }

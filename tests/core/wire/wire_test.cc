@@ -3,6 +3,7 @@
 #include "core/wire/frame.h"
 #include "core/wire/handshake.h"
 #include "core/wire/payload.h"
+#include "core/wire/status_code.h"
 
 namespace castmesh::wire {
 namespace {
@@ -72,6 +73,18 @@ TEST(Payload, SharesWithoutCopying) {
   Payload q = p;
   EXPECT_EQ(q.data(), where);
   EXPECT_EQ(Payload::copy_of("abc").view(), "abc");
+}
+
+TEST(StatusFromWire, KnownCodesKeepTheirCodeAndOthersBecomeUnknown) {
+  EXPECT_TRUE(status_from_wire(0, "ignored").ok());
+  const absl::Status not_found = status_from_wire(static_cast<int>(absl::StatusCode::kNotFound), "no actor x");
+  EXPECT_EQ(not_found.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(not_found.message(), "no actor x");
+  for (int bad : {-1, 17, 1000}) {
+    const absl::Status st = status_from_wire(bad, "odd");
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnknown) << bad;
+    EXPECT_NE(st.message().find(absl::StrCat("status code ", bad)), std::string::npos) << st;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,23 @@
+// Statuses on the wire: control messages carry an absl::Status as an int
+// code and a message. Any thread.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace castmesh::wire {
+
+// The status a peer sent as (code, message). A code outside absl's range
+// (a peer of another version, or a corrupt field) becomes UNKNOWN naming
+// it, never an absl::Status with an invalid code.
+inline absl::Status status_from_wire(int code, const std::string& message) {
+  if (code == 0) return absl::OkStatus();
+  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(absl::StrCat(message, " (status code ", code, ")"));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+}  // namespace castmesh::wire
