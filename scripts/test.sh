@@ -71,7 +71,7 @@ tools_venv() {
 }
 
 dev_build() {
-  cmake --preset dev -DCASTMESH_WITH_RDMA=ON "${TENSOR_ENGINE[@]}" \
+  cmake --preset dev -DCASTMESH_WITH_RDMA=ON "${TENSOR_ENGINE[@]}" -DCASTMESH_BUILD_BENCHMARKS=ON \
     -DCASTMESH_BUILD_PYTHON=ON "-DPython_EXECUTABLE=${TOOLS_VENV}/bin/python" \
     "-Dpybind11_DIR=$("${TOOLS_VENV}/bin/python" -m pybind11 --cmakedir)"
   cmake --build --preset dev -j"${JOBS}"

@@ -5,6 +5,12 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace castmesh::bench {
 
 BenchOptions parse_bench_options(int argc, char** argv, const char* program) {
@@ -48,7 +54,7 @@ bool selected(const std::string& name, const BenchOptions& options) {
 void print_header(const std::string& implementation, const BenchOptions& options) {
   if (options.tsv) return;
   std::printf("%s actor benchmarks (scale %g)\n", implementation.c_str(), options.scale);
-  std::printf("%-14s %12s %12s %12s  %s\n", "workload", "units", "ns/unit", "Munits/s", "note");
+  std::printf("%-16s %12s %12s %12s  %s\n", "workload", "units", "ns/unit", "Munits/s", "note");
 }
 
 void print_result(const WorkloadResult& result, const BenchOptions& options) {
@@ -56,7 +62,7 @@ void print_result(const WorkloadResult& result, const BenchOptions& options) {
     std::printf("%s\t%lld\t%.1f\t%s\n", result.name.c_str(), static_cast<long long>(result.units),
                 result.ns_per_unit, result.note.c_str());
   } else {
-    std::printf("%-14s %12lld %12.1f %12.3f  %s\n", result.name.c_str(),
+    std::printf("%-16s %12lld %12.1f %12.3f  %s\n", result.name.c_str(),
                 static_cast<long long>(result.units), result.ns_per_unit,
                 1e3 / result.ns_per_unit, result.note.c_str());
   }
@@ -77,6 +83,55 @@ WorkloadResult summarize_latencies(std::string name, std::vector<double> samples
   std::snprintf(note, sizeof note, "median; min=%.1fus p90=%.1fus max=%.1fus", samples_ns.front() / 1e3,
                 at(0.9) / 1e3, samples_ns.back() / 1e3);
   return WorkloadResult{std::move(name), static_cast<int64_t>(samples_ns.size()), at(0.5), note};
+}
+
+namespace {
+constexpr uint32_t kStopResponder = UINT32_MAX;
+
+void wait_while_equal(std::atomic<uint32_t>& word, uint32_t value) {
+  while (word.load(std::memory_order_acquire) == value) {
+#if defined(__linux__)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, value, nullptr, nullptr, 0);
+#else
+    word.wait(value, std::memory_order_acquire);
+#endif
+  }
+}
+
+void wake_one(std::atomic<uint32_t>& word) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+#else
+  word.notify_one();
+#endif
+}
+}  // namespace
+
+WakeFloor::WakeFloor()
+    : responder_([this] {
+        uint32_t seen = 0;
+        for (;;) {
+          wait_while_equal(request_, seen);
+          seen = request_.load(std::memory_order_acquire);
+          if (seen == kStopResponder) return;
+          reply_.store(seen, std::memory_order_release);
+          wake_one(reply_);
+        }
+      }) {}
+
+WakeFloor::~WakeFloor() {
+  request_.store(kStopResponder, std::memory_order_release);
+  wake_one(request_);
+  responder_.join();
+}
+
+double WakeFloor::round_trip_ns() {
+  const uint32_t before = reply_.load(std::memory_order_acquire);
+  const auto start = std::chrono::steady_clock::now();
+  request_.store(before + 1, std::memory_order_release);
+  wake_one(request_);
+  wait_while_equal(reply_, before);
+  return ns_per(std::chrono::steady_clock::now() - start, 1);
 }
 
 }  // namespace castmesh::bench

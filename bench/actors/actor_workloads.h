@@ -5,10 +5,12 @@
 // workload. Single-threaded: only a bench executable's main thread calls these.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace castmesh::bench {
@@ -66,5 +68,28 @@ double ns_per(std::chrono::steady_clock::duration elapsed, int64_t units);
 
 // Median / p90 / max of round-trip samples, for the idle-ask workload.
 WorkloadResult summarize_latencies(std::string name, std::vector<double> samples_ns);
+
+// The least a wake-don't-poll runtime can pay for a request/reply between a
+// plain thread and an idle worker on this machine: two bare threads, one
+// futex wake each way (std::atomic wait/notify off Linux), no queue, no
+// allocation. The idle-ask workload samples it between its own samples, so
+// both see the same machine: on a VM the wake-up of an idle vCPU moves
+// between runs by more than the runtime's own cost. Owned and used by one
+// thread (the bench's main thread); the responder thread is internal.
+class WakeFloor {
+ public:
+  WakeFloor();
+  ~WakeFloor();
+  WakeFloor(const WakeFloor&) = delete;
+  WakeFloor& operator=(const WakeFloor&) = delete;
+
+  // One request/reply round trip, in ns.
+  double round_trip_ns();
+
+ private:
+  std::atomic<uint32_t> request_{0};
+  std::atomic<uint32_t> reply_{0};
+  std::thread responder_;
+};
 
 }  // namespace castmesh::bench
