@@ -8,6 +8,8 @@
 //  * LocalAllocator::allocate(runtime, shape) (or a count n): starts one
 //    worker proc per point of the shape on this machine and returns a
 //    ProcMesh once all have joined.
+//  * RendezvousAllocator::allocate(runtime, shape): procs started by a
+//    launcher (mpirun, srun, a Kubernetes Job) join at a rendezvous address.
 //  * ProcMesh::slice(...): a sub-mesh (a view sharing the workers).
 //  * ProcMesh::spawn<A>(name, args...): one actor of A per proc; the refs
 //    work from any proc exactly like local ones.
@@ -40,16 +42,19 @@ namespace castmesh {
 
 // Process bootstrap. Call at the top of main(), before creating a Runtime.
 // If this process was started by a LocalAllocator (environment variable
-// CASTMESH_BOOTSTRAP set), it becomes a worker proc: it connects to its
-// controller, serves actor spawn requests and messages, and exits the process
-// (std::exit) when the controller stops it, disconnects or dies; init() then
-// never returns. Otherwise it records argv (the default worker command
+// CASTMESH_BOOTSTRAP set) or by a launcher for a RendezvousAllocator
+// (CASTMESH_RENDEZVOUS set), it becomes a worker proc: it joins its
+// controller, serves actor spawn requests and messages, and exits the
+// process (std::exit) when the controller stops it, disconnects or dies;
+// init() then never returns. A worker that cannot join exits with status 1,
+// one whose environment is wrong (e.g. a rank that is not a number) with 2,
+// each with the reason on stderr. Otherwise it records argv (the default worker command
 // re-executes this binary with it) and returns. Main thread only.
 void init(int argc, char** argv);
 
 // For worker hosts that are not a C++ main() (e.g. `python -m
 // castmesh._worker` through the Python extension): true when this process
-// was started as a worker by a LocalAllocator.
+// was started as a worker (CASTMESH_BOOTSTRAP or CASTMESH_RENDEZVOUS set).
 bool launched_as_worker();
 // Runs this process as its worker proc, as init() does, but returns the
 // exit code instead of exiting. `runtime_options` configure the worker's
@@ -87,6 +92,15 @@ class ProcMeshState;
 
 }  // namespace detail
 
+namespace proc {
+class ProcHost;
+}  // namespace proc
+
+class ProcMesh;
+namespace detail {
+ProcMesh make_proc_mesh(std::shared_ptr<ProcMeshState> state, Shape shape);
+}  // namespace detail
+
 // Registers actor class A under `name` with constructor arguments Args...
 // (each needs a codec: arithmetic, std::string, protobuf messages, or one
 // registered with CASTMESH_REGISTER_MESSAGE). Prefer the macro below.
@@ -118,9 +132,10 @@ bool register_actor(std::string name) {
 
 // One proc of a mesh. Plain value.
 struct ProcInfo {
-  ProcId id;          // its address, e.g. "unix:@castmesh-1234-0a1b2c3d4e5f"
-  int rank = 0;       // 0..size-1 in the mesh as allocated (a slice keeps it)
-  int64_t pid = 0;    // operating-system process id
+  ProcId id;             // its address, e.g. "unix:@castmesh-1234-0a1b2c3d4e5f"
+  int rank = 0;          // 0..size-1 in the mesh as allocated (a slice keeps it)
+  int64_t pid = 0;       // operating-system process id, on its own host
+  std::string hostname;  // the name of the host it runs on (as it reported it)
 };
 
 // How a LocalAllocator starts worker procs. Plain value.
@@ -142,6 +157,33 @@ struct LocalAllocatorOptions {
   // Failures of actors spawned on workers by a plain thread (no parent
   // actor), and of such actors whose proc died. Runs on a transport thread;
   // must not block. Default: logged at error.
+  std::function<void(const SupervisionEvent&)> on_supervision_event;
+};
+
+// How a RendezvousAllocator waits for procs started by a launcher (mpirun,
+// srun, a Kubernetes Job). Plain value. See docs/procs.md, "Running on a
+// cluster".
+struct RendezvousAllocatorOptions {
+  // Where this controller listens for the procs, e.g. "tcp:0.0.0.0:29500"
+  // (every interface), "tcp:10.0.0.5:0" (port 0: a free port, read back with
+  // RendezvousAllocator::listen) or "unix:@name" (procs on this machine
+  // only). Required unless the runtime is already a proc (it then keeps its
+  // address; `listen` must be empty or that address).
+  std::string listen;
+  // For a wildcard listen host (0.0.0.0, ::): the host name or address the
+  // procs reach this controller at; it becomes the host part of the
+  // rendezvous address. Empty: $CASTMESH_ADVERTISE_HOST, else this
+  // machine's host name if it resolves to a non-loopback address, else its
+  // first non-loopback IPv4 address.
+  std::string advertise_host;
+  // Procs that have not joined by then fail the allocation
+  // (kDeadlineExceeded naming the missing ranks).
+  absl::Duration join_timeout = absl::Seconds(60);
+  // The mesh secret the procs must prove (they read it from
+  // CASTMESH_SECRET). Empty: this process's CASTMESH_SECRET; one of the two
+  // is required (a rendezvous never runs without authentication).
+  std::string secret;
+  // As LocalAllocatorOptions::on_supervision_event.
   std::function<void(const SupervisionEvent&)> on_supervision_event;
 };
 
@@ -220,7 +262,7 @@ class ProcMesh {
                                                      const Address& parent) const;
 
  private:
-  friend class LocalAllocator;
+  friend ProcMesh detail::make_proc_mesh(std::shared_ptr<detail::ProcMeshState> state, Shape shape);
   ProcMesh(std::shared_ptr<detail::ProcMeshState> state, Shape shape);
 
   std::shared_ptr<detail::ProcMeshState> state_;
@@ -245,6 +287,50 @@ class LocalAllocator {
 
  private:
   LocalAllocatorOptions options_;
+};
+
+// Makes a mesh of procs started by a launcher (mpirun, srun, a Kubernetes
+// Job), which join this controller at a rendezvous address. Each proc runs
+// castmesh::init (or `python -m castmesh._worker`) with CASTMESH_RENDEZVOUS
+// (the address), CASTMESH_SECRET, and its rank and world size from
+// CASTMESH_RANK / CASTMESH_WORLD_SIZE or its launcher's variables
+// (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS,
+// JOB_COMPLETION_INDEX). No cluster manager: the launcher starts, places and
+// ends the processes. Thread-safe (allocations are serialized per process).
+class RendezvousAllocator {
+ public:
+  explicit RendezvousAllocator(RendezvousAllocatorOptions options = {});
+  // Makes `runtime` a proc listening at options.listen (if it is not one
+  // yet) and returns the address to give the procs as CASTMESH_RENDEZVOUS,
+  // e.g. "tcp:node7:29500" (the runtime's proc id; the real port for port
+  // 0). Procs may be launched before or after this: they keep trying to
+  // join until their CASTMESH_JOIN_TIMEOUT (60 s). allocate() calls it.
+  // Call before spawning actors on `runtime`. The allocator keeps the
+  // runtime listening while it lives (and each mesh while it lives), so
+  // destroy it before the runtime.
+  absl::StatusOr<std::string> listen(Runtime& runtime);
+  // Waits until shape.size() procs have joined and returns their mesh: the
+  // proc of rank r (the rank it reported, not its arrival order) at
+  // row-major position r. Errors, each failing the allocation at once and
+  // telling every proc that had joined to exit: a proc with another world
+  // size (kInvalidArgument), a rank out of range (kOutOfRange), a rank that
+  // two procs claim (kAlreadyExists), a joined proc lost before the mesh is
+  // complete (kUnavailable); and after join_timeout, kDeadlineExceeded
+  // naming the ranks that never joined. A connection that cannot prove the
+  // secret is refused by the transport and never counts. The procs are not
+  // this process's children: stop() asks them to exit and waits 5 s, but
+  // cannot kill one that stays (it is reported; its launcher ends it).
+  absl::StatusOr<ProcMesh> allocate(Runtime& runtime, const Shape& shape);
+  // `procs` procs in one dimension named "procs".
+  absl::StatusOr<ProcMesh> allocate(Runtime& runtime, int procs);
+
+ private:
+  // The runtime's proc, made or found by listen(); kept so that it listens
+  // until allocate() (guarded by the process's allocation mutex).
+  absl::StatusOr<std::shared_ptr<proc::ProcHost>> listening_host(Runtime& runtime);
+
+  RendezvousAllocatorOptions options_;
+  std::shared_ptr<proc::ProcHost> host_;
 };
 
 }  // namespace castmesh

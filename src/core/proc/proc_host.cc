@@ -10,6 +10,7 @@
 #include "core/log/log.h"
 #include "core/mesh/cast_relay.h"
 #include "core/proc/actor_registry.h"
+#include "core/proc/join.h"
 #include "core/transport/address.h"
 #include "core/wire/status_code.h"
 
@@ -135,6 +136,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   std::shared_ptr<ProcHost> host(new ProcHost(runtime, options.secret));
   transport::EndpointOptions endpoint_options;
   endpoint_options.listen = options.listen.empty() ? transport::unique_abstract_unix_address() : options.listen;
+  endpoint_options.advertise_host = options.advertise_host;
   endpoint_options.secret = options.secret;
   endpoint_options.heartbeat_interval = options.heartbeat_interval;
   endpoint_options.heartbeat_timeout = options.heartbeat_timeout;
@@ -168,6 +170,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   host->on_control(v1::ActorDown().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
     raw->handle_actor_down(peer, payload);
   });
+  refuse_joins(*host);  // until an allocation waits for procs (core/proc/join.h)
   host->cast_relay_ = mesh::CastRelay::install(*host, runtime);
   {
     std::lock_guard lock(host_directory().mu);

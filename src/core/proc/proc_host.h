@@ -46,9 +46,15 @@ inline constexpr char kEnvRank[] = "CASTMESH_RANK";
 inline constexpr char kEnvWorldSize[] = "CASTMESH_WORLD_SIZE";
 inline constexpr char kEnvTransport[] = "CASTMESH_TRANSPORT";  // "unix" | "tcp"
 inline constexpr char kEnvParentPid[] = "CASTMESH_PARENT_PID";
+// Set by the user for procs started by a launcher (mpirun, srun, a
+// Kubernetes Job): the controller's rendezvous address (core/proc/launch_env.h).
+inline constexpr char kEnvRendezvous[] = "CASTMESH_RENDEZVOUS";
+inline constexpr char kEnvAdvertiseHost[] = "CASTMESH_ADVERTISE_HOST";
+inline constexpr char kEnvJoinTimeout[] = "CASTMESH_JOIN_TIMEOUT";  // seconds
 
 struct ProcHostOptions {
   std::string listen;  // channel URL; empty: a fresh abstract Unix address
+  std::string advertise_host;  // tcp: host of the proc id for a wildcard listen (EndpointOptions)
   std::string secret;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration heartbeat_timeout = absl::Seconds(5);

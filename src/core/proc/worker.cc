@@ -9,6 +9,7 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
+#include "core/proc/join.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/worker.h"
 
@@ -25,7 +26,7 @@ std::string env_or(const char* name, const char* fallback) {
 
 // Serves as a worker until the controller says Stop, disconnects or dies.
 // Returns the process exit code.
-int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options) {
+int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   // Die with the controller even if it cannot say goodbye (SIGKILL). The
   // connection loss below covers the rest (e.g. a controller thread other
   // than the one that started us exiting is not a death).
@@ -34,12 +35,12 @@ int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options) {
   if (!parent_pid.empty() && std::atoll(parent_pid.c_str()) != static_cast<long long>(::getppid())) {
     return 1;  // the controller died before we got here
   }
-  const std::string secret = env_or(kEnvSecret, "");
   // Neither the secret nor worker mode is inherited by our own children.
   ::unsetenv(kEnvSecret);
   ::unsetenv(kEnvBootstrap);
-  const int rank = std::atoi(env_or(kEnvRank, "0").c_str());
-  const std::string transport = env_or(kEnvTransport, "unix");
+  ::unsetenv(kEnvRendezvous);
+  const std::string& bootstrap = launch.controller;
+  const int rank = launch.rank;
 
   std::atomic<int> exit_code{-1};
   auto request_exit = [&exit_code](int code) {
@@ -61,8 +62,9 @@ int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options) {
   };
   Runtime runtime(runtime_options);
   ProcHostOptions host_options;
-  host_options.listen = transport == "tcp" ? "tcp:127.0.0.1:0" : "";
-  host_options.secret = secret;
+  host_options.listen = launch.listen;
+  host_options.advertise_host = launch.advertise_host;
+  host_options.secret = launch.secret;
   auto attached = ProcHost::attach(runtime, host_options);
   if (!attached.ok()) {
     CASTMESH_LOG_ERROR("castmesh worker rank {}: cannot start: {}", rank, attached.status().ToString());
@@ -74,23 +76,24 @@ int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options) {
   // Raw pointer: the host outlives its I/O thread, while the shared_ptr
   // variable itself is reset below (racing with a capture by reference).
   ProcHost* self = host.get();
-  host->add_peer_lost_observer([&request_exit, self, bootstrap](const ProcId& peer, const absl::Status& why) {
-    if (peer == bootstrap) {
-      CASTMESH_LOG_INFO("castmesh-proc {}: controller gone ({}); exiting", self->id(), std::string(why.message()));
-      request_exit(0);
-    }
-  });
   host->on_control(wire::v1::Stop().GetTypeName(),
                    [&](const ProcId&, uint64_t, const std::string&) { request_exit(0); });
-  wire::v1::Join join;
-  join.set_rank(static_cast<uint32_t>(rank));
-  join.set_pid(::getpid());
-  if (absl::Status st = host->send_control(bootstrap, join); !st.ok()) {
-    CASTMESH_LOG_ERROR("castmesh worker rank {}: cannot reach controller {}: {}", rank, bootstrap, st.ToString());
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: worker rank {} of {} (pid {}, {}) joining controller {}", host->id(), rank,
+                     launch.world_size, ::getpid(), launch.rank_origin, bootstrap);
+  absl::Status joined = join_controller(
+      *host, bootstrap, rank, launch.world_size, absl::Now() + launch.join_timeout,
+      [&request_exit, self](const absl::Status& why) {
+        CASTMESH_LOG_INFO("castmesh-proc {}: controller gone ({}); exiting", self->id(), std::string(why.message()));
+        request_exit(0);
+      });
+  if (!joined.ok()) {
+    CASTMESH_LOG_ERROR("castmesh worker rank {} ({}): cannot join the controller at {}: {}", rank,
+                       launch.rank_origin, bootstrap, joined.ToString());
+    runtime.shutdown();
+    host_for_failures = nullptr;
+    host.reset();
     return 1;
   }
-  CASTMESH_LOG_DEBUG("castmesh-proc {}: worker rank {} (pid {}) joining controller {}", host->id(), rank,
-                     ::getpid(), bootstrap);
   for (int code = exit_code.load(); code == -1; code = exit_code.load()) exit_code.wait(code);
   CASTMESH_LOG_DEBUG("castmesh-proc {}: worker rank {} stopping", host->id(), rank);
   runtime.shutdown();
@@ -107,17 +110,16 @@ std::vector<std::string>& recorded_argv() {
 }  // namespace proc
 
 bool launched_as_worker() {
-  const char* bootstrap = std::getenv(proc::kEnvBootstrap);
-  return bootstrap != nullptr && *bootstrap != '\0';
+  return proc::worker_requested([](const char* name) { return static_cast<const char*>(std::getenv(name)); });
 }
 
 int run_worker(RuntimeOptions runtime_options) {
-  if (!launched_as_worker()) {
-    CASTMESH_LOG_ERROR("castmesh::run_worker: this process was not started by a LocalAllocator ({} unset)",
-                       proc::kEnvBootstrap);
+  absl::StatusOr<proc::WorkerLaunch> launch = proc::worker_launch_from_environment();
+  if (!launch.ok()) {
+    CASTMESH_LOG_ERROR("castmesh worker: {}", std::string(launch.status().message()));
     return 2;
   }
-  return proc::serve_worker(std::getenv(proc::kEnvBootstrap), std::move(runtime_options));
+  return proc::serve_worker(*launch, std::move(runtime_options));
 }
 
 void init(int argc, char** argv) {

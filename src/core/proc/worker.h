@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "castmesh/runtime.h"
+#include "core/proc/launch_env.h"
 
 namespace castmesh::proc {
 
@@ -12,8 +13,9 @@ namespace castmesh::proc {
 // thread writes it once at start-up; read afterwards.
 std::vector<std::string>& recorded_argv();
 
-// Serves as the worker of the controller at `bootstrap` until it says Stop,
-// disconnects or dies; returns the process exit code. Main thread.
-int serve_worker(const std::string& bootstrap, RuntimeOptions runtime_options);
+// Serves as the worker described by `launch` (core/proc/launch_env.h) until
+// its controller says Stop, disconnects or dies; returns the process exit
+// code (non-zero when it could not join). Main thread.
+int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options);
 
 }  // namespace castmesh::proc

@@ -699,6 +699,7 @@ absl::Status Endpoint::Impl::listen(const ChannelAddress& address) {
   }
   ChannelAddress bound = address;
   if (address.kind == ChannelAddress::Kind::kTcp) {
+    if (!options_.advertise_host.empty()) bound.host = options_.advertise_host;
     GenericEndpoint local = acceptor_->local_endpoint();
     const auto* sa = reinterpret_cast<const sockaddr*>(local.data());
     if (sa->sa_family == AF_INET) bound.port = ntohs(reinterpret_cast<const sockaddr_in*>(sa)->sin_port);

@@ -57,6 +57,10 @@ struct EndpointOptions {
   // endpoint then has an "anon:..." id and is reachable only over the
   // connections it opens. tcp port 0 picks a free port (see Endpoint::id()).
   std::string listen;
+  // tcp: the host written into id() instead of the listen host, for a
+  // listener on a wildcard address (tcp:0.0.0.0:PORT, tcp:[::]:PORT) whose
+  // peers must dial a routable name or address. Empty: the listen host.
+  std::string advertise_host;
   // Mesh secret shared by every proc of the mesh; must not be empty.
   std::string secret;
   wire::FrameLimits limits;
