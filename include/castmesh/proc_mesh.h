@@ -132,7 +132,8 @@ bool register_actor(std::string name) {
 
 // One proc of a mesh. Plain value.
 struct ProcInfo {
-  ProcId id;             // its address, e.g. "unix:@castmesh-1234-0a1b2c3d4e5f"
+  ProcId id;             // its address, e.g. "unix:@castmesh-1234-0a1b2c3d4e5f" (Linux),
+                         // "unix:/tmp/castmesh-501/1234-0a1b2c3d4e5f" (elsewhere)
   int rank = 0;          // 0..size-1 in the mesh as allocated (a slice keeps it)
   int64_t pid = 0;       // operating-system process id, on its own host
   std::string hostname;  // the name of the host it runs on (as it reported it)
@@ -142,13 +143,16 @@ struct ProcInfo {
 struct LocalAllocatorOptions {
   // A worker that has not joined by then fails the allocation.
   absl::Duration join_timeout = absl::Seconds(30);
-  // The worker command. Empty: re-execute this binary (/proc/self/exe) with
+  // The worker command. Empty: re-execute this binary (Linux /proc/self/exe,
+  // macOS _NSGetExecutablePath, FreeBSD KERN_PROC_PATHNAME, elsewhere argv[0]
+  // as given to castmesh::init) with
   // the argv given to castmesh::init. Otherwise e.g.
   // {"python3", "-m", "castmesh._worker"}; argv[0] is looked up in PATH.
   std::vector<std::string> worker_argv;
   // Extra environment variables for the workers.
   std::vector<std::pair<std::string, std::string>> worker_env;
-  // "unix" (abstract Unix sockets, default) or "tcp" (IPv4 loopback).
+  // "unix" (default: abstract Unix sockets on Linux, socket files in a private
+  // per-user folder elsewhere) or "tcp" (IPv4 loopback).
   std::string transport = "unix";
   // Mesh secret; empty: a fresh random one. Passed to workers through the
   // environment (CASTMESH_SECRET, removed from the worker's environment once

@@ -38,7 +38,7 @@ struct WorkerLaunch {
   int rank = 0;
   int world_size = 0;
   std::string rank_origin;      // "SLURM_PROCID=3, SLURM_NTASKS=4", for messages
-  std::string listen;           // this proc's listen address ("" = a fresh abstract Unix address)
+  std::string listen;           // this proc's listen address ("" = a fresh Unix address, abstract on Linux)
   std::string advertise_host;   // for a wildcard `listen` (CASTMESH_ADVERTISE_HOST)
   bool started_by_controller = false;  // a LocalAllocator's child (CASTMESH_BOOTSTRAP)
   absl::Duration join_timeout = absl::Seconds(60);  // how long to keep trying to join
@@ -57,7 +57,8 @@ bool worker_requested(const EnvLookup& env);
 // for a rendezvous, a rendezvous address that is not tcp: or unix:. For a tcp:
 // rendezvous the proc listens on the local address of the route to the
 // controller (or, with CASTMESH_ADVERTISE_HOST, on every interface and
-// advertises that host); for unix:, on an abstract Unix address.
+// advertises that host); for unix:, on a fresh Unix address (abstract on
+// Linux, a socket file in a private folder elsewhere).
 absl::StatusOr<WorkerLaunch> worker_launch_from(const EnvLookup& env);
 // The same from this process's environment.
 absl::StatusOr<WorkerLaunch> worker_launch_from_environment();

@@ -7,34 +7,30 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "castmesh/proc_mesh.h"
 #include "core/log/log.h"
+#include "core/platform/process.h"
+#include "core/proc/controller_lifeline.h"
 #include "core/proc/join.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/proc_mesh_state.h"
 #include "core/proc/worker.h"
 #include "core/wire/handshake.h"
 
-extern char** environ;
-
 namespace castmesh {
 namespace {
 
-std::vector<std::string> default_worker_argv() {
-  std::vector<std::string> argv = proc::recorded_argv();
-  if (argv.empty()) {
-    // castmesh::init was not called: re-read our own command line.
-    std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
-    std::string arg;
-    while (std::getline(cmdline, arg, '\0')) argv.push_back(arg);
-  }
+// This program again, with the command line it was started with.
+absl::StatusOr<std::vector<std::string>> default_worker_argv() {
+  absl::StatusOr<std::string> executable = platform::executable_path();
+  if (!executable.ok()) return executable.status();
+  std::vector<std::string> argv = platform::command_line();
   if (argv.empty()) argv.push_back("castmesh-worker");
-  argv[0] = "/proc/self/exe";
+  argv[0] = *std::move(executable);
   return argv;
 }
 
@@ -92,15 +88,19 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   });
 
   // Start the workers.
-  const std::vector<std::string> argv_strings =
+  absl::StatusOr<std::vector<std::string>> worker_argv =
       options_.worker_argv.empty() ? default_worker_argv() : options_.worker_argv;
+  if (!worker_argv.ok()) return worker_argv.status();
+  const std::vector<std::string>& argv_strings = *worker_argv;
+  absl::StatusOr<proc::WorkerLifeline> lifeline = proc::WorkerLifeline::for_spawning();
+  if (!lifeline.ok()) return lifeline.status();
   std::vector<std::string> base_env;
-  for (char** e = environ; *e != nullptr; ++e) {
+  for (char** e = platform::environment(); *e != nullptr; ++e) {
     std::string_view entry(*e);
     if (entry.starts_with("CASTMESH_BOOTSTRAP=") || entry.starts_with("CASTMESH_SECRET=") ||
         entry.starts_with("CASTMESH_RANK=") || entry.starts_with("CASTMESH_WORLD_SIZE=") ||
         entry.starts_with("CASTMESH_TRANSPORT=") || entry.starts_with("CASTMESH_PARENT_PID=") ||
-        entry.starts_with("CASTMESH_RENDEZVOUS=")) {
+        entry.starts_with("CASTMESH_RENDEZVOUS=") || entry.starts_with("CASTMESH_LIFELINE_FD=")) {
       continue;
     }
     base_env.emplace_back(entry);
@@ -111,6 +111,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   base_env.push_back(absl::StrCat(proc::kEnvWorldSize, "=", procs));
   base_env.push_back(absl::StrCat(proc::kEnvTransport, "=", options_.transport));
   base_env.push_back(absl::StrCat(proc::kEnvParentPid, "=", ::getpid()));
+  if (!lifeline->env_entry().empty()) base_env.push_back(lifeline->env_entry());
 
   std::vector<pid_t> pids;
   auto fail = [&](absl::Status error) {

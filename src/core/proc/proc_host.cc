@@ -12,6 +12,7 @@
 #include "core/proc/actor_registry.h"
 #include "core/proc/join.h"
 #include "core/transport/address.h"
+#include "core/transport/unix_socket_names.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh::proc {
@@ -135,7 +136,12 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   }
   std::shared_ptr<ProcHost> host(new ProcHost(runtime, options.secret));
   transport::EndpointOptions endpoint_options;
-  endpoint_options.listen = options.listen.empty() ? transport::unique_abstract_unix_address() : options.listen;
+  if (options.listen.empty()) {
+    absl::StatusOr<std::string> unix_address = transport::unique_unix_listen_address();
+    if (!unix_address.ok()) return unix_address.status();
+    options.listen = *std::move(unix_address);
+  }
+  endpoint_options.listen = options.listen;
   endpoint_options.advertise_host = options.advertise_host;
   endpoint_options.secret = options.secret;
   endpoint_options.heartbeat_interval = options.heartbeat_interval;

@@ -53,7 +53,7 @@ inline constexpr char kEnvAdvertiseHost[] = "CASTMESH_ADVERTISE_HOST";
 inline constexpr char kEnvJoinTimeout[] = "CASTMESH_JOIN_TIMEOUT";  // seconds
 
 struct ProcHostOptions {
-  std::string listen;  // channel URL; empty: a fresh abstract Unix address
+  std::string listen;  // channel URL; empty: a fresh Unix address (unique_unix_listen_address)
   std::string advertise_host;  // tcp: host of the proc id for a wildcard listen (EndpointOptions)
   std::string secret;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);

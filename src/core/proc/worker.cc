@@ -1,5 +1,4 @@
 // castmesh::init and the worker proc's main loop.
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,6 +8,8 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
+#include "core/platform/process.h"
+#include "core/proc/controller_lifeline.h"
 #include "core/proc/join.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/worker.h"
@@ -30,7 +31,7 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   // Die with the controller even if it cannot say goodbye (SIGKILL). The
   // connection loss below covers the rest (e.g. a controller thread other
   // than the one that started us exiting is not a death).
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  die_with_controller();
   const std::string parent_pid = env_or(kEnvParentPid, "");
   if (!parent_pid.empty() && std::atoll(parent_pid.c_str()) != static_cast<long long>(::getppid())) {
     return 1;  // the controller died before we got here
@@ -102,11 +103,6 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   return exit_code.load();
 }
 
-std::vector<std::string>& recorded_argv() {
-  static auto* argv = new std::vector<std::string>;
-  return *argv;
-}
-
 }  // namespace proc
 
 bool launched_as_worker() {
@@ -123,8 +119,7 @@ int run_worker(RuntimeOptions runtime_options) {
 }
 
 void init(int argc, char** argv) {
-  auto& recorded = proc::recorded_argv();
-  recorded.assign(argv, argv + argc);
+  platform::record_command_line(argc, argv);
   if (launched_as_worker()) std::exit(run_worker());
 }
 

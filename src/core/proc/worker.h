@@ -9,10 +9,6 @@
 
 namespace castmesh::proc {
 
-// The argv given to castmesh::init (empty if it was not called). Main
-// thread writes it once at start-up; read afterwards.
-std::vector<std::string>& recorded_argv();
-
 // Serves as the worker described by `launch` (core/proc/launch_env.h) until
 // its controller says Stop, disconnects or dies; returns the process exit
 // code (non-zero when it could not join). Main thread.

@@ -1,5 +1,8 @@
 #include "core/scheduler/futex.h"
 
+#include "core/platform/platform.h"
+
+#if CASTMESH_LINUX_FACILITIES
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,8 +11,13 @@
 
 #include <cerrno>
 #include <ctime>
+#else
+#include "core/scheduler/parking_lot.h"
+#endif
 
 namespace castmesh::detail {
+
+#if CASTMESH_LINUX_FACILITIES
 
 bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
@@ -29,5 +37,15 @@ bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadl
 void futex_wake(std::atomic<uint32_t>* word, int count) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
 }
+
+#else
+
+bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+  return parking_lot_wait(word, expected, deadline);
+}
+
+void futex_wake(std::atomic<uint32_t>* word, int count) { (void)parking_lot_wake(word, count); }
+
+#endif
 
 }  // namespace castmesh::detail

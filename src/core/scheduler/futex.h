@@ -1,6 +1,9 @@
-// Blocking on a 32-bit atomic word without polling (Linux futex). Used to
-// park idle workers and threads waiting on futures, so a wake-up is one
-// system call and an idle runtime burns no CPU. Any thread.
+// Blocking on a 32-bit atomic word without polling. Used to park idle
+// workers and threads waiting on futures, so a wake-up is one system call and
+// an idle runtime burns no CPU. Any thread.
+// On Linux this is the futex system call; elsewhere, and in a
+// CASTMESH_POSIX_FALLBACKS build, the portable parking lot (parking_lot.h)
+// with the same contract. The choice is made in futex.cc only.
 #pragma once
 
 #include <absl/time/time.h>

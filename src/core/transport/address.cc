@@ -43,9 +43,15 @@ absl::StatusOr<ChannelAddress> parse_channel_address(std::string_view url) {
       address.abstract = true;
       rest.remove_prefix(1);
     }
-    if (rest.empty()) return invalid("empty unix socket path");
-    // sun_path holds 108 bytes; an abstract name uses one for its leading NUL.
-    if (rest.size() + 1 > sizeof(sockaddr_un{}.sun_path)) return invalid("unix socket path too long");
+    if (rest.empty()) return invalid(address.abstract ? "empty abstract socket name" : "empty unix socket path");
+    // sun_path holds 108 bytes on Linux (104 on macOS and the BSDs): a path
+    // needs one more for its NUL, an abstract name for its leading NUL.
+    constexpr size_t kMax = sizeof(sockaddr_un{}.sun_path) - 1;
+    if (rest.size() > kMax) {
+      return invalid(absl::StrCat(address.abstract ? "abstract socket name" : "unix socket path", " is ",
+                                  rest.size(), " bytes; at most ", kMax,
+                                  " fit in a socket address (sockaddr_un.sun_path) on this system"));
+    }
     address.name = std::string(rest);
     return address;
   }

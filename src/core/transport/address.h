@@ -1,7 +1,8 @@
 // Channel addresses: the URLs that name where a proc listens.
 //   local:NAME        an endpoint in this same process (no socket)
 //   unix:PATH         a Unix stream socket at a filesystem path
-//   unix:@NAME        a Linux abstract Unix socket (no file)
+//   unix:@NAME        a Linux abstract Unix socket (no file); parsed everywhere,
+//                     usable only where abstract_unix_sockets_supported()
 //   tcp:HOST:PORT     TCP; HOST is an IPv4 literal, [IPv6] literal or a name
 // Pure values; any thread.
 #pragma once
@@ -31,7 +32,8 @@ struct ChannelAddress {
 absl::StatusOr<ChannelAddress> parse_channel_address(std::string_view url);
 
 // A fresh, unused-looking abstract Unix address for this process:
-// "unix:@castmesh-<pid>-<random>". The default listen address of a proc.
+// "unix:@castmesh-<pid>-<random>" (Linux only; a proc's default listen
+// address is unique_unix_listen_address() in unix_socket_names.h).
 std::string unique_abstract_unix_address();
 
 }  // namespace castmesh::transport

@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -29,7 +28,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/log/log.h"
+#include "core/platform/process.h"
 #include "core/transport/address.h"
+#include "core/transport/unix_socket_names.h"
 #include "core/wire/handshake.h"
 
 namespace castmesh::transport {
@@ -48,6 +49,16 @@ constexpr std::size_t kReadBufferSize = 64 * 1024;
 // connection is written at once by the sending thread (latency); frames that
 // follow each other faster are coalesced by the I/O thread (throughput).
 constexpr auto kDirectWriteGap = std::chrono::microseconds(10);
+// send() to a closed peer must not raise SIGPIPE. MSG_NOSIGNAL is POSIX
+// (2008) and on Linux and the BSDs; where it is missing (older macOS) Asio
+// sets SO_NOSIGPIPE on every socket it opens or accepts instead.
+#if defined(MSG_NOSIGNAL)
+constexpr int kNoSigPipe = MSG_NOSIGNAL;
+#elif defined(SO_NOSIGPIPE)
+constexpr int kNoSigPipe = 0;
+#else
+#error "this system has neither MSG_NOSIGNAL nor SO_NOSIGPIPE: castmesh cannot keep SIGPIPE from ending the process"
+#endif
 
 absl::Status lost(const std::string& what, const std::error_code& ec) {
   if (ec == asio::error::eof) return absl::UnavailableError(absl::StrCat(what, ": peer closed the connection"));
@@ -60,11 +71,7 @@ std::string describe_remote(int fd) {
   socklen_t size = sizeof(storage);
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&storage), &size) != 0) return "unknown peer";
   if (storage.ss_family == AF_UNIX) {
-    ucred cred{};
-    socklen_t cred_size = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cred_size) == 0) {
-      return absl::StrCat("unix peer pid ", cred.pid);
-    }
+    if (std::optional<long> pid = unix_peer_pid(fd)) return absl::StrCat("unix peer pid ", *pid);
     return "unix peer";
   }
   if (storage.ss_family == AF_INET) {
@@ -93,6 +100,10 @@ void set_no_delay(Socket& socket) {
 // host names; literals resolve at once).
 absl::StatusOr<GenericEndpoint> to_socket_endpoint(const ChannelAddress& address, asio::io_context& io) {
   if (address.kind == ChannelAddress::Kind::kUnix) {
+    if (address.abstract && !abstract_unix_sockets_supported()) {
+      return absl::UnavailableError(absl::StrCat("cannot reach ", address.to_string(),
+                                                 ": abstract Unix socket names exist only on Linux"));
+    }
     std::string path = address.abstract ? std::string(1, '\0') + address.name : address.name;
     return GenericEndpoint(asio::local::stream_protocol::endpoint(path));
   }
@@ -331,7 +342,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool try_write_now_locked() {
     if (direct_fd_ < 0) return false;
     std::string& bytes = pending_.front().bytes;
-    const ssize_t n = ::send(direct_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    const ssize_t n = ::send(direct_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | kNoSigPipe);
     if (n <= 0) return false;  // EAGAIN or an error: the I/O thread's write will see it
     const auto written = static_cast<std::size_t>(n);
     queued_bytes_ -= std::min(queued_bytes_, written);
@@ -657,7 +668,7 @@ absl::Status Endpoint::Impl::start() {
   if (acceptor_) accept_next();
   arm_heartbeat();
   thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "castmesh-io");
+    platform::set_current_thread_name("castmesh-io");
     io_.run();
   });
   CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint up (pid {})", id_, ::getpid());
@@ -673,6 +684,11 @@ absl::Status Endpoint::Impl::listen(const ChannelAddress& address) {
     local_name_ = address.name;
     id_ = address.to_string();
     return absl::OkStatus();
+  }
+  if (address.kind == ChannelAddress::Kind::kUnix && address.abstract && !abstract_unix_sockets_supported()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot listen on ", address.to_string(),
+                                                   ": abstract Unix socket names exist only on Linux; use "
+                                                   "unix:/PATH (or an empty listen address for a private one)"));
   }
   absl::StatusOr<GenericEndpoint> ep = to_socket_endpoint(address, io_);
   if (!ep.ok()) return ep.status();

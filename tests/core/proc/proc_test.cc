@@ -23,10 +23,9 @@
 #include "castmesh/actor.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
+#include "core/platform/process.h"
 #include "core/transport/address.h"
 #include "core/transport/endpoint.h"
-
-extern char** environ;
 
 namespace {
 
@@ -741,13 +740,15 @@ TEST(ProcMesh, MalformedFrameClosesOnlyThatConnection) {
   auto echoes = mesh->spawn<Echo>("echo", std::string("e"));
   ASSERT_TRUE(echoes.ok());
   auto address = castmesh::transport::parse_channel_address(mesh->proc(0).id);
-  ASSERT_TRUE(address.ok() && address->abstract);
+  // An abstract name on Linux, a socket file elsewhere.
+  ASSERT_TRUE(address.ok() && address->kind == castmesh::transport::ChannelAddress::Kind::kUnix);
   int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un sa{};
   sa.sun_family = AF_UNIX;
-  std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
+  const size_t offset = address->abstract ? 1 : 0;
+  std::memcpy(sa.sun_path + offset, address->name.data(), address->name.size());
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa),
-                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size())),
+                      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset + address->name.size())),
             0);
   const char garbage[] = "\x10\x00\x00\x00this is not a handshake";
   ASSERT_GT(::send(fd, garbage, sizeof(garbage), MSG_NOSIGNAL), 0);
@@ -787,7 +788,10 @@ TEST(LocalAllocator, WorkerThatExitsBeforeJoiningIsReported) {
 
 TEST(LocalAllocator, WorkersExitWhenTheirControllerIsKilled) {
   // A controller process (this binary in role "controller") starts two
-  // workers, reports their pids, and is then SIGKILLed.
+  // workers, keeps an actor of each busy (a 20 s handler, so that closing
+  // the connection alone would not end them in time), reports their pids,
+  // and is then SIGKILLed. (Linux: PR_SET_PDEATHSIG; elsewhere and in a
+  // CASTMESH_POSIX_FALLBACKS build: the lifeline pipe.)
   int pipefd[2];
   ASSERT_EQ(::pipe(pipefd), 0);
   posix_spawn_file_actions_t actions;
@@ -795,14 +799,15 @@ TEST(LocalAllocator, WorkersExitWhenTheirControllerIsKilled) {
   posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
   posix_spawn_file_actions_addclose(&actions, pipefd[0]);
   std::vector<std::string> env_strings = {"CASTMESH_TEST_ROLE=controller"};
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  for (char** e = castmesh::platform::environment(); *e != nullptr; ++e) env_strings.emplace_back(*e);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
-  char self[] = "/proc/self/exe";
-  char* argv[] = {self, nullptr};
+  absl::StatusOr<std::string> self = castmesh::platform::executable_path();
+  ASSERT_TRUE(self.ok()) << self.status();
+  char* argv[] = {self->data(), nullptr};
   pid_t controller = 0;
-  ASSERT_EQ(::posix_spawn(&controller, self, &actions, nullptr, argv, envp.data()), 0);
+  ASSERT_EQ(::posix_spawn(&controller, self->c_str(), &actions, nullptr, argv, envp.data()), 0);
   posix_spawn_file_actions_destroy(&actions);
   ::close(pipefd[1]);
   std::string line;
@@ -830,6 +835,15 @@ int run_controller_role() {
     std::printf("error %s\n", mesh.status().ToString().c_str());
     return 1;
   }
+  auto echoes = mesh->spawn<Echo>("echo", std::string("busy"));
+  if (!echoes.ok()) {
+    std::printf("error %s\n", echoes.status().ToString().c_str());
+    return 1;
+  }
+  // Both handlers are running (a pid answer from behind them would wait).
+  std::vector<decltype((*echoes)[0].ask(Hang{}))> hangs;
+  for (size_t i = 0; i < echoes->size(); ++i) hangs.push_back((*echoes)[i].ask(Hang{}));
+  std::this_thread::sleep_for(200ms);
   std::printf("%lld %lld\n", static_cast<long long>(mesh->proc(0).pid), static_cast<long long>(mesh->proc(1).pid));
   std::fflush(stdout);
   std::this_thread::sleep_for(60s);  // killed long before

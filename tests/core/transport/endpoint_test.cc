@@ -1,10 +1,13 @@
-// Endpoint tests over real sockets (Unix path, Unix abstract, TCP v4/v6) and
-// the in-process local: channel. Raw POSIX clients play misbehaving peers.
+// Endpoint tests over real sockets (Unix path, Unix abstract where the system
+// has them, TCP v4/v6) and the in-process local: channel. Raw POSIX clients
+// play misbehaving peers. Kind "unix" is the platform's default Unix address
+// (abstract on Linux, a socket file in the private folder elsewhere).
 #include "core/transport/endpoint.h"
 
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "core/transport/address.h"
+#include "core/transport/unix_socket_names.h"
 #include "core/wire/frame.h"
 #include "core/wire/handshake.h"
 
@@ -209,6 +213,11 @@ std::string listen_url(const std::string& kind, const std::string& tag) {
   const std::string unique = std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + tag;
   if (kind == "unix-path") return "unix:" + ::testing::TempDir() + "cm-" + unique + ".sock";
   if (kind == "unix-abstract") return "unix:@castmesh-test-" + unique;
+  if (kind == "unix") {
+    absl::StatusOr<std::string> url = unique_unix_listen_address();
+    EXPECT_TRUE(url.ok()) << url.status();
+    return url.ok() ? *url : "";
+  }
   if (kind == "tcp4") return "tcp:127.0.0.1:0";
   if (kind == "tcp6") return "tcp:[::1]:0";
   return "local:test-" + unique;
@@ -261,12 +270,56 @@ TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllChannels, ChannelTest,
-                         ::testing::Values("unix-path", "unix-abstract", "tcp4", "tcp6", "local"),
+                         ::testing::ValuesIn(abstract_unix_sockets_supported()
+                                                 ? std::vector<std::string>{"unix-path", "unix-abstract", "tcp4",
+                                                                            "tcp6", "local"}
+                                                 : std::vector<std::string>{"unix-path", "tcp4", "tcp6", "local"}),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::erase(name, '-');
                            return name;
                          });
+
+TEST(Endpoint, UnixSocketFileIsRemovedWhenTheListenerStops) {
+  absl::StatusOr<std::string> folder = private_socket_folder();
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  const std::string path = *folder + "/endpoint-test-" + std::to_string(::getpid());
+  Inbox inbox;
+  auto a = start(options_for("unix:" + path), inbox);
+  ASSERT_TRUE(a);
+  struct stat st {};
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  a->shutdown();
+  a.reset();
+  EXPECT_NE(::lstat(path.c_str(), &st), 0) << path << " is still there";
+}
+
+// Abstract names work where the system has them and are refused clearly
+// (listen) or reported unreachable (dial) where it does not.
+TEST(Endpoint, AbstractUnixNamesWorkOnlyWhereSupported) {
+  Inbox inbox;
+  const std::string url = listen_url("unix-abstract", "where");
+  auto a = Endpoint::start(options_for(url), inbox.handler());
+  if (abstract_unix_sockets_supported()) {
+    ASSERT_TRUE(a.ok()) << a.status();
+    return;
+  }
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument) << a.status();
+  EXPECT_NE(a.status().message().find("only on Linux"), std::string::npos) << a.status();
+  auto b = start(options_for(listen_url("unix", "dialer")), inbox);
+  ASSERT_TRUE(b);
+  const absl::Status sent = b->send(url, message("test.Ping"), wire::Payload::copy_of("x"));
+  absl::Status why = sent;
+  if (sent.ok()) {  // queued: the failed dial is reported as a lost peer
+    ASSERT_TRUE(inbox.wait_lost(1));
+    EXPECT_EQ(inbox.lost()[0].first, url);
+    why = inbox.lost()[0].second;
+  }
+  EXPECT_EQ(why.code(), absl::StatusCode::kUnavailable) << why;
+  EXPECT_NE(why.message().find("only on Linux"), std::string::npos) << why;
+}
 
 TEST(Endpoint, TcpPortZeroReportsTheBoundPort) {
   Inbox inbox;
@@ -280,7 +333,7 @@ TEST(Endpoint, TcpPortZeroReportsTheBoundPort) {
 TEST(Endpoint, RefusesAnEmptySecretAndABusyAddress) {
   Inbox inbox;
   EXPECT_FALSE(Endpoint::start(options_for("unix:@castmesh-test-nosecret", ""), inbox.handler()).ok());
-  const std::string url = listen_url("unix-abstract", "busy");
+  const std::string url = listen_url("unix", "busy");
   auto a = start(options_for(url), inbox);
   ASSERT_TRUE(a);
   auto again = Endpoint::start(options_for(url), inbox.handler());
@@ -290,7 +343,7 @@ TEST(Endpoint, RefusesAnEmptySecretAndABusyAddress) {
 
 TEST(Endpoint, SendsToItselfThroughItsOwnHandler) {
   Inbox inbox;
-  auto a = start(options_for(listen_url("unix-abstract", "self")), inbox);
+  auto a = start(options_for(listen_url("unix", "self")), inbox);
   ASSERT_TRUE(a);
   ASSERT_TRUE(a->send(a->id(), message("self"), wire::Payload::copy_of("me")).ok());
   ASSERT_TRUE(inbox.wait_messages(1));
@@ -299,8 +352,8 @@ TEST(Endpoint, SendsToItselfThroughItsOwnHandler) {
 
 TEST(Endpoint, WrongSecretIsRefusedAndNothingIsDelivered) {
   Inbox inbox_a, inbox_b, inbox_c;
-  auto a = start(options_for(listen_url("unix-abstract", "a")), inbox_a);
-  auto b = start(options_for(listen_url("unix-abstract", "b"), "not-the-secret"), inbox_b);
+  auto a = start(options_for(listen_url("unix", "a")), inbox_a);
+  auto b = start(options_for(listen_url("unix", "b"), "not-the-secret"), inbox_b);
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(b->send(a->id(), message("intruder"), wire::Payload::copy_of("x")).ok());
   ASSERT_TRUE(inbox_b.wait_lost(1));
@@ -321,7 +374,7 @@ TEST(Endpoint, WrongSecretIsRefusedAndNothingIsDelivered) {
 TEST(Endpoint, ConnectorRefusesAnAcceptorWithoutTheSecret) {
   // The handshake is mutual: a fake acceptor that cannot produce the
   // acceptor MAC is refused by the connector.
-  const std::string url = listen_url("unix-abstract", "fake");
+  const std::string url = listen_url("unix", "fake");
   auto address = parse_channel_address(url);
   int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un sa{};
@@ -355,7 +408,7 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   Inbox inbox_a, inbox_c;
   Endpoint* a_raw = nullptr;
   auto a = Endpoint::start(
-      options_for(listen_url("unix-abstract", "a")),
+      options_for(listen_url("unix", "a")),
       [&](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
         inbox_a.handler()(peer, v1::Envelope(envelope), payload);
         (void)a_raw->send(peer, message("echo"));
@@ -363,7 +416,7 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
       inbox_a.lost_handler());
   ASSERT_TRUE(a.ok());
   a_raw = a->get();
-  auto c = start(options_for(listen_url("unix-abstract", "c")), inbox_c);
+  auto c = start(options_for(listen_url("unix", "c")), inbox_c);
   ASSERT_TRUE(c);
   std::size_t echoes = 0;
   auto c_still_served = [&] {
@@ -425,7 +478,7 @@ TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 5000;
   Inbox inbox_a, inbox_b;
-  auto a = start(options_for(listen_url("unix-abstract", "a")), inbox_a);
+  auto a = start(options_for(listen_url("unix", "a")), inbox_a);
   auto b = start(options_for(""), inbox_b);
   ASSERT_TRUE(a && b);
   std::vector<std::thread> senders;
@@ -476,7 +529,7 @@ TEST(Endpoint, LargeAndSmallPayloadsArriveIntactAndInOrder) {
 
 TEST(Endpoint, LossOfAPeerIsReported) {
   Inbox inbox_a, inbox_b;
-  auto a = start(options_for(listen_url("unix-abstract", "a")), inbox_a);
+  auto a = start(options_for(listen_url("unix", "a")), inbox_a);
   auto b = start(options_for(""), inbox_b);
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(b->send(a->id(), message("hi")).ok());
@@ -494,7 +547,7 @@ TEST(Endpoint, LossOfAPeerIsReported) {
 
 TEST(Endpoint, SilentPeerIsDroppedAfterTheHeartbeatTimeout) {
   Inbox inbox;
-  EndpointOptions options = options_for(listen_url("unix-abstract", "hb"));
+  EndpointOptions options = options_for(listen_url("unix", "hb"));
   options.heartbeat_interval = absl::Milliseconds(50);
   options.heartbeat_timeout = absl::Milliseconds(300);
   auto a = start(options, inbox);
@@ -508,7 +561,7 @@ TEST(Endpoint, SilentPeerIsDroppedAfterTheHeartbeatTimeout) {
 
 TEST(Endpoint, HandshakeTimesOutForAPeerThatSaysNothing) {
   Inbox inbox;
-  EndpointOptions options = options_for(listen_url("unix-abstract", "mute"));
+  EndpointOptions options = options_for(listen_url("unix", "mute"));
   options.handshake_timeout = absl::Milliseconds(200);
   auto a = start(options, inbox);
   ASSERT_TRUE(a);
@@ -518,7 +571,7 @@ TEST(Endpoint, HandshakeTimesOutForAPeerThatSaysNothing) {
 
 TEST(Endpoint, FullOutboundQueueBlocksThenFailsWithResourceExhausted) {
   // A peer that authenticates and then never reads.
-  const std::string url = listen_url("unix-abstract", "stuck");
+  const std::string url = listen_url("unix", "stuck");
   auto address = parse_channel_address(url);
   int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un sa{};

@@ -1,0 +1,151 @@
+#include "core/platform/process.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/platform/platform.h"
+
+#if !CASTMESH_LINUX_FACILITIES && defined(__APPLE__)
+#include <crt_externs.h>
+#include <mach-o/dyld.h>
+#elif !CASTMESH_LINUX_FACILITIES && defined(__FreeBSD__)
+#include <pthread_np.h>
+#include <sys/sysctl.h>
+#include <sys/types.h>
+#endif
+
+#if !defined(__APPLE__)
+extern char** environ;
+#endif
+
+namespace castmesh::platform {
+namespace {
+
+struct RecordedCommandLine {
+  std::vector<std::string> argv;
+  std::string executable;  // argv[0] resolved at record time; empty if unknown
+};
+
+RecordedCommandLine& recorded() {
+  static auto* r = new RecordedCommandLine;  // never destroyed: read on exit paths
+  return *r;
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+// argv[0] as an absolute path: as given when it holds a '/', else the
+// first executable match in PATH (what a shell does). Empty if not found.
+std::string resolve_argv0(const std::string& argv0) {
+  if (argv0.empty()) return "";
+  std::string candidate;
+  if (argv0.find('/') != std::string::npos) {
+    candidate = argv0;
+  } else {
+    const char* path = std::getenv("PATH");
+    for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':')) {
+      std::string c = absl::StrCat(dir.empty() ? absl::string_view(".") : dir, "/", argv0);
+      if (is_executable_file(c)) {
+        candidate = std::move(c);
+        break;
+      }
+    }
+  }
+  if (candidate.empty()) return "";
+  char resolved[PATH_MAX];
+  if (::realpath(candidate.c_str(), resolved) == nullptr || !is_executable_file(resolved)) return "";
+  return resolved;
+}
+
+}  // namespace
+
+bool uses_linux_facilities() { return CASTMESH_LINUX_FACILITIES != 0; }
+
+void record_command_line(int argc, char** argv) {
+  RecordedCommandLine& r = recorded();
+  r.argv.assign(argv, argv + argc);
+  r.executable = argc > 0 ? resolve_argv0(argv[0]) : "";
+}
+
+std::vector<std::string> command_line() {
+  if (!recorded().argv.empty()) return recorded().argv;
+  std::vector<std::string> argv;
+#if CASTMESH_LINUX_FACILITIES
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::string arg;
+  while (std::getline(cmdline, arg, '\0')) argv.push_back(arg);
+#elif defined(__APPLE__)
+  const int argc = *_NSGetArgc();
+  char** args = *_NSGetArgv();
+  for (int i = 0; i < argc; ++i) argv.emplace_back(args[i]);
+#endif
+  return argv;
+}
+
+absl::StatusOr<std::string> executable_path() {
+#if CASTMESH_LINUX_FACILITIES
+  return std::string("/proc/self/exe");
+#else
+#if defined(__APPLE__)
+  uint32_t size = PATH_MAX;
+  std::string path(size, '\0');
+  if (_NSGetExecutablePath(path.data(), &size) != 0) {
+    path.resize(size);
+    if (_NSGetExecutablePath(path.data(), &size) != 0) path.clear();
+  }
+  path.resize(path.find('\0') == std::string::npos ? path.size() : path.find('\0'));
+  char resolved[PATH_MAX];
+  if (!path.empty() && ::realpath(path.c_str(), resolved) != nullptr) return std::string(resolved);
+#elif defined(__FreeBSD__)
+  int mib[4] = {CTL_KERN, KERN_PROC, KERN_PROC_PATHNAME, -1};
+  char buffer[PATH_MAX];
+  size_t size = sizeof(buffer);
+  if (::sysctl(mib, 4, buffer, &size, nullptr, 0) == 0 && size > 1) return std::string(buffer);
+#endif
+  if (!recorded().executable.empty()) return recorded().executable;
+  if (recorded().argv.empty()) {
+    return absl::FailedPreconditionError(
+        "cannot tell which program to start as a worker: this system has no way to ask for the running "
+        "executable, and castmesh::init(argc, argv) was not called; call it at the start of main(), or set "
+        "LocalAllocatorOptions::worker_argv");
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot tell which program to start as a worker: argv[0] '", recorded().argv[0],
+      "' (given to castmesh::init) is not an executable file, nor found in PATH; start the program by its path, "
+      "or set LocalAllocatorOptions::worker_argv"));
+#endif
+}
+
+char** environment() {
+#if defined(__APPLE__)
+  return *_NSGetEnviron();
+#else
+  return environ;
+#endif
+}
+
+void set_current_thread_name(const char* name) {
+  char truncated[16] = {};
+  for (size_t i = 0; i + 1 < sizeof(truncated) && name[i] != '\0'; ++i) truncated[i] = name[i];
+#if CASTMESH_LINUX_FACILITIES
+  ::pthread_setname_np(::pthread_self(), truncated);
+#elif defined(__APPLE__)
+  ::pthread_setname_np(truncated);  // macOS names only the calling thread
+#elif defined(__FreeBSD__)
+  ::pthread_set_name_np(::pthread_self(), truncated);
+#else
+  (void)truncated;  // no portable call: the thread stays unnamed
+#endif
+}
+
+}  // namespace castmesh::platform

@@ -1,0 +1,39 @@
+// Facts about this process that POSIX has no single call for: its own
+// executable, its command line, its environment, and thread names.
+// The platform choice for each is made in process.cc only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace castmesh::platform {
+
+// Records the command line given to castmesh::init (argv[0] is resolved to
+// an absolute path now, against the current folder and PATH, since both
+// may change later). Main thread, once at start-up, before any other thread
+// calls the functions below.
+void record_command_line(int argc, char** argv);
+
+// The command line of this process: the one recorded by castmesh::init, else
+// what the system reports (Linux /proc/self/cmdline, macOS _NSGetArgv);
+// empty if neither is known. Any thread.
+std::vector<std::string> command_line();
+
+// A path that starts this same program again (posix_spawn): Linux
+// /proc/self/exe (right even if the file was since replaced), macOS
+// _NSGetExecutablePath, FreeBSD sysctl KERN_PROC_PATHNAME, otherwise argv[0]
+// as recorded by castmesh::init. FailedPrecondition saying what to do when
+// none is known. Any thread.
+absl::StatusOr<std::string> executable_path();
+
+// The environment (`environ`; macOS shared libraries must ask _NSGetEnviron).
+// Read-only use; any thread, as long as nobody calls setenv meanwhile.
+char** environment();
+
+// Names the calling thread for debuggers and `top -H` (at most 15
+// characters are kept). A no-op where the system has no such call.
+void set_current_thread_name(const char* name);
+
+}  // namespace castmesh::platform
