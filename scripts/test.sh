@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine and runs every castmesh test (what CI runs):
 #   Debian packages -> Python tools venv -> dev build (-Werror) + ctest (C++ and
-#   pytest) -> install tree + find_package consumer -> asan and tsan ctest ->
+#   pytest) -> install tree + find_package consumer -> posix-fallbacks build +
+#   ctest (the portable code paths macOS/BSD use, forced on Linux; C++ tests
+#   only, no Python or backends) -> asan and tsan ctest ->
 #   the three wheels, auditwheel, fresh-venv installs -> HIP compile check ->
 #   aarch64 cross build + qemu tests.
 # Each stage prints its duration; a table of all of them is printed at the end.
 #
-# Environment: CASTMESH_JOBS (default 2); CASTMESH_SKIP="asan tsan wheels hip
-# aarch64" skips stages for a quicker local run (CI skips nothing).
+# Environment: CASTMESH_JOBS (default 2); CASTMESH_SKIP="posix-fallbacks asan
+# tsan wheels hip aarch64" skips stages for a quicker local run (CI skips nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -132,6 +134,14 @@ sanitizer_run() {
   ctest --preset "${preset}" -j"${JOBS}" "${exclude[@]}"
 }
 
+# The preset posix-fallbacks (CASTMESH_POSIX_FALLBACKS=ON): every Linux-only
+# facility replaced by its portable fallback, and the whole C++ ctest suite.
+posix_fallbacks_run() {
+  cmake --preset posix-fallbacks
+  cmake --build --preset posix-fallbacks -j"${JOBS}"
+  ctest --preset posix-fallbacks -j"${JOBS}"
+}
+
 build_wheels() {
   rm -rf "${DIST}" && mkdir -p "${DIST}"
   local py=${TOOLS_VENV}/bin/python
@@ -213,6 +223,7 @@ stage "Python tools venv" tools_venv
 stage "dev build (-Werror, rdma, tensor_engine, python)" dev_build
 stage "dev ctest (C++ + pytest)" ctest --preset dev -j"${JOBS}"
 stage "install tree + find_package consumer" consumer_checks
+skipped posix-fallbacks || stage "posix-fallbacks build + ctest" posix_fallbacks_run
 skipped asan || stage "asan build + ctest" sanitizer_run asan
 skipped tsan || stage "tsan build + ctest" sanitizer_run tsan
 if ! skipped wheels; then

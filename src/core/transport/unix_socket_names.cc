@@ -1,5 +1,7 @@
 #include "core/transport/unix_socket_names.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +13,7 @@
 #include <mutex>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/platform/platform.h"
@@ -50,6 +53,39 @@ absl::Status make_private_folder(const std::string& folder) {
   return absl::OkStatus();
 }
 
+// Removes the socket files of procs that were killed before they could
+// unlink them: names "<pid>-..." (ours) whose pid is gone here AND where
+// nobody listens (a proc in another pid namespace sharing this folder may
+// look gone but still answers). Returns how many were removed.
+int sweep_dead_sockets(const std::string& folder) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    const size_t dash = name.find('-');
+    long pid = 0;
+    if (dash == std::string::npos || dash == 0 || dash > 10 ||
+        !absl::SimpleAtoi(absl::string_view(name).substr(0, dash), &pid) || pid <= 0) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string path = absl::StrCat(folder, "/", name);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode) || path.size() > kMaxSocketPath) continue;
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::memcpy(sa.sun_path, path.data(), path.size());
+    const int probe = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (probe < 0) continue;
+    const bool refused = ::connect(probe, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 && errno == ECONNREFUSED;
+    ::close(probe);
+    if (refused && ::unlink(path.c_str()) == 0) ++removed;
+  }
+  ::closedir(dir);
+  return removed;
+}
+
 }  // namespace
 
 bool abstract_unix_sockets_supported() { return CASTMESH_LINUX_FACILITIES != 0; }
@@ -69,7 +105,10 @@ absl::StatusOr<std::string> private_socket_folder_in(const std::vector<std::stri
       continue;
     }
     absl::Status st = make_private_folder(folder);
-    if (st.ok()) return folder;
+    if (st.ok()) {
+      (void)sweep_dead_sockets(folder);
+      return folder;
+    }
     if (first_error.empty()) first_error = std::string(st.message());
   }
   if (first_error.empty()) first_error = "no absolute folder given";

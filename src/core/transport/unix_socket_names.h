@@ -25,8 +25,10 @@ absl::StatusOr<std::string> unique_unix_listen_address();
 
 // This user's private folder for socket files: "castmesh-<uid>" (mode 0700,
 // owned by this user) under $TMPDIR, or under /tmp when $TMPDIR is unset or
-// too long for a socket path. Created on first use. Refuses (with the
-// reason) a folder of that name that is not a private folder of this user.
+// too long for a socket path. Created on first use, when the socket files
+// of killed procs ("<pid>-..." of a pid that is gone, where nobody listens)
+// are also removed. Refuses (with the reason) a folder of that name that is
+// not a private folder of this user.
 absl::StatusOr<std::string> private_socket_folder();
 // The same, with the candidate parent folders given (first usable wins;
 // relative or empty ones are skipped). Not cached.

@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -113,6 +115,45 @@ TEST_F(PrivateSocketFolder, IsCreatedWithMode0700) {
   EXPECT_EQ(st.st_uid, ::geteuid());
   // Again: the existing private folder is accepted.
   EXPECT_TRUE(private_socket_folder_in({base_}).ok());
+}
+
+// Binds a Unix socket file at `path`; the socket is left listening or closed
+// (a stale file, as a killed proc leaves).
+int bind_socket_file(const std::string& path, bool keep_listening) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 || ::listen(fd, 1) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  if (keep_listening) return fd;
+  ::close(fd);
+  return 0;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+TEST_F(PrivateSocketFolder, RemovesOnlyTheSocketsOfDeadProcs) {
+  ASSERT_EQ(::mkdir(leaf_.c_str(), 0700), 0);
+  const std::string dead = leaf_ + "/999999999-0a1b2c3d4e5f";  // above any pid_max
+  const std::string live = absl::StrCat(leaf_, "/", ::getpid(), "-live");
+  const std::string other = leaf_ + "/not-a-pid";
+  ASSERT_EQ(bind_socket_file(dead, false), 0);
+  const int live_fd = bind_socket_file(live, true);
+  ASSERT_GE(live_fd, 0);
+  ASSERT_EQ(bind_socket_file(other, false), 0);
+  ASSERT_TRUE(private_socket_folder_in({base_}).ok());
+  EXPECT_FALSE(exists(dead));
+  EXPECT_TRUE(exists(live));
+  EXPECT_TRUE(exists(other));
+  ::close(live_fd);
+  ::unlink(live.c_str());
+  ::unlink(other.c_str());
 }
 
 TEST_F(PrivateSocketFolder, RefusesAFolderOthersCanEnter) {

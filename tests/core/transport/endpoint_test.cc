@@ -205,6 +205,33 @@ class RawPeer {
   int fd_;
 };
 
+// A bare listening Unix socket at a unix: URL (abstract name or socket file;
+// the file is removed when done), for tests that play a fake acceptor.
+struct RawUnixListener {
+  explicit RawUnixListener(const std::string& url) {
+    auto address = parse_channel_address(url);
+    if (!address.ok() || address->kind != ChannelAddress::Kind::kUnix) return;
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    const std::size_t offset = address->abstract ? 1 : 0;
+    std::memcpy(sa.sun_path + offset, address->name.data(), address->name.size());
+    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + offset + address->name.size());
+    const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (::bind(s, reinterpret_cast<sockaddr*>(&sa), len) != 0 || ::listen(s, 4) != 0) {
+      ::close(s);
+      return;
+    }
+    fd = s;
+    if (!address->abstract) path = address->name;
+  }
+  ~RawUnixListener() {
+    if (fd >= 0) ::close(fd);
+    if (!path.empty()) ::unlink(path.c_str());
+  }
+  int fd = -1;
+  std::string path;
+};
+
 // A listening endpoint A and a dialing endpoint B for one channel kind.
 class ChannelTest : public ::testing::TestWithParam<std::string> {};
 
@@ -375,14 +402,9 @@ TEST(Endpoint, ConnectorRefusesAnAcceptorWithoutTheSecret) {
   // The handshake is mutual: a fake acceptor that cannot produce the
   // acceptor MAC is refused by the connector.
   const std::string url = listen_url("unix", "fake");
-  auto address = parse_channel_address(url);
-  int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size());
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sa), len), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
+  RawUnixListener raw_listener(url);
+  ASSERT_GE(raw_listener.fd, 0) << url;
+  const int listener = raw_listener.fd;
 
   Inbox inbox;
   auto b = start(options_for(""), inbox);
@@ -401,7 +423,6 @@ TEST(Endpoint, ConnectorRefusesAnAcceptorWithoutTheSecret) {
   EXPECT_TRUE(fake.closed_by_peer());
   ASSERT_TRUE(inbox.wait_lost(1));
   EXPECT_EQ(inbox.lost()[0].second.code(), absl::StatusCode::kPermissionDenied);
-  ::close(listener);
 }
 
 TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
@@ -572,14 +593,9 @@ TEST(Endpoint, HandshakeTimesOutForAPeerThatSaysNothing) {
 TEST(Endpoint, FullOutboundQueueBlocksThenFailsWithResourceExhausted) {
   // A peer that authenticates and then never reads.
   const std::string url = listen_url("unix", "stuck");
-  auto address = parse_channel_address(url);
-  int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un sa{};
-  sa.sun_family = AF_UNIX;
-  std::memcpy(sa.sun_path + 1, address->name.data(), address->name.size());
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + address->name.size());
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&sa), len), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
+  RawUnixListener raw_listener(url);
+  ASSERT_GE(raw_listener.fd, 0) << url;
+  const int listener = raw_listener.fd;
 
   Inbox inbox;
   EndpointOptions options = options_for("");
@@ -609,7 +625,6 @@ TEST(Endpoint, FullOutboundQueueBlocksThenFailsWithResourceExhausted) {
     status = b->send(url, message("fill"), wire::Payload::copy_of(chunk));
   }
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
-  ::close(listener);
 }
 
 }  // namespace
