@@ -27,10 +27,9 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/control.pb.h"
+#include "core/platform/process.h"
 #include "core/proc/launch_env.h"
 #include "core/transport/endpoint.h"
-
-extern char** environ;
 
 namespace {
 
@@ -89,7 +88,7 @@ class Launcher {
   // Starts one worker; its stderr goes to a file (stderr_of(pid)).
   pid_t start(const Vars& vars) {
     std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
+    for (char** e = castmesh::platform::environment(); *e != nullptr; ++e) {
       std::string_view entry(*e);
       if (entry.starts_with("CASTMESH_") || entry.starts_with("OMPI_") || entry.starts_with("PMI_") ||
           entry.starts_with("SLURM_") || entry.starts_with("JOB_COMPLETION_INDEX=")) {
@@ -102,13 +101,15 @@ class Launcher {
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
     const std::string log = absl::StrCat(::testing::TempDir(), "rendezvous-worker-", ::getpid(), "-", next_++, ".err");
+    absl::StatusOr<std::string> self = castmesh::platform::executable_path();
+    EXPECT_TRUE(self.ok()) << self.status();
+    if (!self.ok()) return -1;
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    char self[] = "/proc/self/exe";
-    char* argv[] = {self, nullptr};
+    char* argv[] = {self->data(), nullptr};
     pid_t pid = 0;
-    const int rc = ::posix_spawn(&pid, self, &actions, nullptr, argv, envp.data());
+    const int rc = ::posix_spawn(&pid, self->c_str(), &actions, nullptr, argv, envp.data());
     posix_spawn_file_actions_destroy(&actions);
     EXPECT_EQ(rc, 0);
     running_.push_back(pid);
@@ -658,7 +659,7 @@ TEST(LaunchEnv, WhereAWorkerListens) {
   auto unix_rendezvous =
       parse(rendezvous_vars({{"CASTMESH_RENDEZVOUS", "unix:@ctl"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
   ASSERT_TRUE(unix_rendezvous.ok()) << unix_rendezvous.status();
-  EXPECT_EQ(unix_rendezvous->listen, "");  // a fresh abstract Unix address
+  EXPECT_EQ(unix_rendezvous->listen, "");  // a fresh Unix address (abstract on Linux)
   // A LocalAllocator's child keeps its controller's choices.
   auto local = parse({{"CASTMESH_BOOTSTRAP", "unix:@ctl"}, {"CASTMESH_SECRET", "s"}, {"CASTMESH_RANK", "1"},
                       {"CASTMESH_WORLD_SIZE", "2"}, {"CASTMESH_TRANSPORT", "tcp"}});
