@@ -22,13 +22,15 @@ __version__: str = _castmesh.__version__
 from .actor import Actor, current_rank, current_size, endpoint
 from .errors import ActorError, CastmeshError, ProcError
 from .future import Future
-from .mesh import ActorMesh, EndpointRef, HostMesh, ProcMesh, ResultStream, this_host, this_proc
+from .mesh import (ActorMesh, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream, rendezvous_proc_mesh,
+                   this_host, this_proc)
 from .shape import Point, Shape, ValueMesh
 
 __all__ = [
     "__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir",
     "Actor", "endpoint", "current_rank", "current_size", "ActorError", "CastmeshError", "ProcError",
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
+    "Rendezvous", "rendezvous_proc_mesh",
     "Point", "Shape", "ValueMesh",
 ]
 

@@ -1,8 +1,13 @@
 """Entry point of a castmesh Python worker proc: ``python -m castmesh._worker``.
 
-The controller's LocalAllocator starts this with the bootstrap environment;
-the process then serves as a castmesh proc (hosting Python actors) until the
-controller stops it, disconnects or dies.
+The controller's LocalAllocator starts this with the bootstrap environment
+(``CASTMESH_BOOTSTRAP``), or a launcher (srun, mpirun, mpiexec, a Kubernetes
+indexed Job) starts it with ``CASTMESH_RENDEZVOUS`` and ``CASTMESH_SECRET``,
+the rank coming from the launcher's own variables (docs/procs.md, "Running
+on a cluster"). The process then serves as a castmesh proc (hosting Python
+actors) until the controller stops it, disconnects or dies. A worker that
+cannot join exits with status 1, a bad environment (e.g. a rank that is not
+a number) with status 2, the reason on stderr.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ def main() -> None:
                 sys.path.insert(0, entry)
     from castmesh import _castmesh
 
-    if not os.environ.get("CASTMESH_BOOTSTRAP"):
-        sys.exit("castmesh._worker is started by castmesh (this_host().spawn_procs), not by hand")
+    if not os.environ.get("CASTMESH_BOOTSTRAP") and not os.environ.get("CASTMESH_RENDEZVOUS"):
+        sys.exit("castmesh._worker is started by castmesh (this_host().spawn_procs) or by a launcher with "
+                 "CASTMESH_RENDEZVOUS and CASTMESH_SECRET set (docs/procs.md, 'Running on a cluster')")
     _castmesh.run_worker(sys.argv)
 
 

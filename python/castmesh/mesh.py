@@ -35,7 +35,8 @@ from .errors import ProcError
 from .future import Future, gather
 from .shape import Shape, ValueMesh
 
-__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "ResultStream", "this_host", "this_proc"]
+__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "ResultStream", "Rendezvous", "rendezvous_proc_mesh",
+           "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
 R = TypeVar("R")
@@ -328,7 +329,8 @@ def _spec(cls: type, args: tuple, kwargs: dict, name: str, shape: Shape) -> byte
 
 
 class ProcMesh:
-    """Worker procs with a shape, started by :meth:`HostMesh.spawn_procs`.
+    """Worker procs with a shape, started by :meth:`HostMesh.spawn_procs` (or
+    by a launcher, joined through a :class:`Rendezvous`).
 
     Use as a context manager or call :meth:`stop` (also done at exit).
     """
@@ -348,7 +350,7 @@ class ProcMesh:
 
     @property
     def pids(self) -> List[int]:
-        """Operating-system process ids of the procs, by rank."""
+        """Operating-system process ids of the procs, by rank (each on its own host)."""
         return list(self._impl.pids)
 
     def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
@@ -367,7 +369,8 @@ class ProcMesh:
         return ActorMesh(cls, name, dict(enumerate(refs)), self._shape, self, cmesh)
 
     def stop(self) -> None:
-        """Asks every proc to exit and waits for them (stragglers are killed). Idempotent."""
+        """Asks every proc to exit and waits for them (stragglers are killed;
+        procs started by a launcher cannot be, and are warned about). Idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -419,11 +422,7 @@ class HostMesh:
     def spawn_procs(self, per_host: Optional[Mapping[str, int]] = None, *, join_timeout: float = 60.0) -> ProcMesh:
         """Starts worker procs on this host: the product of ``per_host``'s sizes,
         shaped by its names (e.g. ``{"gpus": 4}``). Returns once all joined."""
-        dims = dict(per_host or {"procs": 1})
-        for label, size in dims.items():
-            if not isinstance(size, int) or size < 1:
-                raise ValueError(f"per_host[{label!r}] must be a positive int, got {size!r}")
-        shape = Shape(dims)
+        shape = Shape(_mesh_dims(per_host))
         env = [("CASTMESH_PY_PATH", os.pathsep.join(p for p in sys.path if p))]
         argv = [sys.executable, "-m", "castmesh._worker"]
         try:
@@ -434,6 +433,71 @@ class HostMesh:
 
     def __repr__(self) -> str:
         return "<HostMesh this_host>"
+
+
+def _mesh_dims(dims: Optional[Mapping[str, int]]) -> Dict[str, int]:
+    dims = dict(dims or {"procs": 1})
+    for label, size in dims.items():
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"mesh size {label!r} must be a positive int, got {size!r}")
+    return dims
+
+
+def _status_name(error: RuntimeError, default: str) -> str:
+    """The status name the C++ error starts with ("DEADLINE_EXCEEDED: ...")."""
+    head = str(error).split(":", 1)[0]
+    return head if head in _STATUS_NAMES.values() else default
+
+
+class Rendezvous:
+    """Procs started by a launcher (``srun``, ``mpirun``, ``mpiexec``, a
+    Kubernetes indexed Job) join this controller at an address.
+
+    ``Rendezvous("tcp:0.0.0.0:29500", secret=...)`` makes this process's
+    castmesh runtime listen there (port 0: a free port); :attr:`address` is
+    what the workers get as ``CASTMESH_RENDEZVOUS`` (with ``CASTMESH_SECRET``
+    and their rank from the launcher; docs/procs.md, "Running on a
+    cluster"); :meth:`proc_mesh` waits for them. ``secret`` defaults to
+    ``$CASTMESH_SECRET``; one of the two is required. A process has one
+    controller address: make the Rendezvous before any other proc mesh
+    (``this_host().spawn_procs`` then reuses that address); a second
+    Rendezvous reuses the first one's address when ``listen`` is that address
+    or has port 0.
+    """
+
+    def __init__(self, listen: str, *, secret: Optional[str] = None, advertise_host: Optional[str] = None) -> None:
+        self._runtime = _runtime(listen=listen, secret=secret or "", advertise_host=advertise_host or "")
+
+    @property
+    def address(self) -> str:
+        """The address to give the workers (``CASTMESH_RENDEZVOUS``), e.g. ``tcp:node01:29500``."""
+        return self._runtime.address
+
+    def proc_mesh(self, dims: Optional[Mapping[str, int]] = None, *, join_timeout: float = 60.0) -> ProcMesh:
+        """Waits for the product of ``dims``'s sizes procs to join and returns
+        their mesh shaped by ``dims`` (e.g. ``{"hosts": 2, "gpus": 4}``); the
+        proc of rank r (the rank its launcher gave it) sits at row-major
+        position r. Raises :class:`ProcError` when a proc reports another
+        mesh size, a bad or duplicate rank, or when some never join within
+        ``join_timeout`` seconds (the message names them)."""
+        shape = Shape(_mesh_dims(dims))
+        try:
+            impl = self._runtime.allocate_rendezvous(len(shape), join_timeout)
+        except RuntimeError as error:
+            raise ProcError(f"waiting for {len(shape)} procs at {self.address} failed: {error}",
+                            _status_name(error, "UNAVAILABLE")) from None
+        return ProcMesh(impl, shape)
+
+    def __repr__(self) -> str:
+        return f"<Rendezvous {self.address}>"
+
+
+def rendezvous_proc_mesh(dims: Optional[Mapping[str, int]] = None, *, listen: str, secret: Optional[str] = None,
+                         advertise_host: Optional[str] = None, join_timeout: float = 60.0) -> ProcMesh:
+    """``Rendezvous(listen, secret=...).proc_mesh(dims)``: a mesh of procs
+    started by a launcher, which join at ``listen`` (a fixed port, so the
+    launcher's command line can name it before this runs)."""
+    return Rendezvous(listen, secret=secret, advertise_host=advertise_host).proc_mesh(dims, join_timeout=join_timeout)
 
 
 _this_host = HostMesh()
@@ -453,14 +517,28 @@ def this_proc() -> _LocalProc:
     return _this_proc
 
 
-def _runtime() -> "_castmesh.Runtime":
+def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str = "") -> "_castmesh.Runtime":
+    """This process's controller runtime, made on first use (listening at
+    ``listen`` when given, for a Rendezvous; on a private Unix address
+    otherwise)."""
     global _runtime_instance
     with _runtime_lock:
         if _runtime_instance is None:
             if _context.in_worker():
                 raise RuntimeError("worker procs cannot start procs of their own (yet); use this_proc()")
-            _runtime_instance = _castmesh.Runtime()
+            try:
+                _runtime_instance = _castmesh.Runtime(0, listen or "", secret, advertise_host)
+            except RuntimeError as error:
+                raise ProcError(f"cannot listen at {listen}: {error}", _status_name(error, "UNAVAILABLE")) from None
             atexit.register(_shutdown)
+        elif listen is not None:
+            current = _runtime_instance.address
+            same = listen == current or (current.startswith("tcp:") and listen.startswith("tcp:")
+                                         and listen.rsplit(":", 1)[-1] == "0")
+            if not same:
+                raise ProcError(
+                    f"this controller already has the address {current} (a process has one); make the "
+                    f"Rendezvous before any other proc mesh, or listen at {current}", "FAILED_PRECONDITION")
         return _runtime_instance
 
 

@@ -305,10 +305,27 @@ class PyRuntime {
   // allocates reuses that identity, and actors spawned here before or
   // between allocations (this_proc().spawn, the C++ ActorMesh's forwarders)
   // keep their addresses.
-  explicit PyRuntime(int workers) {
+  //
+  // With `listen` (a rendezvous controller, castmesh.Rendezvous) it listens
+  // there with `secret` (empty: CASTMESH_SECRET) so that procs started by a
+  // launcher can join; otherwise on a fresh abstract Unix address with a
+  // fresh secret.
+  explicit PyRuntime(int workers, const std::string& listen, const std::string& secret,
+                     const std::string& advertise_host) {
     RuntimeOptions options;
     options.workers = workers;
     runtime_ = std::make_unique<Runtime>(std::move(options));
+    if (!listen.empty()) {
+      RendezvousAllocatorOptions rendezvous;
+      rendezvous.listen = listen;
+      rendezvous.secret = secret;
+      rendezvous.advertise_host = advertise_host;
+      RendezvousAllocator allocator(std::move(rendezvous));
+      absl::StatusOr<std::string> address = allocator.listen(*runtime_);
+      if (!address.ok()) raise_status(address.status());
+      host_ = proc::ProcHost::of(*runtime_);  // taken before the allocator lets go of it
+      return;
+    }
     proc::ProcHostOptions host_options;
     host_options.secret = wire::make_secret();
     auto host = proc::ProcHost::attach(*runtime_, std::move(host_options));
@@ -338,6 +355,24 @@ class PyRuntime {
     if (!mesh.ok()) raise_status(mesh.status());
     return std::move(*mesh);
   }
+
+  // Waits for `procs` procs started by a launcher to join this runtime's
+  // address (RendezvousAllocator).
+  ProcMesh allocate_rendezvous(int procs, double join_timeout_s) {
+    RendezvousAllocatorOptions options;
+    options.secret = host_->secret();
+    options.join_timeout = absl::Seconds(join_timeout_s);
+    absl::StatusOr<ProcMesh> mesh;
+    {
+      py::gil_scoped_release release;
+      mesh = RendezvousAllocator(std::move(options)).allocate(*runtime_, procs);
+    }
+    if (!mesh.ok()) raise_status(mesh.status());
+    return std::move(*mesh);
+  }
+
+  // This controller's proc id: its address.
+  std::string address() const { return host_ ? host_->id() : std::string(); }
 
   void shutdown() {
     if (!runtime_) return;
@@ -509,7 +544,7 @@ void bind_actors(py::module_& module) {
       .def("stop", [](const PyActorRef& r) { r.ref.stop(); })
       .def("__repr__", [](const PyActorRef& r) { return "ActorRef(" + r.ref.address().to_string() + ")"; });
 
-  py::class_<ProcMesh>(module, "ProcMesh", "Worker procs started by the local allocator (castmesh::ProcMesh).")
+  py::class_<ProcMesh>(module, "ProcMesh", "Worker procs of a mesh (castmesh::ProcMesh).")
       .def_property_readonly("size", &ProcMesh::size)
       .def_property_readonly("pids",
                              [](const ProcMesh& m) {
@@ -537,9 +572,13 @@ void bind_actors(py::module_& module) {
       });
 
   py::class_<PyRuntime>(module, "Runtime", "The controller's castmesh::Runtime.")
-      .def(py::init<int>(), py::arg("workers") = 0)
+      .def(py::init<int, const std::string&, const std::string&, const std::string&>(), py::arg("workers") = 0,
+           py::arg("listen") = "", py::arg("secret") = "", py::arg("advertise_host") = "")
       .def("allocate", &PyRuntime::allocate, py::arg("procs"), py::arg("argv"), py::arg("env"),
            py::arg("join_timeout") = 60.0, "Starts worker procs with the LocalAllocator.")
+      .def("allocate_rendezvous", &PyRuntime::allocate_rendezvous, py::arg("procs"), py::arg("join_timeout") = 60.0,
+           "Waits for procs started by a launcher to join (RendezvousAllocator).")
+      .def_property_readonly("address", &PyRuntime::address, "This controller's address (its proc id).")
       .def("spawn_local",
            [](PyRuntime& rt, const std::string& name, std::string spec) {
              SpawnOptions options;
