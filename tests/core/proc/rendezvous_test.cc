@@ -83,6 +83,7 @@ class Launcher {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
     }
+    for (const auto& [pid, log] : logs_) ::unlink(log.c_str());
   }
 
   // Starts one worker; its stderr goes to a file (stderr_of(pid)).
