@@ -5,10 +5,22 @@
 // exits non-zero if any step does not give what it should.
 //
 //   build/dev/examples/mesh/castmesh_mesh_example
+//
+// On a cluster the 8 procs come from a launcher instead and join this
+// controller at a rendezvous address (docs/procs.md, "Running on a cluster"):
+//
+//   CASTMESH_SECRET=$SECRET castmesh_mesh_example --rendezvous tcp:0.0.0.0:29500
+//   srun -N 2 --ntasks-per-node=4
+//        --export=ALL,CASTMESH_RENDEZVOUS=tcp:$(hostname):29500,CASTMESH_SECRET=$SECRET
+//        castmesh_mesh_example          (one command line)
+//
+// (run_rendezvous.sh plays srun on this machine.)
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -24,6 +36,7 @@ struct Add {
 struct Get {};
 struct Pid {};
 struct Crash {};
+struct Exit {};
 
 // Messages between procs need a codec (protobuf messages have one already).
 absl::Status encode_add(const Add& m, std::string* out) {
@@ -51,6 +64,7 @@ CASTMESH_REGISTER_MESSAGE(Add, "castmesh.example.Add", encode_add, decode_add);
 CASTMESH_REGISTER_MESSAGE(Get, "castmesh.example.Get", encode_empty<Get>, decode_empty<Get>);
 CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.example.Pid", encode_empty<Pid>, decode_empty<Pid>);
 CASTMESH_REGISTER_MESSAGE(Crash, "castmesh.example.Crash", encode_empty<Crash>, decode_empty<Crash>);
+CASTMESH_REGISTER_MESSAGE(Exit, "castmesh.example.Exit", encode_empty<Exit>, decode_empty<Exit>);
 
 namespace {
 
@@ -61,7 +75,9 @@ class Trainer : public castmesh::Actor {
   int get(const Get&) { return value_; }
   int pid(const Pid&) { return static_cast<int>(::getpid()); }
   int crash(const Crash&) { throw std::runtime_error("simulated fault"); }
-  using Handlers = castmesh::Handlers<&Trainer::add, &Trainer::get, &Trainer::pid, &Trainer::crash>;
+  // The whole proc dies at once, as a crash would (no goodbye to anyone).
+  void exit(const Exit&) { std::_Exit(9); }
+  using Handlers = castmesh::Handlers<&Trainer::add, &Trainer::get, &Trainer::pid, &Trainer::crash, &Trainer::exit>;
 
  private:
   int value_ = 0;
@@ -88,9 +104,25 @@ bool check(bool ok, const std::string& what) {
   return ok;
 }
 
-int run(castmesh::Runtime& runtime) {
+// The 8 procs: started here (LocalAllocator), or, with a rendezvous address,
+// by a launcher and joined here (RendezvousAllocator; the secret comes from
+// CASTMESH_SECRET).
+absl::StatusOr<castmesh::ProcMesh> allocate(castmesh::Runtime& runtime, const castmesh::Shape& shape,
+                                            const char* rendezvous) {
+  if (rendezvous == nullptr) return castmesh::LocalAllocator().allocate(runtime, shape);
+  castmesh::RendezvousAllocatorOptions options;
+  options.listen = rendezvous;
+  castmesh::RendezvousAllocator allocator(options);
+  auto address = allocator.listen(runtime);
+  if (!address.ok()) return address.status();
+  std::printf("rendezvous at %s: waiting for %zu procs\n", address->c_str(), shape.size());
+  std::fflush(stdout);
+  return allocator.allocate(runtime, shape);
+}
+
+int run(castmesh::Runtime& runtime, const char* rendezvous) {
   const castmesh::Shape shape = *castmesh::Shape::Create({{"hosts", 2}, {"gpus", 4}});
-  auto procs = castmesh::LocalAllocator().allocate(runtime, shape);
+  auto procs = allocate(runtime, shape, rendezvous);
   if (!procs.ok()) return std::fprintf(stderr, "allocate failed: %s\n", procs.status().ToString().c_str()), 1;
   std::printf("started %zu worker procs as %s\n", procs->size(), procs->shape().to_string().c_str());
 
@@ -147,8 +179,15 @@ int run(castmesh::Runtime& runtime) {
   all_ok &= check(!whole.ok(), "the call failed, naming the point");
 
   const auto victim = procs->proc(2);  // {hosts=0, gpus=2}
-  std::printf("\nSIGKILL the worker proc of {hosts=0, gpus=2} (pid %lld)\n", static_cast<long long>(victim.pid));
-  ::kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  if (rendezvous == nullptr) {
+    std::printf("\nSIGKILL the worker proc of {hosts=0, gpus=2} (pid %lld)\n", static_cast<long long>(victim.pid));
+    ::kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  } else {
+    // Not our child, maybe not on this machine: it ends itself.
+    std::printf("\nthe worker proc of {hosts=0, gpus=2} (pid %lld on %s) dies\n", static_cast<long long>(victim.pid),
+                victim.hostname.c_str());
+    mesh.slice({{"hosts", 0}, {"gpus", 2}})->cast(Exit{}).IgnoreError();
+  }
   auto host0 = mesh.slice("hosts", 0)->call(Get{}).get(absl::Seconds(20));
   std::printf("a call to the slice hosts=0 fails promptly: %s\n", host0.status().ToString().c_str());
   all_ok &= check(!host0.ok(), "the call failed instead of hanging");
@@ -157,7 +196,7 @@ int run(castmesh::Runtime& runtime) {
   all_ok &= check(survivors.ok(), "survivors answer");
 
   mesh.stop();
-  (void)procs->stop();
+  if (absl::Status stopped = procs->stop(); !stopped.ok()) std::printf("stop: %s\n", stopped.ToString().c_str());
   std::printf("\nmesh and procs stopped; %s\n", all_ok ? "every step gave what it should" : "SOME STEPS WENT WRONG");
   return all_ok ? 0 : 1;
 }
@@ -166,6 +205,13 @@ int run(castmesh::Runtime& runtime) {
 
 int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // in a worker proc this serves and never returns
+  const char* rendezvous = nullptr;
+  if (argc == 3 && std::strcmp(argv[1], "--rendezvous") == 0) {
+    rendezvous = argv[2];
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: %s [--rendezvous tcp:HOST:PORT]\n", argv[0]);
+    return 2;
+  }
   castmesh::Runtime runtime;
-  return run(runtime);
+  return run(runtime, rendezvous);
 }
