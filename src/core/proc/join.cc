@@ -56,6 +56,7 @@ struct JoinBoard::Shared {
   std::vector<std::optional<JoinedProc>> joined;  // by rank
   int count = 0;
   absl::Status failure;  // the first rule broken / joined proc lost
+  std::vector<ProcId> lost;  // joined procs whose connection was lost
 
   // The verdict on one Join (mu held). A broken rule also fails the allocation.
   absl::Status consider(const ProcId& peer, const v1::Join& join) {
@@ -112,15 +113,16 @@ JoinBoard::JoinBoard(std::shared_ptr<ProcHost> host, int world_size, Check check
   });
   observer_id_ = host_->add_peer_lost_observer([shared = shared_](const ProcId& peer, const absl::Status& why) {
     std::lock_guard lock(shared->mu);
-    if (shared->count == shared->world_size || !shared->failure.ok()) return;
     for (const auto& proc : shared->joined) {
-      if (proc && proc->id == peer) {
+      if (!proc || proc->id != peer) continue;
+      shared->lost.push_back(peer);
+      if (shared->count < shared->world_size && shared->failure.ok()) {
         shared->failure = absl::UnavailableError(
             absl::StrCat("proc ", peer, " (", describe_joined(*proc), ") joined and was lost before the mesh was complete: ",
                          why.message()));
         shared->cv.notify_all();
-        return;
       }
+      return;
     }
   });
 }
@@ -164,6 +166,11 @@ void JoinBoard::release_joined() {
   for (const auto& proc : joined()) {
     if (proc) (void)host_->send_control(proc->id, v1::Stop());
   }
+}
+
+std::vector<ProcId> JoinBoard::lost_procs() const {
+  std::lock_guard lock(shared_->mu);
+  return shared_->lost;
 }
 
 void refuse_joins(ProcHost& host) {

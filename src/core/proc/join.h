@@ -67,6 +67,10 @@ class JoinBoard {
   std::vector<std::optional<JoinedProc>> joined() const;
   // Sends Stop to every proc that joined: a failed allocation lets them go.
   void release_joined();
+  // Joined procs whose connection was lost (also after the mesh was
+  // complete, until this board is destroyed): the mesh made from this board
+  // starts with them gone.
+  std::vector<ProcId> lost_procs() const;
 
  private:
   struct Shared;

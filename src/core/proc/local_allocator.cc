@@ -175,8 +175,11 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
     CASTMESH_LOG_DEBUG("castmesh-proc {}: worker {} joined from {}", host->id(), proc::describe_joined(*proc),
                        proc->id);
   }
-  return detail::make_proc_mesh(
-      detail::ProcMeshState::create(host, secret, std::move(infos), /*owns_processes=*/true), *std::move(shape));
+  // Made while the board still watches: a proc lost in between is known.
+  std::shared_ptr<detail::ProcMeshState> state =
+      detail::ProcMeshState::create(host, secret, std::move(infos), /*owns_processes=*/true);
+  state->mark_gone(board.lost_procs());
+  return detail::make_proc_mesh(std::move(state), *std::move(shape));
 }
 
 }  // namespace castmesh

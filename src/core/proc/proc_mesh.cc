@@ -115,6 +115,11 @@ std::shared_ptr<ProcMeshState> ProcMeshState::create(std::shared_ptr<proc::ProcH
 
 ProcMeshState::~ProcMeshState() { (void)stop(); }
 
+void ProcMeshState::mark_gone(const std::vector<ProcId>& procs) {
+  std::lock_guard lock(departures_->mu);
+  for (const ProcId& p : procs) departures_->gone.insert(p);
+}
+
 absl::Status ProcMeshState::stop() {
   {
     std::lock_guard lock(mu_);

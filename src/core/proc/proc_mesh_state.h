@@ -42,6 +42,9 @@ class ProcMeshState {
   const std::string& secret() const { return secret_; }
   const std::shared_ptr<SpawnLedger>& ledger() const { return ledger_; }
 
+  // Procs already gone when the mesh was made (JoinBoard::lost_procs).
+  void mark_gone(const std::vector<ProcId>& procs);
+
   // See the type comment. Idempotent.
   absl::Status stop();
 

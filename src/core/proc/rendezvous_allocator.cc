@@ -125,9 +125,11 @@ absl::StatusOr<ProcMesh> RendezvousAllocator::allocate(Runtime& runtime, const S
     infos.push_back(ProcInfo{proc->id, proc->rank, proc->pid, proc->hostname});
     CASTMESH_LOG_DEBUG("castmesh-proc {}: proc {} joined from {}", host->id(), proc::describe_joined(*proc), proc->id);
   }
-  return detail::make_proc_mesh(
-      detail::ProcMeshState::create(host, host->secret(), std::move(infos), /*owns_processes=*/false),
-      *std::move(shape));
+  // Made while the board still watches: a proc lost in between is known.
+  std::shared_ptr<detail::ProcMeshState> state =
+      detail::ProcMeshState::create(host, host->secret(), std::move(infos), /*owns_processes=*/false);
+  state->mark_gone(board.lost_procs());
+  return detail::make_proc_mesh(std::move(state), *std::move(shape));
 }
 
 }  // namespace castmesh
