@@ -83,7 +83,10 @@ class Launcher {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);
     }
-    for (const auto& [pid, log] : logs_) ::unlink(log.c_str());
+    for (const auto& [pid, log] : logs_) {
+      ::unlink(log.c_str());
+      ::unlink((log + ".out").c_str());
+    }
   }
 
   // Starts one worker; its stderr goes to a file (stderr_of(pid)).
@@ -110,6 +113,8 @@ class Launcher {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, (log + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     char* argv[] = {self->data(), nullptr};
     pid_t pid = 0;
     const int rc = ::posix_spawn(&pid, self->c_str(), &actions, nullptr, argv, envp.data());
@@ -146,14 +151,30 @@ class Launcher {
     return std::nullopt;
   }
 
-  std::string stderr_of(pid_t pid) {
-    std::ifstream in(logs_[pid]);
+  std::string stderr_of(pid_t pid) { return read_file(logs_[pid]); }
+
+  // The first stdout line of `pid` starting with `prefix` (without it), once
+  // written; "" if none within `timeout`.
+  std::string wait_stdout_line(pid_t pid, const std::string& prefix, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::istringstream lines(read_file(logs_[pid] + ".out"));
+      for (std::string line; std::getline(lines, line);) {
+        if (line.starts_with(prefix) && !lines.eof()) return line.substr(prefix.size());
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return "";
+  }
+
+ private:
+  static std::string read_file(const std::string& path) {
+    std::ifstream in(path);
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
   }
 
- private:
   std::vector<pid_t> running_;
   std::map<pid_t, std::string> logs_;
   int next_ = 0;
@@ -257,6 +278,9 @@ class FakeProc {
   }
 
   const std::string& id() const { return endpoint_->id(); }
+
+  // Goes away at once: its connections close (what a crash looks like).
+  void vanish() { endpoint_.reset(); }
 
   // True once the controller sent Stop (within `timeout`).
   bool told_to_stop(std::chrono::seconds timeout) {
@@ -576,6 +600,44 @@ TEST(RendezvousAllocator, KilledProcIsReportedLikeALocalOne) {
   EXPECT_TRUE(mesh->stop().ok());
 }
 
+TEST(RendezvousAllocator, ProcLostBeforeTheMeshIsCompleteFailsTheAllocation) {
+  castmesh::Runtime runtime;
+  castmesh::RendezvousAllocator allocator(loopback_options());
+  auto address = allocator.listen(runtime);
+  ASSERT_TRUE(address.ok()) << address.status();
+  FakeProc fake;
+  const std::string fake_id = fake.id();
+  std::optional<absl::StatusOr<castmesh::ProcMesh>> mesh;
+  std::thread allocating([&] { mesh = allocator.allocate(runtime, 2); });
+  auto reply = fake.join(*address, 0, 2);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->error_code(), 0) << reply->error_message();
+  fake.vanish();  // rank 1 never comes; rank 0 is gone
+  allocating.join();
+  ASSERT_FALSE(mesh->ok());
+  EXPECT_EQ(mesh->status().code(), absl::StatusCode::kUnavailable) << mesh->status();
+  EXPECT_TRUE(contains(mesh->status().message(), fake_id)) << mesh->status();
+  EXPECT_TRUE(contains(mesh->status().message(), "joined and was lost before the mesh was complete")) << mesh->status();
+}
+
+TEST(RendezvousAllocator, WorkerExitsWhenItsControllerIsKilled) {
+  // The controller is another process here (this binary in the role
+  // "rendezvous-controller"); the worker is the launcher's, not its child,
+  // so only the lost connection can tell the worker.
+  Launcher launcher;
+  const pid_t controller = launcher.start({{"CASTMESH_TEST_ROLE", "rendezvous-controller"}});
+  const std::string address = launcher.wait_stdout_line(controller, "address ", 30s);
+  ASSERT_FALSE(address.empty()) << launcher.stderr_of(controller);
+  const pid_t worker = launcher.start_srun_task(address, 0, 1);
+  ASSERT_EQ(launcher.wait_stdout_line(controller, "joined ", 30s), std::to_string(worker))
+      << launcher.stderr_of(controller);
+  ASSERT_EQ(::kill(controller, SIGKILL), 0);
+  ASSERT_TRUE(launcher.wait_exit(controller, 10s).has_value());
+  auto status = launcher.wait_exit(worker, 20s);
+  ASSERT_TRUE(status.has_value()) << "the worker outlived its controller";
+  EXPECT_EQ(exit_code(*status), 0) << launcher.stderr_of(worker);
+}
+
 TEST(RendezvousAllocator, StopReportsAProcThatDoesNotExitInsteadOfKillingIt) {
   castmesh::Runtime runtime;
   castmesh::RendezvousAllocator allocator(loopback_options());
@@ -698,10 +760,30 @@ TEST(LaunchEnv, WhereAWorkerListens) {
   EXPECT_FALSE(castmesh::proc::local_address_towards("no-such-host.invalid").ok());
 }
 
+// Role "rendezvous-controller" (WorkerExitsWhenItsControllerIsKilled):
+// waits for one proc, says so, and waits to be killed.
+int run_controller_role() {
+  castmesh::Runtime runtime;
+  castmesh::RendezvousAllocator allocator(loopback_options());
+  auto address = allocator.listen(runtime);
+  if (!address.ok()) return std::fprintf(stderr, "%s\n", address.status().ToString().c_str()), 1;
+  std::printf("address %s\n", address->c_str());
+  std::fflush(stdout);
+  auto mesh = allocator.allocate(runtime, 1);
+  if (!mesh.ok()) return std::fprintf(stderr, "%s\n", mesh.status().ToString().c_str()), 1;
+  std::printf("joined %lld\n", static_cast<long long>(mesh->proc(0).pid));
+  std::fflush(stdout);
+  std::this_thread::sleep_for(60s);  // killed long before
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // the launched workers never return from here
+  if (const char* role = std::getenv("CASTMESH_TEST_ROLE"); role != nullptr && std::string(role) == "rendezvous-controller") {
+    return run_controller_role();
+  }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
