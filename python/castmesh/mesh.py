@@ -461,8 +461,8 @@ class Rendezvous:
     ``$CASTMESH_SECRET``; one of the two is required. A process has one
     controller address: make the Rendezvous before any other proc mesh
     (``this_host().spawn_procs`` then reuses that address); a second
-    Rendezvous reuses the first one's address when ``listen`` is that address
-    or has port 0.
+    Rendezvous reuses the first one's address (and secret) when ``listen`` is
+    that address or has port 0.
     """
 
     def __init__(self, listen: str, *, secret: Optional[str] = None, advertise_host: Optional[str] = None) -> None:
@@ -539,6 +539,10 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
                 raise ProcError(
                     f"this controller already has the address {current} (a process has one); make the "
                     f"Rendezvous before any other proc mesh, or listen at {current}", "FAILED_PRECONDITION")
+            wanted = secret or os.environ.get("CASTMESH_SECRET", "")
+            if wanted and not _runtime_instance.has_secret(wanted):
+                raise ProcError(f"this controller at {current} already has another mesh secret (a process has one)",
+                                "FAILED_PRECONDITION")
         return _runtime_instance
 
 

@@ -373,6 +373,9 @@ class PyRuntime {
 
   // This controller's proc id: its address.
   std::string address() const { return host_ ? host_->id() : std::string(); }
+  // Whether the procs of this controller prove `secret` (a later Rendezvous
+  // that names another secret cannot reuse this address).
+  bool has_secret(const std::string& secret) const { return host_ && host_->secret() == secret; }
 
   void shutdown() {
     if (!runtime_) return;
@@ -579,6 +582,7 @@ void bind_actors(py::module_& module) {
       .def("allocate_rendezvous", &PyRuntime::allocate_rendezvous, py::arg("procs"), py::arg("join_timeout") = 60.0,
            "Waits for procs started by a launcher to join (RendezvousAllocator).")
       .def_property_readonly("address", &PyRuntime::address, "This controller's address (its proc id).")
+      .def("has_secret", &PyRuntime::has_secret, py::arg("secret"), "Whether the mesh secret is `secret`.")
       .def("spawn_local",
            [](PyRuntime& rt, const std::string& name, std::string spec) {
              SpawnOptions options;

@@ -112,3 +112,6 @@ def test_a_process_has_one_controller_address(rendezvous: castmesh.Rendezvous) -
         castmesh.Rendezvous("unix:@castmesh-elsewhere", secret=SECRET)
     assert raised.value.code == "FAILED_PRECONDITION"
     assert rendezvous.address in str(raised.value)
+    with pytest.raises(ProcError) as raised:
+        castmesh.Rendezvous("tcp:127.0.0.1:0", secret="another-secret")
+    assert "another mesh secret" in str(raised.value)
