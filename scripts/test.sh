@@ -2,8 +2,8 @@
 # Sets up a fresh Debian 12 machine and runs every castmesh test (what CI runs):
 #   Debian packages -> Python tools venv -> dev build (-Werror) + ctest (C++ and
 #   pytest) -> install tree + find_package consumer -> posix-fallbacks build +
-#   ctest (the portable code paths macOS/BSD use, forced on Linux; C++ tests
-#   only, no Python or backends) -> asan and tsan ctest ->
+#   ctest (the portable code paths macOS/BSD use, forced on Linux; C++ and
+#   pytest, no backends) -> asan and tsan ctest ->
 #   the three wheels, auditwheel, fresh-venv installs -> HIP compile check ->
 #   aarch64 cross build + qemu tests.
 # Each stage prints its duration; a table of all of them is printed at the end.
@@ -135,9 +135,11 @@ sanitizer_run() {
 }
 
 # The preset posix-fallbacks (CASTMESH_POSIX_FALLBACKS=ON): every Linux-only
-# facility replaced by its portable fallback, and the whole C++ ctest suite.
+# facility replaced by its portable fallback, and the whole ctest suite (C++,
+# examples and pytest; no backends).
 posix_fallbacks_run() {
-  cmake --preset posix-fallbacks
+  cmake --preset posix-fallbacks -DCASTMESH_BUILD_PYTHON=ON "-DPython_EXECUTABLE=${TOOLS_VENV}/bin/python" \
+    "-Dpybind11_DIR=$("${TOOLS_VENV}/bin/python" -m pybind11 --cmakedir)"
   cmake --build --preset posix-fallbacks -j"${JOBS}"
   ctest --preset posix-fallbacks -j"${JOBS}"
 }
