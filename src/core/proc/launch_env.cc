@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -190,7 +192,7 @@ absl::StatusOr<std::string> local_address_towards(const std::string& host) {
   std::string local;
   for (addrinfo* a = found; a != nullptr && local.empty(); a = a->ai_next) {
     // A connected UDP socket takes the route's source address; nothing is sent.
-    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM, 0);  // closed below; SOCK_CLOEXEC is not POSIX
     if (fd < 0) continue;
     sockaddr_storage mine{};
     socklen_t size = sizeof(mine);
