@@ -78,6 +78,8 @@ struct JoinBoard::Shared {
       return absl::OkStatus();  // the same proc again (it retried): still accepted
     } else if (check) {
       verdict = check(proc);
+      // "Not yet" (e.g. its pid is not recorded yet): the worker tries again.
+      if (verdict.code() == absl::StatusCode::kUnavailable) return verdict;
     }
     if (!verdict.ok()) {
       if (failure.ok()) failure = verdict;
@@ -106,7 +108,9 @@ JoinBoard::JoinBoard(std::shared_ptr<ProcHost> host, int world_size, Check check
       std::lock_guard lock(shared->mu);
       verdict = shared->consider(peer, join);
     }
-    if (!verdict.ok()) {
+    if (verdict.code() == absl::StatusCode::kUnavailable) {
+      CASTMESH_LOG_DEBUG("castmesh-proc {}: join of {} not yet: {}", raw->id(), peer, verdict.ToString());
+    } else if (!verdict.ok()) {
       CASTMESH_LOG_WARN("castmesh-proc {}: refused the join of {}: {}", raw->id(), peer, verdict.ToString());
     }
     answer_join(*raw, peer, correlation, verdict);

@@ -46,7 +46,9 @@ std::mutex& allocation_mutex();
 // the host's I/O thread; wait() and the rest on the allocating thread.
 class JoinBoard {
  public:
-  // Extra rule for a join (e.g. the local allocator's pid check).
+  // Extra rule for a join (e.g. the local allocator's pid check). An
+  // UNAVAILABLE answer means "not yet": the worker is told to try again and
+  // the allocation goes on.
   using Check = std::function<absl::Status(const JoinedProc&)>;
 
   JoinBoard(std::shared_ptr<ProcHost> host, int world_size, Check check = {});

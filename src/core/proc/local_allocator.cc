@@ -80,9 +80,11 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   auto started = std::make_shared<StartedWorkers>();
   proc::JoinBoard board(host, procs, [started](const proc::JoinedProc& proc) {
     std::lock_guard lock(started->mu);
-    if (static_cast<size_t>(proc.rank) < started->pids.size() && started->pids[proc.rank] == proc.pid) {
-      return absl::OkStatus();
+    if (static_cast<size_t>(proc.rank) >= started->pids.size()) {
+      // A worker can join before posix_spawn has returned its pid here.
+      return absl::UnavailableError(absl::StrCat("the worker of rank ", proc.rank, " is still being started"));
     }
+    if (started->pids[proc.rank] == proc.pid) return absl::OkStatus();
     return absl::PermissionDeniedError(absl::StrCat("proc ", proc.id, " (", proc::describe_joined(proc),
                                                     ") is not the worker started for rank ", proc.rank));
   });
