@@ -388,6 +388,9 @@ INTERRUPT_SCRIPT = textwrap.dedent(
             time.sleep(seconds)
             return seconds
 
+    # Python keeps SIGINT ignored when its parent ignored it (a shell's
+    # background job, e.g. `bash .ci/run &`); Ctrl-C handling is what is tested.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with this_host().spawn_procs(per_host={"gpus": 1}) as procs:
         mesh = procs.spawn("sleeper", Sleeper)
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
