@@ -76,7 +76,11 @@ class UntypedRef {
   template <typename A>
   absl::StatusOr<ActorRef<A>> as() const;
 
-  const std::shared_ptr<detail::Endpoint>& endpoint() const { return endpoint_; }
+  const std::shared_ptr<detail::Endpoint>& endpoint() const& { return endpoint_; }
+  // From a temporary ref (`self().endpoint()`): the pointer moves out, so
+  // no reference-count increment and decrement pair (two atomic operations on
+  // every Actor::on_complete).
+  std::shared_ptr<detail::Endpoint> endpoint() && { return std::move(endpoint_); }
 
   friend bool operator==(const UntypedRef& a, const UntypedRef& b) {
     return a.endpoint_ == b.endpoint_ || a.address() == b.address();
