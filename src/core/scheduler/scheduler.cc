@@ -34,6 +34,29 @@ Schedulable* SchedQueue::pop() {
   return s;
 }
 
+namespace {
+// The lock of a worker's queue: a std::mutex that spins a little before it
+// sleeps. The owner and a thief hold it for a few instructions, and glibc's
+// std::mutex otherwise sleeps in the kernel as soon as they meet (thousands
+// of futex sleeps per fork-join run). absl::Mutex spins too, but its
+// uncontended path cost 8-15% on ping-pong, N:1 and spawn here.
+class QueueMutex {
+ public:
+  void lock() {
+    for (int i = 0; i < 64; ++i) {
+      if (mu_.try_lock()) return;
+      cpu_relax();
+    }
+    mu_.lock();
+  }
+  bool try_lock() { return mu_.try_lock(); }
+  void unlock() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+}  // namespace
+
 struct Scheduler::Worker {
   Scheduler* owner = nullptr;
   size_t index = 0;
@@ -43,26 +66,13 @@ struct Scheduler::Worker {
   uint64_t tick = 0;
   uint32_t rng = 0;
   bool searching = false;
-  std::mutex mu;
+  QueueMutex mu;  // guards queue
   SchedQueue queue;
   std::atomic<size_t> queue_size{0};
   std::atomic<uint32_t> wake_token{0};
 };
 
 namespace {
-// Locks a worker's queue mutex, spinning a little first: the owner and a
-// thief hold it for a few instructions, and glibc's std::mutex otherwise
-// sleeps in the kernel as soon as they meet (thousands of futex sleeps per
-// fork-join run). absl::Mutex spins too, but its uncontended path cost
-// 8-15% on ping-pong, N:1 and spawn here.
-std::unique_lock<std::mutex> lock_queue(std::mutex& mu) {
-  for (int i = 0; i < 64; ++i) {
-    if (mu.try_lock()) return std::unique_lock<std::mutex>(mu, std::adopt_lock);
-    cpu_relax();
-  }
-  return std::unique_lock<std::mutex>(mu);
-}
-
 // initial-exec: read on every schedule(); a plain %fs-relative load instead
 // of __tls_get_addr in this shared library (one pointer of static TLS).
 __attribute__((tls_model("initial-exec"))) thread_local Scheduler::Worker* tl_worker = nullptr;
@@ -116,7 +126,7 @@ void Scheduler::before_blocking() {
   }
   SchedQueue local;
   {
-    std::unique_lock<std::mutex> lock = lock_queue(w->mu);
+    std::lock_guard lock(w->mu);
     std::swap(local, w->queue);
     w->queue_size.store(0, std::memory_order_relaxed);
   }
@@ -146,7 +156,7 @@ Schedulable* Scheduler::pop_global() {
 }
 
 void Scheduler::push_local(Worker* w, Schedulable* s) {
-  std::unique_lock<std::mutex> lock = lock_queue(w->mu);
+  std::lock_guard lock(w->mu);
   w->queue.push(s);
   w->queue_size.store(w->queue.size, std::memory_order_relaxed);
 }
@@ -166,7 +176,7 @@ Schedulable* Scheduler::find_work(Worker* w) {
   }
   w->next_streak = 0;
   if (w->queue_size.load(std::memory_order_relaxed) > 0) {
-    std::unique_lock<std::mutex> lock = lock_queue(w->mu);
+    std::lock_guard lock(w->mu);
     Schedulable* s = w->queue.pop();
     w->queue_size.store(w->queue.size, std::memory_order_relaxed);
     if (s) return s;
@@ -185,7 +195,7 @@ Schedulable* Scheduler::steal(Worker* w) {
     if (victim == w || victim->queue_size.load(std::memory_order_relaxed) == 0) continue;
     SchedQueue taken;
     {
-      std::unique_lock<std::mutex> lock = lock_queue(victim->mu);
+      std::lock_guard lock(victim->mu);
       const size_t take = (victim->queue.size + 1) / 2;
       for (size_t k = 0; k < take; ++k) taken.push(victim->queue.pop());
       victim->queue_size.store(victim->queue.size, std::memory_order_relaxed);
@@ -193,7 +203,7 @@ Schedulable* Scheduler::steal(Worker* w) {
     Schedulable* first = taken.pop();
     if (!first) continue;
     if (taken.size > 0) {
-      std::unique_lock<std::mutex> lock = lock_queue(w->mu);
+      std::lock_guard lock(w->mu);
       while (Schedulable* s = taken.pop()) w->queue.push(s);
       w->queue_size.store(w->queue.size, std::memory_order_relaxed);
     }
