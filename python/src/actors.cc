@@ -347,13 +347,7 @@ class PyRuntime {
     options.worker_argv = std::move(argv);
     options.worker_env = std::move(env);
     options.join_timeout = absl::Seconds(join_timeout_s);
-    absl::StatusOr<ProcMesh> mesh;
-    {
-      py::gil_scoped_release release;
-      mesh = LocalAllocator(std::move(options)).allocate(*runtime_, procs);
-    }
-    if (!mesh.ok()) raise_status(mesh.status());
-    return std::move(*mesh);
+    return allocate_with(LocalAllocator(std::move(options)), procs);
   }
 
   // Waits for `procs` procs started by a launcher to join this runtime's
@@ -362,13 +356,7 @@ class PyRuntime {
     RendezvousAllocatorOptions options;
     options.secret = host_->secret();
     options.join_timeout = absl::Seconds(join_timeout_s);
-    absl::StatusOr<ProcMesh> mesh;
-    {
-      py::gil_scoped_release release;
-      mesh = RendezvousAllocator(std::move(options)).allocate(*runtime_, procs);
-    }
-    if (!mesh.ok()) raise_status(mesh.status());
-    return std::move(*mesh);
+    return allocate_with(RendezvousAllocator(std::move(options)), procs);
   }
 
   // This controller's proc id: its address.
@@ -391,6 +379,19 @@ class PyRuntime {
   Runtime& runtime() { return *runtime_; }
 
  private:
+  // Runs the allocation (which waits for procs to join) without the GIL;
+  // a failure becomes the Python exception of its status.
+  template <typename Allocator>
+  ProcMesh allocate_with(Allocator allocator, int procs) {
+    absl::StatusOr<ProcMesh> mesh;
+    {
+      py::gil_scoped_release release;
+      mesh = allocator.allocate(*runtime_, procs);
+    }
+    if (!mesh.ok()) raise_status(mesh.status());
+    return std::move(*mesh);
+  }
+
   std::unique_ptr<Runtime> runtime_;
   std::shared_ptr<proc::ProcHost> host_;
 };
