@@ -112,9 +112,11 @@ enum class EnvelopeKind : uint8_t { kUser, kStop, kClosure, kDown, kSupervision 
 // Runs the handler for an envelope on an actor; completes env->reply.
 using HandlerFn = void (*)(Actor* actor, struct Envelope* env);
 
-// One message in a mailbox (intrusive node). Owned by whoever holds the
-// pointer: the sender until push, the mailbox, then the dispatching actor.
+// One message. Owned by whoever holds the pointer: the sender until push,
+// the mailbox, then the dispatching actor.
 struct Envelope : MessageMemory {
+  // Links the messages a closing mailbox hands back (Mailbox::drain); the
+  // queue itself keeps envelopes in array slots, not in this chain.
   Envelope* next = nullptr;
   uint32_t type_id = 0;
   // Class id of the actor `handler` was resolved for (typed sends); the
