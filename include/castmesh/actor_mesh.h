@@ -103,6 +103,8 @@ enum class MeshFailureAction {
 // member stopped; must not block.
 using MeshFailureHandler = std::function<MeshFailureAction(const MeshEvent&)>;
 
+// How ActorMesh::Spawn names a mesh's members, shapes its cast tree and
+// handles a member's failure. A plain value; copy it freely.
 struct MeshOptions {
   // Name of the member actors (their addresses are proc/name[rank]); the
   // in-process forwarding actors (a mesh whose members are all in this
