@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "castmesh/detail/envelope.h"
+#include "core/scheduler/futex.h"
 
 namespace castmesh::detail {
 
@@ -187,9 +188,7 @@ class Mailbox {
   }
   static void wait_a_little(int& spins) {
     if (++spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      cpu_relax();
     } else {
       std::this_thread::yield();
     }
