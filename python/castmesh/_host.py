@@ -46,7 +46,7 @@ class ActorHost:
             position = base_rank_to_position.get(index, index)
             point = shape.point(position)
             self._context = _context.ActorContext(
-                Point(point.rank, point.coords, index), shape.sizes, name, address, index
+                Point(point.rank, point.coords, point.base_rank), shape.sizes, name, address, index
             )
             _context.set_current(self._context)
             self._instance = cls(*args, **kwargs)

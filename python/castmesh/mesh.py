@@ -281,21 +281,19 @@ class ActorMesh(Generic[A]):
         raise AttributeError(f"{self._cls.__qualname__} has no endpoint {name!r} (mark it with @endpoint)")
 
     def slice(self, **selectors: Union[int, slice, range]) -> "ActorMesh[A]":
-        """A sub-mesh: ``gpus=1`` selects one index and drops the dimension,
-        ``gpus=slice(0, 2)`` keeps it."""
+        """A sub-mesh, with Python's indexing rules: ``gpus=1`` (or ``-1``,
+        the last) selects one index and drops the dimension,
+        ``gpus=slice(0, -1)`` keeps the indices ``range(size)[0:-1]``. Errors
+        as :meth:`Shape.select`."""
+        resolved = self._shape.resolve(selectors)
         cmesh = self._cmesh
         if cmesh is not None:
-            for name, sel in selectors.items():
-                if isinstance(sel, int) and not isinstance(sel, bool):
+            for name, sel in resolved:
+                if isinstance(sel, int):
                     cmesh = cmesh.select_index(name, sel)
-                elif isinstance(sel, (slice, range)):
-                    cmesh = cmesh.select_range(
-                        name,
-                        0 if sel.start is None else sel.start,
-                        -1 if sel.stop is None else sel.stop,
-                        1 if sel.step is None else sel.step,
-                    )
-        shape = self._shape.select(**selectors)
+                else:
+                    cmesh = cmesh.select_range(name, *sel)
+        shape = self._shape.apply(resolved)
         return ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, cmesh)
 
     def stop(self) -> None:
@@ -319,10 +317,13 @@ def _rebuild_actor_mesh(cls: type, name: str, addresses: Mapping[int, str], shap
     return ActorMesh(cls, name, refs, shape)
 
 
-def _spec(cls: type, args: tuple, kwargs: dict, name: str, shape: Shape) -> bytes:
+def _spec(cls: type, args: tuple, kwargs: dict, name: str, shape: Shape, proc_ranks: Optional[List[int]] = None) -> bytes:
+    """What a PyActorHost is created from. `proc_ranks`: the base ranks of
+    the procs in the order of `shape`'s points (default: `shape`'s ranks);
+    each host finds its point from the rank in its address."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise TypeError(f"spawn needs a subclass of castmesh.Actor, got {cls!r}")
-    positions = {rank: position for position, rank in enumerate(shape.ranks)}
+    positions = {rank: position for position, rank in enumerate(shape.ranks if proc_ranks is None else proc_ranks)}
     import cloudpickle
 
     return cloudpickle.dumps((cls, args, kwargs, name, shape, positions))
@@ -335,14 +336,19 @@ class ProcMesh:
     Use as a context manager or call :meth:`stop` (also done at exit).
     """
 
-    def __init__(self, impl: "_castmesh.ProcMesh", shape: Shape) -> None:
+    def __init__(self, impl: "_castmesh.ProcMesh", shape: Shape, root: Optional["ProcMesh"] = None) -> None:
+        # impl: the C++ ProcMesh view of exactly these procs; root: the mesh
+        # as allocated (None: this is it), which owns the procs' lifetime.
         self._impl = impl
         self._shape = shape
+        self._root = root
         self._stopped = False
-        _live_proc_meshes.add(self)
+        if root is None:
+            _live_proc_meshes.add(self)
 
     @property
     def shape(self) -> Shape:
+        """The procs' shape (named dimensions; a slice keeps the base ranks)."""
         return self._shape
 
     def __len__(self) -> int:
@@ -350,27 +356,45 @@ class ProcMesh:
 
     @property
     def pids(self) -> List[int]:
-        """Operating-system process ids of the procs, by rank (each on its own host)."""
+        """Operating-system process ids of the procs, in row-major order."""
         return list(self._impl.pids)
+
+    def slice(self, **selectors: Union[int, slice, range]) -> "ProcMesh":
+        """Some of the procs, with Python's indexing rules (as
+        :meth:`ActorMesh.slice`); spawning on a slice puts actors on those
+        procs only. Stopping is done on the whole mesh."""
+        resolved = self._shape.resolve(selectors)
+        impl = self._impl
+        for name, sel in resolved:
+            impl = impl.select_index(name, sel) if isinstance(sel, int) else impl.select_range(name, *sel)
+        return ProcMesh(impl, self._shape.apply(resolved), self._root or self)
+
+    def _is_stopped(self) -> bool:
+        return (self._root or self)._stopped
 
     def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
         """Creates one ``cls(*args, **kwargs)`` per proc, named ``name``.
 
         Returns once every actor is registered; a constructor that raises makes
-        every call to that actor fail with its ActorError."""
-        if self._stopped:
+        every call to that actor fail with its ActorError. On a slice, the
+        actor mesh has the slice's sizes (its members numbered 0..n-1)."""
+        if self._is_stopped():
             raise ProcError("spawn on a stopped proc mesh", "FAILED_PRECONDITION")
-        spec = _spec(cls, args, kwargs, name, self._shape)
+        shape = self._shape if self._root is None else Shape(self._shape.sizes)
+        spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks)
         try:
-            cmesh = self._impl.spawn_mesh(name, spec, list(self._shape.sizes.items()))
+            cmesh = self._impl.spawn_mesh(name, spec, list(shape.sizes.items()))
         except RuntimeError as error:
             raise ProcError(f"spawning {name!r} failed: {error}", "UNKNOWN") from None
         refs = cmesh.refs()
-        return ActorMesh(cls, name, dict(enumerate(refs)), self._shape, self, cmesh)
+        return ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh)
 
     def stop(self) -> None:
         """Asks every proc to exit and waits for them (stragglers are killed;
-        procs started by a launcher cannot be, and are warned about). Idempotent."""
+        procs started by a launcher cannot be, and are warned about). Idempotent.
+        Only the whole mesh can be stopped, not a slice of it (ValueError)."""
+        if self._root is not None:
+            raise ValueError(f"stop() the whole proc mesh, not the slice {self._shape} of it")
         if self._stopped:
             return
         self._stopped = True
@@ -389,7 +413,7 @@ class ProcMesh:
         self.stop()
 
     def __repr__(self) -> str:
-        state = "stopped" if self._stopped else "running"
+        state = "stopped" if self._is_stopped() else "running"
         return f"<ProcMesh {self._shape} {state}>"
 
 
@@ -426,7 +450,7 @@ class HostMesh:
         env = [("CASTMESH_PY_PATH", os.pathsep.join(p for p in sys.path if p))]
         argv = [sys.executable, "-m", "castmesh._worker"]
         try:
-            impl = _runtime().allocate(len(shape), argv, env, join_timeout)
+            impl = _runtime().allocate(list(shape.sizes.items()), argv, env, join_timeout)
         except RuntimeError as error:
             raise ProcError(f"starting {len(shape)} worker procs failed: {error}", "UNAVAILABLE") from None
         return ProcMesh(impl, shape)
@@ -482,7 +506,7 @@ class Rendezvous:
         ``join_timeout`` seconds (the message names them)."""
         shape = Shape(_mesh_dims(dims))
         try:
-            impl = self._runtime.allocate_rendezvous(len(shape), join_timeout)
+            impl = self._runtime.allocate_rendezvous(list(shape.sizes.items()), join_timeout)
         except RuntimeError as error:
             raise ProcError(f"waiting for {len(shape)} procs at {self.address} failed: {error}",
                             _status_name(error, "UNAVAILABLE")) from None

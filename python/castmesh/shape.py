@@ -6,6 +6,7 @@ The shape algebra is castmesh's C++ ``Shape``/``Slice`` (bound in
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, Generic, Iterator, List, Mapping, Sequence, Tuple, TypeVar, Union
 
 from . import _castmesh
@@ -49,22 +50,36 @@ class Shape:
         return list(self._impl.ranks())
 
     def select(self, **selectors: Union[int, slice, range]) -> "Shape":
-        """Selects by dimension name: an ``int`` drops the dimension, a ``slice``
-        or ``range`` keeps it. Raises ValueError naming a bad dimension or index."""
+        """Selects by dimension name with Python's indexing rules: an ``int``
+        (negative counts from the end) drops the dimension, a ``slice`` or
+        ``range`` keeps the indices ``range(size)[s]``. Raises KeyError for an
+        unknown dimension, IndexError for an index out of range, ValueError
+        for a selection that is empty or would reverse the order (a negative
+        step selecting two or more indices), TypeError for anything else."""
+        return self.apply(self.resolve(selectors))
+
+    def apply(self, resolved: Sequence[Tuple[str, Union[int, Tuple[int, int, int]]]]) -> "Shape":
+        """Applies selectors already normalised by :meth:`resolve`."""
         impl = self._impl
-        for name, sel in selectors.items():
-            if isinstance(sel, bool):
-                raise TypeError(f"selector for {name!r} must be an int, slice or range")
+        for name, sel in resolved:
             if isinstance(sel, int):
                 impl = impl.select_index(name, sel)
-            elif isinstance(sel, (slice, range)):
-                start = 0 if sel.start is None else sel.start
-                stop = -1 if sel.stop is None else sel.stop
-                step = 1 if sel.step is None else sel.step
-                impl = impl.select_range(name, start, stop, step)
             else:
-                raise TypeError(f"selector for {name!r} must be an int, slice or range, not {type(sel).__name__}")
+                impl = impl.select_range(name, *sel)
         return Shape(impl)
+
+    def resolve(self, selectors: Mapping[str, Any]) -> List[Tuple[str, Union[int, Tuple[int, int, int]]]]:
+        """Each selector normalised against its dimension's size: a
+        non-negative index, or ``(start, stop, step)`` with ``0 <= start <
+        stop <= size`` and ``step >= 1``, selecting exactly ``range(size)[s]``
+        (what the C++ Shape/Slice take). Raises as :meth:`select`."""
+        sizes = self.sizes
+        resolved: List[Tuple[str, Union[int, Tuple[int, int, int]]]] = []
+        for name, sel in selectors.items():
+            if name not in sizes:
+                raise KeyError(f"unknown dimension {name!r} (dimensions: {', '.join(sizes) or 'none'})")
+            resolved.append((name, normalize_selector(name, sel, sizes[name])))
+        return resolved
 
     def point(self, position: int) -> "Point":
         """The point at a row-major position (0 .. len-1)."""
@@ -77,7 +92,8 @@ class Shape:
             yield self.point(position)
 
     def position_of(self, coords: Mapping[str, int]) -> int:
-        """Row-major position of the point with these named coordinates."""
+        """Row-major position of the point with these named coordinates
+        (negative ones count from the end, as Python indices do)."""
         labels = self._impl.labels
         missing = [label for label in labels if label not in coords]
         extra = [name for name in coords if name not in labels]
@@ -86,9 +102,9 @@ class Shape:
         position = 0
         for label, size in zip(labels, self._impl.sizes):
             index = coords[label]
-            if not 0 <= index < size:
-                raise IndexError(f"{label}={index} is out of range 0..{size - 1}")
-            position = position * size + index
+            if isinstance(index, (slice, range)):
+                raise TypeError(f"coordinate {label!r} must be an int, not {type(index).__name__}")
+            position = position * size + normalize_selector(label, index, size)
         return position
 
     def __eq__(self, other: object) -> bool:
@@ -102,6 +118,45 @@ class Shape:
 
     def __reduce__(self):
         return (_shape_from_state, (self._impl.labels, self._impl.offset, self._impl.sizes, self._impl.strides))
+
+
+class IndexOutOfRange(IndexError, ValueError):
+    """An index past either end of a dimension: an IndexError as in Python
+    (and Monarch), and a ValueError as castmesh raised before."""
+
+
+def normalize_selector(name: str, sel: Any, size: int) -> Union[int, Tuple[int, int, int]]:
+    """One selector for a dimension `name` of `size` indices, with Python's
+    rules (see :meth:`Shape.resolve`)."""
+    if isinstance(sel, bool):
+        raise TypeError(f"selector for {name!r} must be an int, slice or range, not bool")
+    if isinstance(sel, (slice, range)):
+        start, stop, step = (sel if isinstance(sel, slice) else slice(sel.start, sel.stop, sel.step)).indices(size)
+        picked = range(start, stop, step)
+        if len(picked) == 0:
+            raise ValueError(f"{_show(sel)} selects nothing from dimension {name!r} of size {size}")
+        if step < 0:
+            if len(picked) > 1:
+                raise ValueError(
+                    f"{_show(sel)} on dimension {name!r} would reverse the mesh's order (a negative step); "
+                    f"a mesh view keeps its members in ascending order: use a positive step")
+            return (picked[0], picked[0] + 1, 1)
+        # A step past the end selects one index; keep it small for the C++ side.
+        return (picked[0], picked[-1] + 1, min(step, size))
+    try:
+        index = operator.index(sel)
+    except TypeError:
+        raise TypeError(f"selector for {name!r} must be an int, slice or range, not {type(sel).__name__}") from None
+    if not -size <= index < size:
+        raise IndexOutOfRange(f"index {index} is out of range for dimension {name!r} of size {size}")
+    return index + size if index < 0 else index
+
+
+def _show(sel: Any) -> str:
+    if isinstance(sel, slice):
+        parts = ["" if v is None else str(v) for v in (sel.start, sel.stop, sel.step)]
+        return "[" + ":".join(parts if sel.step is not None else parts[:2]) + "]"
+    return repr(sel)
 
 
 def _shape_from_state(labels: Sequence[str], offset: int, sizes: Sequence[int], strides: Sequence[int]) -> Shape:
@@ -178,9 +233,10 @@ class ValueMesh(Generic[T]):
             return self._values[self._shape.position_of(key.coords)]
         if isinstance(key, Mapping):
             return self._values[self._shape.position_of(key)]
-        if isinstance(key, int):
-            if not 0 <= key < len(self._values):
-                raise IndexError(f"position {key} is out of range 0..{len(self._values) - 1}")
+        if isinstance(key, int) and not isinstance(key, bool):
+            n = len(self._values)
+            if not -n <= key < n:
+                raise IndexError(f"position {key} is out of range for a mesh of {n} values")
             return self._values[key]
         raise TypeError(f"index a ValueMesh with a Point, a coordinate mapping or a position, not {type(key).__name__}")
 
@@ -191,6 +247,13 @@ class ValueMesh(Generic[T]):
                 raise ValueError(f"item() without coordinates needs a one-point mesh, this one has {len(self)}")
             return self._values[0]
         return self._values[self._shape.position_of(coords)]
+
+    def slice(self, **selectors: Union[int, slice, range]) -> "ValueMesh[T]":
+        """The values of a sub-mesh, selected as :meth:`Shape.select` (an int
+        drops the dimension, a slice keeps ``range(size)[s]``)."""
+        shape = self._shape.select(**selectors)
+        position = {rank: i for i, rank in enumerate(self._shape.ranks)}
+        return ValueMesh(shape, [self._values[position[rank]] for rank in shape.ranks])
 
     def items(self) -> Iterator[Tuple[Point, T]]:
         """(point, value) pairs in row-major order."""

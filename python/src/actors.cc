@@ -296,6 +296,9 @@ PyActorRef ref_from_address(const std::string& text) {
   return PyActorRef{ActorRef<PyActorHost>::from_address(std::move(*address))};
 }
 
+// Named sizes of a mesh, outermost first, as Python passes them.
+using Dims = std::vector<std::pair<std::string, size_t>>;
+
 // The runtime of a Python controller process (one per process, made by the
 // castmesh package on first use).
 class PyRuntime {
@@ -341,22 +344,24 @@ class PyRuntime {
     (void)runtime_.release();
   }
 
-  ProcMesh allocate(int procs, std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env,
-                    double join_timeout_s) {
+  // Starts worker procs shaped `dims` (the C++ ProcMesh has the Python
+  // mesh's shape, so Python slices of it are C++ slices of the same view).
+  ProcMesh allocate(const Dims& dims, std::vector<std::string> argv,
+                    std::vector<std::pair<std::string, std::string>> env, double join_timeout_s) {
     LocalAllocatorOptions options;
     options.worker_argv = std::move(argv);
     options.worker_env = std::move(env);
     options.join_timeout = absl::Seconds(join_timeout_s);
-    return allocate_with(LocalAllocator(std::move(options)), procs);
+    return allocate_with(LocalAllocator(std::move(options)), dims);
   }
 
-  // Waits for `procs` procs started by a launcher to join this runtime's
-  // address (RendezvousAllocator).
-  ProcMesh allocate_rendezvous(int procs, double join_timeout_s) {
+  // Waits for the procs of `dims`, started by a launcher, to join this
+  // runtime's address (RendezvousAllocator; rank r at row-major position r).
+  ProcMesh allocate_rendezvous(const Dims& dims, double join_timeout_s) {
     RendezvousAllocatorOptions options;
     options.secret = host_->secret();
     options.join_timeout = absl::Seconds(join_timeout_s);
-    return allocate_with(RendezvousAllocator(std::move(options)), procs);
+    return allocate_with(RendezvousAllocator(std::move(options)), dims);
   }
 
   // This controller's proc id: its address.
@@ -382,11 +387,12 @@ class PyRuntime {
   // Runs the allocation (which waits for procs to join) without the GIL;
   // a failure becomes the Python exception of its status.
   template <typename Allocator>
-  ProcMesh allocate_with(Allocator allocator, int procs) {
+  ProcMesh allocate_with(Allocator allocator, const Dims& dims) {
     absl::StatusOr<ProcMesh> mesh;
     {
       py::gil_scoped_release release;
-      mesh = allocator.allocate(*runtime_, procs);
+      absl::StatusOr<Shape> shape = Shape::Create(dims);
+      mesh = shape.ok() ? allocator.allocate(*runtime_, *shape) : absl::StatusOr<ProcMesh>(shape.status());
     }
     if (!mesh.ok()) raise_status(mesh.status());
     return std::move(*mesh);
@@ -413,7 +419,9 @@ struct PyActorMesh {
     return PyActorMesh{*std::move(sub)};
   }
   PyActorMesh select_range(const std::string& name, int64_t start, int64_t stop, int64_t step) const {
-    auto sub = mesh.slice(name, Selector(Range(start, stop < 0 ? Range::kEnd : stop, step)));
+    // Python normalises its slices first (castmesh.shape.normalize_selector):
+    // a negative value here is refused by the C++ Shape, never read as "to the end".
+    auto sub = mesh.slice(name, Selector(Range(start, stop, step)));
     if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
     return PyActorMesh{*std::move(sub)};
   }
@@ -562,6 +570,23 @@ void bind_actors(py::module_& module) {
                                for (const auto& p : m.procs()) ids.push_back(p.id);
                                return ids;
                              })
+      .def(
+          "select_index",
+          [](const ProcMesh& m, const std::string& name, int64_t index) {
+            auto sub = m.slice(name, Selector(index));
+            if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
+            return *std::move(sub);
+          },
+          py::arg("name"), py::arg("index"), "The procs at one index of a dimension (the dimension dropped).")
+      .def(
+          "select_range",
+          [](const ProcMesh& m, const std::string& name, int64_t start, int64_t stop, int64_t step) {
+            auto sub = m.slice(name, Selector(Range(start, stop, step)));
+            if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
+            return *std::move(sub);
+          },
+          py::arg("name"), py::arg("start"), py::arg("stop"), py::arg("step"),
+          "The procs of a range of a dimension (indices normalised by castmesh.Shape).")
       .def("spawn", &spawn_on_mesh, py::arg("name"), py::arg("spec"),
            "Spawns one Python actor host per proc (index = rank).")
       .def("spawn_mesh", &spawn_actor_mesh, py::arg("name"), py::arg("spec"), py::arg("dims"),
@@ -578,9 +603,9 @@ void bind_actors(py::module_& module) {
   py::class_<PyRuntime>(module, "Runtime", "The controller's castmesh::Runtime.")
       .def(py::init<int, const std::string&, const std::string&, const std::string&>(), py::arg("workers") = 0,
            py::arg("listen") = "", py::arg("secret") = "", py::arg("advertise_host") = "")
-      .def("allocate", &PyRuntime::allocate, py::arg("procs"), py::arg("argv"), py::arg("env"),
+      .def("allocate", &PyRuntime::allocate, py::arg("dims"), py::arg("argv"), py::arg("env"),
            py::arg("join_timeout") = 60.0, "Starts worker procs with the LocalAllocator.")
-      .def("allocate_rendezvous", &PyRuntime::allocate_rendezvous, py::arg("procs"), py::arg("join_timeout") = 60.0,
+      .def("allocate_rendezvous", &PyRuntime::allocate_rendezvous, py::arg("dims"), py::arg("join_timeout") = 60.0,
            "Waits for procs started by a launcher to join (RendezvousAllocator).")
       .def_property_readonly("address", &PyRuntime::address, "This controller's address (its proc id).")
       .def("has_secret", &PyRuntime::has_secret, py::arg("secret"), "Whether the mesh secret is `secret`.")

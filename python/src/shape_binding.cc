@@ -55,7 +55,9 @@ void bind_shape(py::module_& module) {
       .def(
           "select_range",
           [](const Shape& s, const std::string& name, int64_t start, int64_t stop, int64_t step) {
-            return value_or_raise(s.select(name, Range(start, stop < 0 ? Range::kEnd : stop, step)));
+            // Indices as given: castmesh.Shape normalises Python's negative
+            // indices first; a negative one here is an error, not "to the end".
+            return value_or_raise(s.select(name, Range(start, stop, step)));
           },
           py::arg("name"), py::arg("start"), py::arg("stop"), py::arg("step"))
       .def(

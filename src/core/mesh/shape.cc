@@ -206,7 +206,9 @@ absl::StatusOr<Slice> Slice::select(size_t dim, const Range& r) const {
   }
   std::vector<size_t> sizes = sizes_;
   std::vector<size_t> strides = strides_;
-  sizes[dim] = static_cast<size_t>((stop - r.start + r.step - 1) / r.step);
+  // Not (stop - start + step - 1) / step: that overflows for a step near
+  // INT64_MAX, which a Python slice such as [0:4:2**62] passes through.
+  sizes[dim] = static_cast<size_t>((stop - r.start - 1) / r.step + 1);
   strides[dim] = sizes[dim] == 1 ? strides_[dim] : strides_[dim] * static_cast<size_t>(r.step);
   return Slice(offset_ + static_cast<size_t>(r.start) * strides_[dim], std::move(sizes),
                std::move(strides));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -105,6 +106,40 @@ TEST(Shape, ClearErrors) {
   Shape odd = *s.select("gpus", Range(1, 4, 2));
   EXPECT_EQ(odd.point_of_rank(2).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(odd.point_of_rank(100).status().code(), absl::StatusCode::kNotFound);
+}
+
+// What the Python bindings pass after normalising a Python slice: explicit
+// bounds within the dimension and any positive step, however large.
+TEST(Shape, SelectRangeTakesPythonNormalisedBounds) {
+  Shape s = make_shape({{"hosts", 2}, {"gpus", 4}});
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  absl::StatusOr<Shape> first = s.select("gpus", Range(0, 4, kHuge));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(ranks_of(*first), (std::vector<size_t>{0, 4}));
+  absl::StatusOr<Shape> last = s.select("gpus", Range(3, Range::kEnd, kHuge - 1));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(ranks_of(*last), (std::vector<size_t>{3, 7}));
+  // range(4)[0:-1] == range(0, 3): the binding passes stop 3, never -1.
+  absl::StatusOr<Shape> all_but_last = s.select("gpus", Range(0, 3));
+  ASSERT_TRUE(all_but_last.ok());
+  EXPECT_EQ(ranks_of(*all_but_last), (std::vector<size_t>{0, 1, 2, 4, 5, 6}));
+  // Exhaustively: every (start, stop, step) in bounds selects range(start, stop, step).
+  for (int64_t start = 0; start < 4; ++start) {
+    for (int64_t stop = start + 1; stop <= 4; ++stop) {
+      for (int64_t step = 1; step <= 5; ++step) {
+        absl::StatusOr<Shape> got = s.select("hosts", 0)->select("gpus", Range(start, stop, step));
+        ASSERT_TRUE(got.ok()) << got.status();
+        std::vector<size_t> want;
+        for (int64_t i = start; i < stop; i += step) want.push_back(static_cast<size_t>(i));
+        EXPECT_EQ(ranks_of(*got), want) << start << ":" << stop << ":" << step;
+      }
+    }
+  }
+  // A negative stop is an error naming the problem, never "to the end".
+  absl::Status negative = s.select("gpus", Range(0, -1)).status();
+  EXPECT_EQ(negative.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(negative.message().find("negative"), std::string::npos) << negative;
+  EXPECT_EQ(s.select("gpus", Range(3, 0, -1)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Slice, CreateRejectsOverlapsAndBadInput) {
