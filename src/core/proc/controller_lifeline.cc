@@ -2,11 +2,16 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -14,12 +19,102 @@
 #include "absl/strings/str_cat.h"
 #include "core/log/log.h"
 #include "core/platform/platform.h"
+#include "core/platform/process.h"
 
 #if CASTMESH_LINUX_FACILITIES
 #include <sys/prctl.h>
 #endif
 
 namespace castmesh::proc {
+namespace {
+
+// One thread per process that runs every worker spawn and never exits, so
+// that a worker's parent (for PR_SET_PDEATHSIG: the spawning thread) lives
+// exactly as long as the controller process. Never destroyed (workers may be
+// spawned from exit paths); a child fork()ed without exec makes its own.
+class SpawnerThread {
+ public:
+  // The spawner of this process (a fresh one after fork()).
+  static SpawnerThread& of_this_process() {
+    static std::mutex mu;
+    static SpawnerThread* current = nullptr;
+    std::lock_guard lock(mu);
+    if (current == nullptr || current->pid_ != ::getpid()) current = new SpawnerThread;  // the old one is the parent's
+    return *current;
+  }
+
+  // Runs `task` on the spawner thread and returns its result.
+  int run(std::function<int()> task) {
+    std::packaged_task<int()> packaged(std::move(task));
+    std::future<int> result = packaged.get_future();
+    {
+      std::lock_guard lock(mu_);
+      tasks_.push_back(&packaged);
+    }
+    cv_.notify_one();
+    return result.get();
+  }
+
+ private:
+  SpawnerThread() : pid_(::getpid()) {
+    std::thread([this] {
+      platform::set_current_thread_name("castmesh-spawn");
+      while (true) {
+        std::packaged_task<int()>* task = nullptr;
+        {
+          std::unique_lock lock(mu_);
+          cv_.wait(lock, [this] { return !tasks_.empty(); });
+          task = tasks_.front();
+          tasks_.pop_front();
+        }
+        (*task)();
+      }
+    }).detach();
+  }
+
+  const pid_t pid_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<int()>*> tasks_;  // owned by the callers waiting in run()
+};
+
+// posix_spawnp with `inherit_fds` made inheritable in the child only.
+int spawn_inheriting(pid_t* pid, char* const argv[], char* const envp[], const std::vector<int>& inherit_fds) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+#if defined(__GLIBC__) || defined(__FreeBSD__)
+  // dup2(fd, fd) as a spawn action clears close-on-exec in the child alone
+  // (POSIX.1-2024; glibc >= 2.29, FreeBSD >= 13).
+  for (int fd : inherit_fds) posix_spawn_file_actions_adddup2(&actions, fd, fd);
+#else
+  // Elsewhere: inheritable for the moment of the spawn. Spawns are
+  // serialised on this thread, so no other worker inherits them.
+  for (int fd : inherit_fds) ::fcntl(fd, F_SETFD, 0);
+#endif
+  const int rc = ::posix_spawnp(pid, argv[0], &actions, nullptr, argv, envp);
+#if !(defined(__GLIBC__) || defined(__FreeBSD__))
+  for (int fd : inherit_fds) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+#endif
+  posix_spawn_file_actions_destroy(&actions);
+  return rc;
+}
+
+}  // namespace
+
+absl::StatusOr<pid_t> spawn_worker_process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                                           const std::vector<int>& inherit_fds) {
+  if (argv.empty()) return absl::InvalidArgumentError("no worker command");
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = SpawnerThread::of_this_process().run(
+      [&] { return spawn_inheriting(&pid, args.data(), envp.data(), inherit_fds); });
+  if (rc != 0) return absl::UnavailableError(std::strerror(rc));
+  return pid;
+}
 
 #if CASTMESH_LINUX_FACILITIES
 

@@ -1,6 +1,5 @@
 // LocalAllocator: worker procs started on this machine (fork/exec).
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -120,24 +119,17 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
     detail::ProcMeshState::reap(pids, std::chrono::milliseconds(0));
     return error;
   };
-  std::vector<char*> argv;
-  for (const std::string& a : argv_strings) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
   for (int rank = 0; rank < procs; ++rank) {
     std::vector<std::string> env = base_env;
     env.push_back(absl::StrCat(proc::kEnvRank, "=", rank));
-    std::vector<char*> envp;
-    for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
-    if (rc != 0) {
-      return fail(absl::UnavailableError(
-          absl::StrCat("cannot start worker rank ", rank, " ('", argv_strings[0], "'): ", std::strerror(rc))));
+    absl::StatusOr<pid_t> pid = proc::spawn_worker_process(argv_strings, env);
+    if (!pid.ok()) {
+      return fail(absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " ('", argv_strings[0],
+                                                      "'): ", pid.status().message())));
     }
-    pids.push_back(pid);
+    pids.push_back(*pid);
     std::lock_guard lock(started->mu);
-    started->pids.push_back(pid);
+    started->pids.push_back(*pid);
   }
 
   // Wait for every join, a worker's early exit, or the deadline.

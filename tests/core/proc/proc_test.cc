@@ -786,6 +786,25 @@ TEST(LocalAllocator, WorkerThatExitsBeforeJoiningIsReported) {
   EXPECT_NE(mesh.status().message().find("exited before joining"), std::string::npos) << mesh.status();
 }
 
+TEST(LocalAllocator, MeshAllocatedOnAThreadThatExitsKeepsItsProcs) {
+  // The workers' lifetime follows the controller process, not the thread
+  // that started them (Linux's parent-death signal is per thread).
+  castmesh::Runtime runtime;
+  std::optional<absl::StatusOr<castmesh::ProcMesh>> mesh;
+  std::thread([&] { mesh.emplace(castmesh::LocalAllocator(quick_options()).allocate(runtime, 2)); }).join();
+  ASSERT_TRUE(mesh->ok()) << mesh->status();
+  castmesh::ProcMesh& procs = **mesh;
+  auto echoes = procs.spawn<Echo>("echo", std::string("alive"));
+  ASSERT_TRUE(echoes.ok()) << echoes.status();
+  for (size_t rank = 0; rank < echoes->size(); ++rank) {
+    auto n = (*echoes)[rank].ask(Ping{static_cast<int64_t>(7 + rank)}).get(absl::Seconds(5));
+    ASSERT_TRUE(n.ok()) << "rank " << rank << ": " << n.status();
+    EXPECT_EQ(*n, static_cast<int64_t>(7 + rank));
+    EXPECT_EQ(::kill(static_cast<pid_t>(procs.proc(rank).pid), 0), 0) << "worker of rank " << rank << " is gone";
+  }
+  ASSERT_TRUE(procs.stop().ok());
+}
+
 TEST(LocalAllocator, WorkersExitWhenTheirControllerIsKilled) {
   // A controller process (this binary in role "controller") starts two
   // workers, keeps an actor of each busy (a 20 s handler, so that closing
