@@ -1,0 +1,141 @@
+// Reduction: names, validation, and the two ways to combine (a built-in
+// kernel from reduction_kernels.h, or a user function with MPI's operand
+// convention). Compiled at -O3 in every build (see CMakeLists.txt).
+#include "castmesh/reduction.h"
+
+#include <absl/status/status.h>
+#include <absl/strings/str_cat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "core/collectives/reduction_kernels.h"
+
+namespace castmesh {
+
+namespace rk = reduction_kernels;
+
+// The table is indexed by the enums' values: keep them dense and in order.
+static_assert(static_cast<size_t>(ReduceOp::kLxor) + 1 == rk::kNumOps);
+static_assert(static_cast<size_t>(DType::kBool) + 1 == rk::kNumDTypes);
+
+namespace {
+
+constexpr std::string_view kOpNames[] = {"sum", "prod", "min",  "max", "avg", "band",
+                                         "bor", "bxor", "land", "lor", "lxor"};
+static_assert(std::size(kOpNames) == rk::kNumOps);
+
+bool valid_op(ReduceOp op) { return static_cast<size_t>(op) < rk::kNumOps; }
+bool valid_dtype(DType t) { return static_cast<size_t>(t) < rk::kNumDTypes; }
+
+// Bytes a user-defined combine3 copies through at a time when `out` is
+// `lhs` (the function can only write into its second operand).
+constexpr size_t kCustomChunkBytes = 16 * 1024;
+
+}  // namespace
+
+// What a user-defined reduction owns; shared by every copy of the Reduction.
+struct Reduction::CustomOp {
+  std::string name;
+  ReduceFn fn;
+};
+
+std::string_view reduce_op_name(ReduceOp op) {
+  return valid_op(op) ? kOpNames[static_cast<size_t>(op)] : std::string_view("?");
+}
+
+std::optional<ReduceOp> reduce_op_from_name(std::string_view name) {
+  for (ReduceOp op : kAllReduceOps) {
+    if (reduce_op_name(op) == name) return op;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<Reduction> Reduction::Builtin(ReduceOp op, DType dtype) {
+  if (!valid_op(op)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown reduction op ", static_cast<int>(op), " (valid: 0..", rk::kNumOps - 1, ")"));
+  }
+  if (!valid_dtype(dtype)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduction ", std::string(reduce_op_name(op)), " on an unknown dtype ", static_cast<int>(dtype)));
+  }
+  if (const char* why = rk::invalid_reason(op, dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("reduction ", std::string(reduce_op_name(op)), " is not defined on ",
+                                                   std::string(dtype_name(dtype)), ": ", why));
+  }
+  const rk::Entry& entry = rk::kTable[static_cast<size_t>(op)][static_cast<size_t>(dtype)];
+  Reduction r;
+  r.dtype_ = dtype;
+  r.op_ = op;
+  r.kernel_ = entry.combine;
+  r.finalizer_ = entry.finalize;
+  return r;
+}
+
+Reduction Reduction::Custom(std::string name, ReduceFn fn, bool commutative, DType dtype) {
+  Reduction r;
+  r.dtype_ = dtype;
+  r.commutative_ = commutative;
+  r.custom_ = std::make_shared<const CustomOp>(CustomOp{std::move(name), std::move(fn)});
+  return r;
+}
+
+std::string Reduction::name() const {
+  if (custom_) return custom_->name;
+  return std::string(reduce_op_name(*op_));
+}
+
+void Reduction::combine(const void* in, void* inout, size_t count) const {
+  if (count == 0) return;
+  if (kernel_ != nullptr) {
+    kernel_(in, inout, inout, count);
+  } else if (in != inout) {
+    custom_->fn(in, inout, count, dtype_);
+  } else {
+    combine3(in, inout, inout, count);  // the user function gets two buffers
+  }
+}
+
+void Reduction::combine3(const void* lhs, const void* rhs, void* out, size_t count) const {
+  if (count == 0) return;
+  if (kernel_ != nullptr) {
+    kernel_(lhs, rhs, out, count);
+    return;
+  }
+  // The user function writes into its second operand, the higher ranks'. It
+  // is never handed the same buffer twice (MPI does not do that either).
+  const size_t size = std::max<size_t>(dtype_size(dtype_), 1);
+  if (out == rhs && out != lhs) {
+    custom_->fn(lhs, out, count, dtype_);
+  } else if (out != lhs) {
+    std::memcpy(out, rhs, count * size);
+    custom_->fn(lhs, out, count, dtype_);
+  } else {
+    // out is lhs: copy rhs aside a chunk at a time, combine there, copy back.
+    // Element-wise, so any split gives the same result.
+    alignas(64) unsigned char chunk[kCustomChunkBytes];
+    const size_t per_chunk = kCustomChunkBytes / size;
+    auto* o = static_cast<unsigned char*>(out);
+    const auto* r = static_cast<const unsigned char*>(rhs);
+    for (size_t i = 0; i < count; i += per_chunk) {
+      const size_t n = std::min(per_chunk, count - i);
+      std::memcpy(chunk, r + i * size, n * size);
+      custom_->fn(o + i * size, chunk, n, dtype_);
+      std::memcpy(o + i * size, chunk, n * size);
+    }
+  }
+}
+
+void Reduction::finalize(void* data, size_t count, int contributions) const {
+  if (finalizer_ == nullptr || count == 0 || contributions < 2) return;
+  finalizer_(data, count, contributions);
+}
+
+float half_to_float(uint16_t h) { return rk::half_to_float_inline(h); }
+uint16_t float_to_half(float f) { return rk::float_to_half_inline(f); }
+float bfloat16_to_float(uint16_t b) { return rk::bfloat16_to_float_inline(b); }
+uint16_t float_to_bfloat16(float f) { return rk::float_to_bfloat16_inline(f); }
+
+}  // namespace castmesh
