@@ -45,6 +45,9 @@ namespace v1 = wire::v1;
 // payload is read straight into its own buffer after at most this much of it
 // has been copied from here.
 constexpr std::size_t kReadBufferSize = 64 * 1024;
+// A large payload is read into its final buffer at most this much per read,
+// so a slow multi-GiB transfer counts as traffic (heartbeat) as it goes.
+constexpr std::size_t kPayloadChunk = std::size_t{8} << 20;
 // A frame sent at least this long after the previous one on an idle
 // connection is written at once by the sending thread (latency); frames that
 // follow each other faster are coalesced by the I/O thread (throughput).
@@ -502,12 +505,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
         continue;
       }
       // A payload larger than what is buffered: read the rest straight into
-      // the receiver's buffer.
+      // the receiver's buffer. The size is the peer's claim (bounded by
+      // limits.max_payload_size): memory that cannot be had costs this
+      // connection, never the proc.
       char* writable = nullptr;
-      wire::Payload payload = wire::Payload::allocate(payload_size, &writable);
+      absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(payload_size, &writable);
+      if (!payload.ok()) {
+        protocol_error(payload.status());
+        return;
+      }
       std::memcpy(writable, rbuf_.get() + rbegin_, have);
       rbegin_ = rend_ = 0;
-      read_payload(std::move(*envelope), std::move(payload), writable, have);
+      read_payload(std::move(*envelope), *std::move(payload), writable, have);
       return;
     }
     start_read();
@@ -521,7 +530,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     socket_.async_read_some(
-        asio::buffer(writable + got, size - got),
+        asio::buffer(writable + got, std::min(size - got, kPayloadChunk)),
         [self = shared_from_this(), envelope = std::move(envelope), payload = std::move(payload), writable,
          got](const std::error_code& ec, std::size_t n) mutable {
           if (self->closed_) return;
@@ -657,6 +666,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 absl::Status Endpoint::Impl::start() {
   if (options_.secret.empty()) return absl::InvalidArgumentError("an endpoint needs a non-empty mesh secret");
+  absl::StatusOr<wire::FrameLimits> limits = wire::apply_environment(options_.limits);
+  if (!limits.ok()) return limits.status();
+  options_.limits = *limits;
   if (options_.listen.empty()) {
     id_ = absl::StrCat("anon:", ::getpid(), "-", absl::BytesToHexString(wire::make_nonce().substr(0, 6)));
   } else {
@@ -805,6 +817,14 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, 
     return absl::OkStatus();
   }
   if (peer.starts_with("local:")) return send_local(peer, std::move(envelope), std::move(payload));
+  if (payload.size() > options_.limits.max_payload_size) {
+    // The receiver would close the connection (every proc of a mesh has
+    // the same limit unless configured otherwise): refuse it here instead.
+    return absl::InvalidArgumentError(absl::StrCat("a payload of ", payload.size(),
+                                                   " bytes exceeds the per-message limit of ",
+                                                   options_.limits.max_payload_size, " bytes (",
+                                                   wire::kEnvMaxMessageBytes, ", docs/security.md)"));
+  }
   std::shared_ptr<Connection> connection;
   std::optional<ChannelAddress> dial;
   {

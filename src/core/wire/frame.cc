@@ -1,5 +1,10 @@
 #include "core/wire/frame.h"
 
+#include <charconv>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 
 namespace castmesh::wire {
@@ -47,6 +52,20 @@ absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
                                                    limits.max_payload_size));
   }
   return envelope;
+}
+
+absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits) {
+  const char* value = std::getenv(kEnvMaxMessageBytes);
+  if (value == nullptr || *value == '\0' || limits.max_payload_size != kDefaultMaxPayloadSize) return limits;
+  const std::string_view text(value);
+  std::uint64_t bytes = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+  if (ec != std::errc() || end != text.data() + text.size() || bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kEnvMaxMessageBytes, "='", std::string(text.substr(0, 40)), "' is not a positive number of bytes"));
+  }
+  limits.max_payload_size = bytes;
+  return limits;
 }
 
 absl::StatusOr<v1::Handshake> parse_handshake(const char* body, std::size_t size) {

@@ -17,11 +17,24 @@ namespace castmesh::wire {
 inline constexpr std::uint32_t kWireVersion = 1;
 inline constexpr std::size_t kLengthPrefixSize = 4;
 
+// Default largest payload of one message a receiver accepts: far below the
+// memory of any machine castmesh runs on, far above a control message. Raise
+// it with CASTMESH_MAX_MESSAGE_BYTES (docs/security.md).
+inline constexpr std::uint64_t kDefaultMaxPayloadSize = std::uint64_t{1} << 30;  // 1 GiB
+// Environment variable that sets FrameLimits::max_payload_size of every
+// endpoint that keeps the default (a byte count; docs/security.md).
+inline constexpr char kEnvMaxMessageBytes[] = "CASTMESH_MAX_MESSAGE_BYTES";
+
 // What a receiver accepts; anything larger closes the connection.
 struct FrameLimits {
-  std::uint32_t max_body_size = 64 * 1024;            // envelope or handshake message
-  std::uint64_t max_payload_size = std::uint64_t{1} << 32;  // 4 GiB
+  std::uint32_t max_body_size = 64 * 1024;                  // envelope or handshake message
+  std::uint64_t max_payload_size = kDefaultMaxPayloadSize;  // payload of one envelope
 };
+
+// `limits` with max_payload_size taken from CASTMESH_MAX_MESSAGE_BYTES when
+// that is set and `limits` has the default. InvalidArgument naming the
+// variable when its value is not a positive byte count.
+absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits);
 
 // Appends u32_le(size) and the serialized `message` to `out`.
 void append_frame_body(const google::protobuf::MessageLite& message, std::string& out);

@@ -1,11 +1,16 @@
 #include "core/wire/payload.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <new>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace castmesh::wire {
 namespace {
@@ -21,7 +26,9 @@ class LargeBufferPool {
   static constexpr std::size_t kPoolBytes = std::size_t{512} << 20;
 
   // A buffer of at least `size` bytes (at most 25% larger); its capacity in
-  // `capacity`.
+  // `capacity`. nullptr (errno set) when no memory can be mapped: mmap, not
+  // malloc, so that a size no allocator can serve fails the same way under
+  // the sanitizers' allocators as under glibc's.
   char* take(std::size_t size, std::size_t* capacity) {
     {
       std::lock_guard lock(mu_);
@@ -35,9 +42,8 @@ class LargeBufferPool {
       }
     }
     *capacity = size;
-    char* buffer = static_cast<char*>(std::malloc(size));
-    if (buffer == nullptr) throw std::bad_alloc();
-    return buffer;
+    void* buffer = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return buffer == MAP_FAILED ? nullptr : static_cast<char*>(buffer);
   }
 
   void give(char* buffer, std::size_t capacity) {
@@ -49,7 +55,7 @@ class LargeBufferPool {
         return;
       }
     }
-    std::free(buffer);
+    ::munmap(buffer, capacity);
   }
 
  private:
@@ -91,6 +97,7 @@ Payload Payload::allocate(std::size_t size, char** writable) {
   if (size >= LargeBufferPool::kPooledMin) {
     std::size_t capacity = 0;
     char* buffer = large_buffer_pool().take(size, &capacity);
+    if (buffer == nullptr) throw std::bad_alloc();
     *writable = buffer;
     Payload p;
     p.size_ = size;
@@ -106,6 +113,17 @@ Payload Payload::allocate(std::size_t size, char** writable) {
   p.size_ = size;
   p.data_ = std::shared_ptr<const char>(buffer, buffer.get());
   return p;
+}
+
+absl::StatusOr<Payload> Payload::try_allocate(std::size_t size, char** writable) {
+  errno = 0;
+  try {
+    return allocate(size, writable);
+  } catch (const std::bad_alloc&) {
+    const int error = errno;
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size, " bytes for a payload",
+                                                     error != 0 ? absl::StrCat(": ", std::strerror(error)) : ""));
+  }
 }
 
 }  // namespace castmesh::wire

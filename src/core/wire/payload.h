@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "absl/status/statusor.h"
+
 namespace castmesh::wire {
 
 // The bytes of one message on their way through the transport. Copying a
@@ -29,7 +31,11 @@ class Payload {
   // writes into it. Buffers of 1 MiB and more are recycled through a
   // process-wide pool (up to 512 MiB cached) to avoid first-touch page
   // faults on every large message.
+  // Throws std::bad_alloc when the memory cannot be had.
   static Payload allocate(std::size_t size, char** writable);
+  // Like allocate(), for sizes a peer announced: memory that cannot be had
+  // is ResourceExhausted (with the size and the reason), never an exception.
+  static absl::StatusOr<Payload> try_allocate(std::size_t size, char** writable);
 
   const char* data() const { return data_.get(); }
   std::size_t size() const { return size_; }

@@ -495,6 +495,78 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   for (const auto& m : inbox_a.messages()) EXPECT_EQ(m.peer, c->id());
 }
 
+// An authenticated envelope announcing a payload (bytes that need not follow).
+std::string announcing_envelope(std::uint64_t payload_size) {
+  v1::Envelope envelope = message("big");
+  envelope.set_version(wire::kWireVersion);
+  envelope.set_sequence(1);
+  envelope.set_payload_size(payload_size);
+  std::string frame;
+  wire::append_frame_body(envelope, frame);
+  return frame + "first payload bytes";
+}
+
+TEST(Endpoint, PayloadThatCannotBeAllocatedClosesOnlyThatConnection) {
+  // A peer announces a size no machine has (allowed by this endpoint's
+  // limit): its connection is closed with the reason, the proc serves on.
+  EndpointOptions options = options_for(listen_url("unix", "alloc-a"));
+  options.limits.max_payload_size = std::uint64_t{1} << 62;
+  Inbox inbox_a, inbox_c;
+  auto a = start(options, inbox_a);
+  auto c = start(options_for(listen_url("unix", "alloc-c")), inbox_c);
+  ASSERT_TRUE(a && c);
+  auto raw = RawPeer::connect_to(a->id());
+  ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-alloc"));
+  raw->write_bytes(announcing_envelope(std::uint64_t{1} << 61));
+  EXPECT_TRUE(raw->closed_by_peer());
+  ASSERT_TRUE(inbox_a.wait_lost(1));
+  EXPECT_EQ(inbox_a.lost()[0].first, "unix:@raw-alloc");
+  EXPECT_NE(inbox_a.lost()[0].second.message().find("cannot allocate 2305843009213693952 bytes"), std::string::npos)
+      << inbox_a.lost()[0].second;
+  ASSERT_TRUE(c->send(a->id(), message("still served")).ok());
+  ASSERT_TRUE(inbox_a.wait_messages(1));
+  EXPECT_EQ(inbox_a.messages()[0].peer, c->id());
+}
+
+TEST(Endpoint, PayloadAboveThePerMessageLimitIsRefusedOnBothSides) {
+  EndpointOptions options = options_for(listen_url("unix", "limit-a"));
+  options.limits.max_payload_size = 1000;
+  Inbox inbox_a, inbox_c;
+  auto a = start(options, inbox_a);
+  auto c = start(options_for(listen_url("unix", "limit-c")), inbox_c);
+  ASSERT_TRUE(a && c);
+  {  // Receiving: the connection that announces more is closed.
+    auto raw = RawPeer::connect_to(a->id());
+    ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-limit"));
+    raw->write_bytes(announcing_envelope(1001));
+    EXPECT_TRUE(raw->closed_by_peer());
+    ASSERT_TRUE(inbox_a.wait_lost(1));
+    EXPECT_NE(inbox_a.lost()[0].second.message().find("exceeds the limit of 1000"), std::string::npos)
+        << inbox_a.lost()[0].second;
+  }
+  // Sending: refused at once, saying how to raise the limit.
+  absl::Status refused = a->send(c->id(), message("too big"), wire::Payload::copy_of(std::string(1001, 'x')));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find(wire::kEnvMaxMessageBytes), std::string::npos) << refused;
+  ASSERT_TRUE(a->send(c->id(), message("fits"), wire::Payload::copy_of(std::string(1000, 'x'))).ok());
+  ASSERT_TRUE(inbox_c.wait_messages(1));
+  EXPECT_EQ(inbox_c.messages()[0].payload.size(), 1000u);
+}
+
+TEST(Endpoint, PerMessageLimitComesFromTheEnvironment) {
+  ::setenv(wire::kEnvMaxMessageBytes, "2048", 1);
+  Inbox inbox;
+  auto a = start(options_for(listen_url("unix", "env-limit")), inbox);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->send("unix:@nobody-env-limit", message("x"), wire::Payload::copy_of(std::string(2049, 'x'))).code(),
+            absl::StatusCode::kInvalidArgument);
+  ::setenv(wire::kEnvMaxMessageBytes, "lots", 1);
+  auto bad = Endpoint::start(options_for(listen_url("unix", "env-bad")), inbox.handler());
+  ::unsetenv(wire::kEnvMaxMessageBytes);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("CASTMESH_MAX_MESSAGE_BYTES='lots'"), std::string::npos) << bad.status();
+}
+
 TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 5000;
