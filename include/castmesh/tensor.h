@@ -121,6 +121,10 @@ class TensorView {
   // FailedPrecondition unless the device is host-accessible.
   absl::StatusOr<TensorView> ContiguousCopy() const;
 
+  // This view with `owner` in place of its owner (e.g. one that also holds a
+  // Python reference); the new owner must keep the memory alive itself.
+  TensorView with_owner(std::shared_ptr<void> owner) const;
+
   // DLPack export. The result keeps this view's owner alive until the
   // consumer calls its deleter, which frees it; exactly one call is expected.
   // A read-only view sets kDLPackFlagBitmaskReadOnly; the legacy form cannot

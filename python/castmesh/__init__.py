@@ -25,6 +25,8 @@ from .future import Future
 from .mesh import (ActorMesh, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream, rendezvous_proc_mesh,
                    this_host, this_proc)
 from .shape import Point, Shape, ValueMesh
+# Arrays for the data plane (docs/tensors.md).
+from .tensor import Tensor, empty, from_dlpack, zeros
 
 __all__ = [
     "__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir",
@@ -32,6 +34,7 @@ __all__ = [
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
     "Rendezvous", "rendezvous_proc_mesh",
     "Point", "Shape", "ValueMesh",
+    "Tensor", "from_dlpack", "empty", "zeros",
 ]
 
 _BACKEND_ENTRY_POINT_GROUP = "castmesh.backends"

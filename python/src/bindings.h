@@ -11,6 +11,9 @@ namespace castmesh::python {
 void bind_backends(pybind11::module_& module);
 // Shape (castmesh.Shape's algebra).
 void bind_shape(pybind11::module_& module);
+// castmesh.Tensor, as_tensor, allocate_tensor (tensor_binding.cc; helpers for
+// other bindings in tensor_binding.h).
+void bind_tensor(pybind11::module_& module);
 // Python actors: Runtime, ProcMesh, ActorRef, CallFuture, run_worker.
 void bind_actors(pybind11::module_& module);
 

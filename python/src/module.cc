@@ -13,5 +13,6 @@ PYBIND11_MODULE(_castmesh, module) {
   module.def("version", &castmesh::version, "Version of the loaded libcastmesh_core.");
   castmesh::python::bind_backends(module);
   castmesh::python::bind_shape(module);
+  castmesh::python::bind_tensor(module);
   castmesh::python::bind_actors(module);
 }

@@ -237,6 +237,12 @@ absl::StatusOr<TensorView> TensorView::ContiguousCopy() const {
   return copy;
 }
 
+TensorView TensorView::with_owner(std::shared_ptr<void> owner) const {
+  TensorView view = *this;
+  view.owner_ = std::move(owner);
+  return view;
+}
+
 std::string TensorView::to_string() const {
   return absl::StrCat("TensorView(", std::string(dtype_name(dtype_)), "[", absl::StrJoin(shape_, ", "), "], strides=[",
                       absl::StrJoin(strides_, ", "), "], ", device_.to_string(), read_only_ ? ", read-only" : "", ")");

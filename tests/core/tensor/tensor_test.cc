@@ -60,6 +60,22 @@ TEST(TensorViewTest, ByteOffsetMovesDataPointer) {
   EXPECT_EQ(view->to_string(), "TensorView(int32[4], strides=[2], cpu, read-only)");
 }
 
+TEST(TensorViewTest, WithOwnerReplacesOnlyTheOwner) {
+  std::vector<int8_t> data(8);
+  auto first = std::make_shared<int>(1);
+  auto second = std::make_shared<int>(2);
+  absl::StatusOr<TensorView> view =
+      TensorView::Create(data.data(), DType::kInt8, {4}, {2}, Device{}, first, true, 1);
+  ASSERT_TRUE(view.ok());
+  TensorView other = view->with_owner(second);
+  EXPECT_EQ(other.owner(), second);
+  EXPECT_EQ(view->owner(), first);
+  EXPECT_EQ(other.data(), view->data());
+  EXPECT_EQ(other.byte_offset(), 1);
+  EXPECT_EQ(other.strides(), view->strides());
+  EXPECT_TRUE(other.read_only());
+}
+
 TEST(TensorViewTest, ContiguityIgnoresUnitDimensionsAndEmptyViews) {
   std::vector<float> data(6);
   EXPECT_TRUE(TensorView::Create(data.data(), DType::kFloat32, {2, 1, 3}, {3, 99, 1})->is_contiguous());

@@ -1,0 +1,415 @@
+// castmesh.Tensor and the Python side of castmesh/tensor.h: DLPack capsules
+// in both directions, the buffer protocol, and the helpers in tensor_binding.h.
+#include "tensor_binding.h"
+
+#include <pybind11/stl.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+
+namespace castmesh::python {
+namespace py = pybind11;
+
+namespace {
+
+constexpr const char* kVersionedName = "dltensor_versioned";
+constexpr const char* kUsedVersionedName = "used_dltensor_versioned";
+constexpr const char* kLegacyName = "dltensor";
+constexpr const char* kUsedLegacyName = "used_dltensor";
+
+[[noreturn]] void raise_status(const absl::Status& status) {
+  const std::string message(status.message());
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument: throw py::value_error(message);
+    case absl::StatusCode::kResourceExhausted:
+      PyErr_SetString(PyExc_MemoryError, message.c_str());
+      throw py::error_already_set();
+    default: throw py::buffer_error(message);
+  }
+}
+
+template <typename T>
+T value_or_raise(absl::StatusOr<T> value) {
+  if (!value.ok()) raise_status(value.status());
+  return *std::move(value);
+}
+
+std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
+
+// --- owners that hold Python references ------------------------------------
+
+// What a view made from a Python object keeps: the object, and either the
+// imported DLPack tensor's owner or a Py_buffer. Released with the GIL,
+// because dropping a view may happen on any castmesh thread.
+struct PythonHold {
+  py::object object;
+  std::shared_ptr<void> dlpack;
+  std::optional<Py_buffer> buffer;
+};
+
+std::shared_ptr<void> hold(PythonHold* held) {
+  return std::shared_ptr<void>(held, [](void* p) {
+    auto* h = static_cast<PythonHold*>(p);
+    // After interpreter shutdown the Python memory is gone anyway; touching
+    // the objects would crash, so leak them.
+    if (!Py_IsInitialized()) return;
+    py::gil_scoped_acquire gil;
+    h->dlpack.reset();
+    if (h->buffer) PyBuffer_Release(&*h->buffer);
+    delete h;
+  });
+}
+
+// --- import: DLPack --------------------------------------------------------
+
+// Consumes a DLPack capsule (renaming it "used_..." so its destructor leaves
+// the tensor alone) and views it.
+TensorView view_of_capsule(py::handle capsule, py::handle producer) {
+  PyObject* cap = capsule.ptr();
+  absl::StatusOr<TensorView> view;
+  if (PyCapsule_IsValid(cap, kVersionedName)) {
+    auto* managed = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, kVersionedName));
+    PyCapsule_SetName(cap, kUsedVersionedName);
+    view = TensorView::FromDLPack(managed);
+  } else if (PyCapsule_IsValid(cap, kLegacyName)) {
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kLegacyName));
+    PyCapsule_SetName(cap, kUsedLegacyName);
+    view = TensorView::FromDLPack(managed);
+  } else {
+    throw py::type_error(type_name(producer) + ".__dlpack__() returned a " + type_name(capsule) +
+                         ", not an unconsumed 'dltensor_versioned' or 'dltensor' capsule");
+  }
+  if (!view.ok()) raise_status(view.status());
+  auto* held = new PythonHold{py::reinterpret_borrow<py::object>(producer), view->owner(), std::nullopt};
+  return view->with_owner(hold(held));
+}
+
+// The capsule from obj.__dlpack__, versioned when the producer can.
+py::object dlpack_capsule(py::handle obj) {
+  py::object method = obj.attr("__dlpack__");
+  try {
+    return method(py::arg("max_version") = py::make_tuple(kDLPackMajorVersion, kDLPackMinorVersion));
+  } catch (py::error_already_set& error) {
+    // Producers older than DLPack 1.0 do not know max_version.
+    if (!error.matches(PyExc_TypeError)) throw;
+  }
+  return method();
+}
+
+// --- import: buffer protocol ------------------------------------------------
+
+// The DType of a struct-module format of `itemsize` bytes (native or
+// explicit native byte order), if castmesh has it.
+std::optional<DType> dtype_of_format(const char* format, Py_ssize_t itemsize) {
+  std::string_view f = format == nullptr ? "B" : format;  // null format means unsigned bytes
+  constexpr bool kLittle = std::endian::native == std::endian::little;
+  if (!f.empty() && (f[0] == '@' || f[0] == '=' || (f[0] == '<' && kLittle) || ((f[0] == '>' || f[0] == '!') && !kLittle))) {
+    f.remove_prefix(1);
+  }
+  if (f.size() != 1) return std::nullopt;
+  const std::string_view signed_codes = "bhilqn", unsigned_codes = "BHILQN", float_codes = "efd";
+  for (DType t : kAllDTypes) {
+    if (static_cast<Py_ssize_t>(dtype_size(t)) != itemsize) continue;
+    if ((signed_codes.find(f[0]) != std::string_view::npos && dtype_is_signed_int(t)) ||
+        (unsigned_codes.find(f[0]) != std::string_view::npos && dtype_is_unsigned_int(t)) ||
+        (float_codes.find(f[0]) != std::string_view::npos && dtype_is_float(t) && t != DType::kBFloat16) ||
+        (f[0] == '?' && t == DType::kBool)) {
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
+TensorView view_of_buffer(py::handle obj, bool writable) {
+  auto* held = new PythonHold{py::reinterpret_borrow<py::object>(obj), nullptr, Py_buffer{}};
+  if (PyObject_GetBuffer(obj.ptr(), &*held->buffer, PyBUF_RECORDS_RO) != 0) {
+    py::error_already_set error;  // fetched before the object is let go
+    held->buffer.reset();
+    delete held;
+    throw error;
+  }
+  std::shared_ptr<void> owner = hold(held);  // from here every exit releases the buffer
+  const Py_buffer& b = *held->buffer;
+  if (writable && b.readonly) {
+    throw py::buffer_error("castmesh needs to write into this " + type_name(obj) + ", but its buffer is read-only");
+  }
+  std::optional<DType> dtype = dtype_of_format(b.format, b.itemsize);
+  if (!dtype) {
+    throw py::buffer_error("buffer format '" + std::string(b.format ? b.format : "B") + "' (itemsize " +
+                           std::to_string(b.itemsize) + ") of " + type_name(obj) + " is not a castmesh dtype");
+  }
+  std::vector<int64_t> shape(b.shape, b.shape + b.ndim);
+  std::vector<int64_t> strides;
+  for (int i = 0; i < b.ndim; ++i) {
+    if (b.strides[i] % b.itemsize != 0) {
+      throw py::buffer_error("stride " + std::to_string(b.strides[i]) + " bytes of " + type_name(obj) +
+                             " is not a multiple of its itemsize " + std::to_string(b.itemsize));
+    }
+    strides.push_back(b.strides[i] / b.itemsize);
+  }
+  return value_or_raise(TensorView::Create(b.buf, *dtype, std::move(shape), std::move(strides), Device{},
+                                           std::move(owner), b.readonly != 0));
+}
+
+TensorView checked_writable(TensorView view, py::handle obj, bool writable) {
+  if (writable && view.read_only()) {
+    throw py::buffer_error("castmesh needs to write into this " + type_name(obj) +
+                           ", but it is read-only (DLPack read-only flag)");
+  }
+  return view;
+}
+
+// --- export: DLPack ---------------------------------------------------------
+
+// Capsule destructors: a capsule still carrying its original name was never
+// consumed, so it still owns the tensor.
+void delete_unused_versioned(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kVersionedName)) return;
+  auto* managed = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersionedName));
+  if (managed->deleter != nullptr) managed->deleter(managed);
+}
+
+void delete_unused_legacy(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, kLegacyName)) return;
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacyName));
+  if (managed->deleter != nullptr) managed->deleter(managed);
+}
+
+template <typename Managed>
+py::object capsule_of(Managed* managed, const char* name, PyCapsule_Destructor destructor) {
+  PyObject* capsule = PyCapsule_New(managed, name, destructor);
+  if (capsule == nullptr) {
+    managed->deleter(managed);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+// The view a consumer asked for with dl_device: ours, or ours relabelled as
+// CPU memory when the CPU may address it (pinned/managed memory).
+TensorView on_requested_device(const TensorView& view, py::handle dl_device) {
+  if (dl_device.is_none()) return view;
+  auto requested = dl_device.cast<std::pair<int32_t, int32_t>>();
+  const Device ours = view.device();
+  if (requested.first == static_cast<int32_t>(ours.kind) && requested.second == ours.index) return view;
+  if (requested.first == kDLCPU && ours.is_host_accessible()) {
+    return value_or_raise(TensorView::Create(view.data(), view.dtype(), view.shape(), view.strides(), Device{},
+                                             view.owner(), view.read_only()));
+  }
+  throw py::buffer_error("a castmesh.Tensor on " + ours.to_string() + " cannot be exported to DLPack device (" +
+                         std::to_string(requested.first) + ", " + std::to_string(requested.second) + ")");
+}
+
+// Tensor.__dlpack__. castmesh never has device work pending on a view, so
+// `stream` needs no synchronisation and is accepted as given.
+py::object export_dlpack(const TensorView& self, py::handle stream, py::handle max_version, py::handle dl_device,
+                         py::handle copy) {
+  TensorView view = on_requested_device(self, dl_device);
+  const bool copied = !copy.is_none() && copy.cast<bool>();
+  if (copied) view = value_or_raise(view.ContiguousCopy());
+  const bool versioned = !max_version.is_none() && max_version.cast<std::pair<int, int>>().first >= 1;
+  if (versioned) {
+    DLManagedTensorVersioned* managed = view.to_dlpack_versioned();
+    if (copied) managed->flags |= kDLPackFlagBitmaskIsCopied;
+    return capsule_of(managed, kVersionedName, &delete_unused_versioned);
+  }
+  if (view.read_only()) {
+    throw py::buffer_error(
+        "a read-only castmesh.Tensor cannot be exported as a legacy DLPack capsule, which has no read-only "
+        "flag; the consumer must pass max_version=(1, 0) or copy=True");
+  }
+  return capsule_of(view.to_dlpack_legacy(), kLegacyName, &delete_unused_legacy);
+}
+
+// --- castmesh.Tensor --------------------------------------------------------
+
+float half_to_float(uint16_t half) {
+  const uint32_t sign = (half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1fu;
+  const uint32_t mantissa = half & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  const uint32_t bits = exponent == 0x1f ? (sign | 0x7f800000u | (mantissa << 13))  // inf, nan
+                                         : (sign | ((exponent + 112) << 23) | (mantissa << 13));
+  return std::bit_cast<float>(bits);
+}
+
+template <typename T>
+T load(const char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+py::object element(const char* p, DType dtype) {
+  switch (dtype) {
+    case DType::kInt8: return py::int_(load<int8_t>(p));
+    case DType::kInt16: return py::int_(load<int16_t>(p));
+    case DType::kInt32: return py::int_(load<int32_t>(p));
+    case DType::kInt64: return py::int_(load<int64_t>(p));
+    case DType::kUInt8: return py::int_(load<uint8_t>(p));
+    case DType::kUInt16: return py::int_(load<uint16_t>(p));
+    case DType::kUInt32: return py::int_(load<uint32_t>(p));
+    case DType::kUInt64: return py::int_(load<uint64_t>(p));
+    case DType::kFloat16: return py::float_(half_to_float(load<uint16_t>(p)));
+    case DType::kBFloat16: return py::float_(std::bit_cast<float>(uint32_t{load<uint16_t>(p)} << 16));
+    case DType::kFloat32: return py::float_(load<float>(p));
+    case DType::kFloat64: return py::float_(load<double>(p));
+    case DType::kBool: return py::bool_(load<uint8_t>(p) != 0);
+  }
+  throw py::value_error("invalid dtype");
+}
+
+py::object nested_list(const TensorView& view, const char* p, size_t dim) {
+  if (dim == view.shape().size()) return element(p, view.dtype());
+  py::list items;
+  const int64_t step = view.strides()[dim] * static_cast<int64_t>(view.itemsize());
+  for (int64_t i = 0; i < view.shape()[dim]; ++i) items.append(nested_list(view, p + i * step, dim + 1));
+  return items;
+}
+
+py::object to_list(const TensorView& view) {
+  if (!view.device().is_host_accessible()) {
+    throw py::buffer_error("tolist() of a castmesh.Tensor on " + view.device().to_string() + " needs host memory");
+  }
+  return nested_list(view, static_cast<const char*>(view.data()), 0);
+}
+
+std::string repr(const TensorView& view) {
+  std::string text = "castmesh.Tensor(";
+  if (view.numel() <= 64 && view.device().is_host_accessible()) {
+    text += py::repr(to_list(view)).cast<std::string>() + ", ";
+  } else {
+    text += "shape=" + py::repr(py::tuple(py::cast(view.shape()))).cast<std::string>() + ", ";
+  }
+  text += "dtype='" + std::string(dtype_name(view.dtype())) + "'";
+  if (!view.device().is_cpu()) text += ", device='" + view.device().to_string() + "'";
+  if (view.read_only()) text += ", read_only=True";
+  return text + ")";
+}
+
+// struct-module format of a dtype for the buffer protocol; bfloat16 has none.
+const char* buffer_format(DType dtype) {
+  switch (dtype) {
+    case DType::kInt8: return "b";
+    case DType::kInt16: return "h";
+    case DType::kInt32: return "i";
+    case DType::kInt64: return "q";
+    case DType::kUInt8: return "B";
+    case DType::kUInt16: return "H";
+    case DType::kUInt32: return "I";
+    case DType::kUInt64: return "Q";
+    case DType::kFloat16: return "e";
+    case DType::kFloat32: return "f";
+    case DType::kFloat64: return "d";
+    case DType::kBool: return "?";
+    case DType::kBFloat16: break;
+  }
+  throw py::buffer_error("bfloat16 has no buffer-protocol format; exchange it through DLPack (__dlpack__)");
+}
+
+py::buffer_info buffer_of(const TensorView& view) {
+  if (!view.device().is_host_accessible()) {
+    throw py::buffer_error("a castmesh.Tensor on " + view.device().to_string() + " has no CPU buffer");
+  }
+  // The buffer protocol wants a real address even for no elements.
+  static char empty_storage[64];
+  void* data = view.data() != nullptr ? view.data() : empty_storage;
+  const auto itemsize = static_cast<py::ssize_t>(view.itemsize());
+  std::vector<py::ssize_t> strides;
+  for (int64_t s : view.strides()) strides.push_back(s * itemsize);
+  return py::buffer_info(data, itemsize, buffer_format(view.dtype()), view.ndim(),
+                         std::vector<py::ssize_t>(view.shape().begin(), view.shape().end()), std::move(strides),
+                         view.read_only());
+}
+
+DType dtype_named(const std::string& name) {
+  std::optional<DType> dtype = dtype_from_name(name);
+  if (!dtype) {
+    throw py::type_error("unknown castmesh dtype '" + name +
+                         "' (int8-64, uint8-64, float16, bfloat16, float32, float64, bool)");
+  }
+  return *dtype;
+}
+
+void bind_tensor_class(py::module_& module) {
+  py::class_<TensorView>(module, "Tensor", py::buffer_protocol(),
+                         "A castmesh-owned or zero-copy array (castmesh::TensorView); a DLPack producer with the "
+                         "buffer protocol. Make one with castmesh.from_dlpack, castmesh.empty or castmesh.zeros.")
+      .def_buffer(&buffer_of)
+      .def_property_readonly("shape", [](const TensorView& v) { return py::tuple(py::cast(v.shape())); })
+      .def_property_readonly("dtype", [](const TensorView& v) { return std::string(dtype_name(v.dtype())); })
+      .def_property_readonly("strides", [](const TensorView& v) { return py::tuple(py::cast(v.strides())); },
+                             "Strides in elements (NumPy's are in bytes).")
+      .def_property_readonly("byte_offset", &TensorView::byte_offset)
+      .def_property_readonly("device", [](const TensorView& v) { return v.device().to_string(); })
+      .def_property_readonly("ndim", &TensorView::ndim)
+      .def_property_readonly("size", &TensorView::numel, "Number of elements.")
+      .def_property_readonly("itemsize", &TensorView::itemsize)
+      .def_property_readonly("nbytes", &TensorView::nbytes)
+      .def_property_readonly("read_only", &TensorView::read_only)
+      .def_property_readonly("is_contiguous", &TensorView::is_contiguous)
+      .def_property_readonly("data_ptr", [](const TensorView& v) { return reinterpret_cast<uintptr_t>(v.data()); },
+                             "Address of the first element.")
+      .def("tolist", &to_list, "The elements as nested Python lists (a scalar for 0-d).")
+      .def("copy", [](const TensorView& v) { return value_or_raise(v.ContiguousCopy()); },
+           "A writable C-contiguous copy in castmesh-owned memory.")
+      .def("__len__",
+           [](const TensorView& v) {
+             if (v.ndim() == 0) throw py::type_error("len() of a 0-d castmesh.Tensor");
+             return v.shape()[0];
+           })
+      .def("__repr__", &repr)
+      .def("__dlpack__", &export_dlpack, py::arg("stream") = py::none(), py::kw_only(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+           "A DLPack capsule: 'dltensor_versioned' when max_version >= (1, 0), else the legacy 'dltensor'.")
+      .def("__dlpack_device__",
+           [](const TensorView& v) { return py::make_tuple(static_cast<int32_t>(v.device().kind), v.device().index); },
+           "(DLPack device type, device index).");
+}
+
+}  // namespace
+
+TensorView tensor_from_python(py::handle obj, bool writable) {
+  if (py::isinstance<TensorView>(obj)) return checked_writable(obj.cast<TensorView>(), obj, writable);
+  if (py::hasattr(obj, "__dlpack__")) {
+    try {
+      py::object capsule = dlpack_capsule(obj);
+      return checked_writable(view_of_capsule(capsule, obj), obj, writable);
+    } catch (py::error_already_set& error) {
+      // A legacy producer refuses read-only arrays; their buffer still works.
+      if (!error.matches(PyExc_BufferError) || !PyObject_CheckBuffer(obj.ptr())) throw;
+    }
+  }
+  if (PyObject_CheckBuffer(obj.ptr())) return view_of_buffer(obj, writable);
+  throw py::type_error("castmesh needs an array: " + type_name(obj) +
+                       " has neither __dlpack__ nor the buffer protocol");
+}
+
+py::object tensor_to_python(TensorView view) { return py::cast(std::move(view)); }
+
+void bind_tensor(py::module_& module) {
+  bind_tensor_class(module);
+  module.def(
+      "as_tensor",
+      [](py::handle obj, bool writable) { return tensor_to_python(tensor_from_python(obj, writable)); },
+      py::arg("obj"), py::arg("writable") = false,
+      "Zero-copy castmesh.Tensor of any DLPack or buffer-protocol object (a NumPy array without importing NumPy).");
+  module.def(
+      "allocate_tensor",
+      [](const std::vector<int64_t>& shape, const std::string& dtype) {
+        return value_or_raise(TensorView::TryAllocate(dtype_named(dtype), shape));
+      },
+      py::arg("shape"), py::arg("dtype"), "Zeroed, 64-byte aligned castmesh-owned CPU memory.");
+}
+
+}  // namespace castmesh::python

@@ -1,0 +1,27 @@
+// Python objects <-> castmesh::TensorView, for every binding that takes or
+// returns array data (castmesh.Tensor, castmesh.from_dlpack, collectives).
+// Call these with the GIL held.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include "castmesh/tensor.h"
+
+namespace castmesh::python {
+
+// A zero-copy view of `obj`: a castmesh.Tensor's own view; otherwise through
+// __dlpack__ (asked with max_version=(1, 0), then the legacy call when the
+// producer raises TypeError), otherwise the buffer protocol (also taken when
+// a legacy producer refuses a read-only array with BufferError). The view's
+// owner holds a reference to `obj` (and the DLPack tensor or Py_buffer);
+// dropping the last copy takes the GIL, so do not drop one on a thread that
+// the GIL holder waits for. Raises BufferError when `writable` and `obj` is
+// read-only, ValueError/BufferError/TypeError for unusable objects.
+castmesh::TensorView tensor_from_python(pybind11::handle obj, bool writable);
+
+// A castmesh.Tensor wrapping `view`: a DLPack producer (__dlpack__,
+// __dlpack_device__) with the buffer protocol, shape, dtype, strides, nbytes,
+// tolist() and __repr__.
+pybind11::object tensor_to_python(castmesh::TensorView view);
+
+}  // namespace castmesh::python
