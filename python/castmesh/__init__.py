@@ -20,11 +20,12 @@ __version__: str = _castmesh.__version__
 
 # Actors and meshes (docs/python.md).
 from .actor import Actor, current_rank, current_size, endpoint
-from .errors import ActorError, CastmeshError, ProcError
+from .errors import ActorError, CastmeshError, ProcError, SupervisionError
 from .future import Future
 from .mesh import (ActorMesh, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream, rendezvous_proc_mesh,
                    this_host, this_proc)
 from .shape import Point, Shape, ValueMesh
+from .supervision import MeshFailure, unhandled_fault_hook
 # Arrays for the data plane (docs/tensors.md).
 from .tensor import Tensor, empty, from_dlpack, zeros
 
@@ -34,6 +35,7 @@ __all__ = [
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
     "Rendezvous", "rendezvous_proc_mesh",
     "Point", "Shape", "ValueMesh",
+    "SupervisionError", "MeshFailure", "unhandled_fault_hook",
     "Tensor", "from_dlpack", "empty", "zeros",
 ]
 

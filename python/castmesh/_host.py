@@ -3,7 +3,12 @@ dedicated thread per actor) creates one ActorHost and hands it every call.
 
 A call's reply is ``dumps(("ok", value))`` or ``dumps(("err", (type name,
 message, formatted traceback, pickled exception or None)))``; an endpoint
-that raises does not stop its actor.
+that raises an ``Exception`` does not stop its actor. The actor *fails*
+(``failure`` is set; the C++ host then fails, so its mesh and owner see it)
+when its constructor raises, when an endpoint raises a ``BaseException``
+that is not an ``Exception``, or when its ``__supervise__`` does not handle
+a failure of a mesh it owns. ``__cleanup__(exc)`` runs when it stops, for
+any reason (``exc``: the exception it failed with, or None).
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import traceback
 from typing import Any, Optional, Tuple
 
 from . import _context, _serial
-from .errors import ActorError
+from .errors import ActorError, SupervisionError
+from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
 
 
 def _error_reply(error: BaseException) -> bytes:
@@ -39,6 +45,15 @@ class ActorHost:
         self._init_error: Optional[bytes] = None
         self._context: Optional[_context.ActorContext] = None
         self._endpoints: dict = {}
+        # Why this actor failed ("Type: message"), read by the C++ host after
+        # its constructor and each call; None while it is healthy.
+        self.failure: Optional[str] = None
+        self._failure_exception: Optional[BaseException] = None
+        # The class and its arguments until the constructor runs: at the
+        # first message, normally the INIT_ENDPOINT tell the spawner sends
+        # once it watches this actor, so that a failing constructor is seen
+        # by its supervisor with its reason.
+        self._pending: Optional[Tuple[Any, tuple, dict]] = None
         try:
             cls, args, kwargs, name, shape, base_rank_to_position = _serial.loads(spec)
             from .shape import Point
@@ -48,16 +63,31 @@ class ActorHost:
             self._context = _context.ActorContext(
                 Point(point.rank, point.coords, point.base_rank), shape.sizes, name, address, index
             )
-            _context.set_current(self._context)
+            self._pending = (cls, args, kwargs)
+        except BaseException as error:  # noqa: BLE001 - reported to every caller
+            self._init_error = _error_reply(error)
+            self._fail(error, "its spawn message did not load:")
+
+    def _construct(self) -> None:
+        if self._pending is None:
+            return
+        cls, args, kwargs = self._pending
+        self._pending = None
+        _context.set_current(self._context)
+        try:
             self._instance = cls(*args, **kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
             self._init_error = _error_reply(error)
+            self._fail(error, "its constructor raised")
 
     def handle(self, endpoint: str, payload: memoryview, oneway: bool = False) -> bytes:
         """Runs one endpoint call; never raises (errors become the reply).
 
         ``oneway`` calls (broadcast) have no caller to raise to: their errors
         are printed to the worker's stderr, naming the actor."""
+        self._construct()
+        if endpoint == INIT_ENDPOINT and self._init_error is None:
+            return _serial.dumps(("ok", None))
         if self._init_error is not None:
             if oneway:
                 self._report(endpoint, self._init_error)
@@ -65,18 +95,52 @@ class ActorHost:
         # Set per call: the host may be created on another thread than the
         # one that runs its calls.
         _context.set_current(self._context)
+        if self.failure is not None:
+            return self._init_error or _error_reply(RuntimeError(f"actor {self._address} has failed: {self.failure}"))
+        if endpoint == SUPERVISE_ENDPOINT:
+            return self._supervise(payload)
         try:
             args, kwargs = _serial.loads(payload)
             method = self._endpoint(endpoint)
-            result = method(self._instance, *args, **kwargs)
-            if inspect.isawaitable(result):
-                result = self._event_loop().run_until_complete(result)
+            result = self._run(method(self._instance, *args, **kwargs))
             return _serial.dumps(("ok", result))
-        except BaseException as error:  # noqa: BLE001 - every failure goes back to the caller
+        except Exception as error:  # noqa: BLE001 - every failure goes back to the caller
             reply = _error_reply(error)
             if oneway:
                 self._report(endpoint, reply)
             return reply
+        except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
+            reply = _error_reply(error)
+            self._report(endpoint, reply)
+            self._fail(error, f"{endpoint}() raised")
+            return reply
+
+    def _run(self, result: Any) -> Any:
+        """The value of a sync result, or of an awaitable on the actor's loop."""
+        if inspect.isawaitable(result):
+            return self._event_loop().run_until_complete(result)
+        return result
+
+    def _fail(self, error: BaseException, what: str) -> None:
+        self._failure_exception = error
+        self.failure = f"{what} {type(error).__qualname__}: {error}"
+
+    def _supervise(self, payload: memoryview) -> bytes:
+        """A mesh this actor spawned lost a member: ``__supervise__(failure)``
+        decides; not handled (falsy, raised, or no hook) fails this actor, so
+        the failure goes on to this actor's own owner."""
+        failure = _serial.loads(payload)
+        hook = getattr(self._instance, "__supervise__", None)
+        try:
+            handled = bool(self._run(hook(failure))) if hook is not None else False
+        except BaseException as error:  # noqa: BLE001 - a failing hook leaves it unhandled
+            print(f"castmesh: actor {self._address}: __supervise__ raised {type(error).__qualname__}: {error}",
+                  file=sys.stderr, flush=True)
+            handled = False
+        if not handled:
+            self._failure_exception = SupervisionError(failure.report())
+            self.failure = f"unhandled failure of a mesh it owns: {failure.report()}"
+        return _serial.dumps(("ok", handled))
 
     def _report(self, endpoint: str, reply: bytes) -> None:
         _, (type_name, message, text, _) = _serial.loads(reply)
@@ -103,7 +167,16 @@ class ActorHost:
         return self._loop
 
     def close(self) -> None:
-        """The actor stopped: close its loop and flush output."""
+        """The actor stopped: run its ``__cleanup__(exc)``, close its loop and
+        flush output. A cleanup that raises is reported on stderr."""
+        cleanup = getattr(self._instance, "__cleanup__", None) if self._instance is not None else None
+        if cleanup is not None:
+            _context.set_current(self._context)
+            try:
+                self._run(cleanup(self._failure_exception))
+            except BaseException as error:  # noqa: BLE001 - the actor is stopping anyway
+                print(f"castmesh: actor {self._address}: __cleanup__ raised {type(error).__qualname__}: {error}",
+                      file=sys.stderr, flush=True)
         if self._loop is not None:
             self._loop.close()
             self._loop = None

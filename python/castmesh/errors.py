@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["CastmeshError", "ActorError", "ProcError"]
+__all__ = ["CastmeshError", "ActorError", "SupervisionError", "ProcError"]
 
 
 class CastmeshError(Exception):
@@ -50,10 +50,22 @@ class ActorError(CastmeshError):
         )
 
 
-class ProcError(CastmeshError):
+class SupervisionError(CastmeshError, RuntimeError):
+    """A call reached a mesh member that has failed or is gone (as Monarch's
+    SupervisionError): the member stopped with an error, its constructor
+    raised, or its proc died. :class:`ProcError` is the kind castmesh raises.
+
+    Attributes:
+        endpoint: the endpoint that was called, when known ("" otherwise).
+    """
+
+    endpoint: str = ""
+
+
+class ProcError(SupervisionError):
     """A message could not be delivered or answered: its proc died, stopped
-    or became unreachable (or the actor is gone). The message names the proc
-    and the reason given by the runtime.
+    or became unreachable, or the actor is gone (it failed or was stopped).
+    The message names the proc and the reason given by the runtime.
 
     Attributes:
         code: the runtime's status code name (e.g. ``"UNAVAILABLE"``).

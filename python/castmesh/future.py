@@ -8,7 +8,7 @@ from typing import Any, Callable, Generator, Generic, List, Optional, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Future"]
+__all__ = ["Future"]  # gather and in_thread are castmesh-internal
 
 
 class Future(Generic[T]):
@@ -151,3 +151,40 @@ def gather(futures: List["Future[Any]"], combine: Callable[[List[Any]], T]) -> "
 
     return Future(wait, on_done)
 
+
+
+def in_thread(fn: Callable[[], T], name: str) -> "Future[T]":
+    """Runs ``fn()`` on a new daemon thread; the future gives its result
+    (or raises its exception)."""
+    finished = threading.Event()
+    lock = threading.Lock()
+    outcome: List[Any] = [None, None]  # value, error
+    callbacks: List[Callable[[], None]] = []
+
+    def run() -> None:
+        try:
+            outcome[0] = fn()
+        except BaseException as error:  # noqa: BLE001 - handed to the future's reader
+            outcome[1] = error
+        with lock:
+            finished.set()
+            ready, callbacks[:] = list(callbacks), []
+        for cb in ready:
+            cb()
+
+    def wait(timeout: Optional[float]) -> T:
+        if not finished.wait(timeout):
+            raise TimeoutError(f"{name} did not finish within {timeout} s")
+        if outcome[1] is not None:
+            raise outcome[1]
+        return outcome[0]
+
+    def on_done(cb: Callable[[], None]) -> None:
+        with lock:
+            if not finished.is_set():
+                callbacks.append(cb)
+                return
+        cb()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return Future(wait, on_done)

@@ -28,11 +28,11 @@ import threading
 import warnings
 from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Type, TypeVar, Union
 
-from . import _castmesh, _context, _serial
+from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
 from .actor import Actor, EndpointDescriptor
 from .errors import ProcError
-from .future import Future, gather
+from .future import Future, gather, in_thread
 from .shape import Shape, ValueMesh
 
 __all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "ResultStream", "Rendezvous", "rendezvous_proc_mesh",
@@ -50,14 +50,14 @@ _STATUS_NAMES = {
 
 
 def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
-                 slot: Optional["_castmesh.CallFuture"] = None) -> Future[Any]:
+                 slot: Optional["_castmesh.CallFuture"] = None, token: Optional[int] = None) -> Future[Any]:
     """The Future of one request to one actor host (sent now unless `slot`
     is the pending answer of a request already sent)."""
     if slot is None:
         slot = ref.ask(endpoint, payload)
 
     def wait(timeout: Optional[float]) -> Any:
-        data = _wait_slot(slot, timeout, f"an answer from {ref.address}", endpoint, ref.address)
+        data = _wait_slot(slot, timeout, f"an answer from {ref.address}", endpoint, ref.address, token)
         ok, value = decode_reply(data, ref.address)
         if ok:
             return value
@@ -66,13 +66,20 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
     return Future(wait, slot.add_callback)
 
 
-def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str, target: str) -> Any:
-    """Waits for a request slot; its data, or TimeoutError / ProcError naming the request."""
+def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str, target: str,
+               token: Optional[int] = None) -> Any:
+    """Waits for a request slot; its data, or TimeoutError / ProcError naming
+    the request (and the failures seen of the mesh `token`, which say why
+    members are dead)."""
     done, code, data = slot.wait(-1.0 if timeout is None else timeout)
     if not done:
         raise TimeoutError(f"no {awaited} to {endpoint}() within {timeout} s")
     if code:
-        raise ProcError(f"call {endpoint}() to {target} failed: {data}", _STATUS_NAMES.get(code, str(code)))
+        failures = supervision.failures_of(token)
+        why = "".join(f"\n  {report}" for report in failures)
+        error = ProcError(f"call {endpoint}() to {target} failed: {data}{why}", _STATUS_NAMES.get(code, str(code)))
+        error.endpoint = endpoint
+        raise error
     return data
 
 
@@ -80,7 +87,7 @@ def _mesh_call_future(slot: "_castmesh.MeshCallFuture", endpoint: str, mesh: "Ac
     """The Future of a call through the C++ ActorMesh: a ValueMesh of the replies."""
 
     def wait(timeout: Optional[float]) -> Any:
-        data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh))
+        data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
         refs = mesh._ordered_refs()
         values = []
         for ref, reply in zip(refs, data):
@@ -128,8 +135,9 @@ class EndpointRef(Generic[R]):
             )
         cmesh = self._mesh._cmesh
         if cmesh is not None:
-            return _call_future(refs[0], self._name, b"", slot=cmesh.call_one(self._name, self._payload(args, kwargs)))
-        return _call_future(refs[0], self._name, self._payload(args, kwargs))
+            return _call_future(refs[0], self._name, b"", slot=cmesh.call_one(self._name, self._payload(args, kwargs)),
+                                token=self._mesh._token)
+        return _call_future(refs[0], self._name, self._payload(args, kwargs), token=self._mesh._token)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Sends the call to every actor without waiting for (or getting) replies.
@@ -253,6 +261,10 @@ class ActorMesh(Generic[A]):
         self._proc_mesh = proc_mesh
         self._ordered: Optional[List["_castmesh.ActorRef"]] = None
         self._chooser = itertools.count()
+        # Supervision record of a mesh this process spawned (None elsewhere),
+        # and each base rank's position in the mesh as spawned.
+        self._token: Optional[int] = None
+        self._base_position: Dict[int, int] = {}
 
     @property
     def shape(self) -> Shape:
@@ -294,15 +306,28 @@ class ActorMesh(Generic[A]):
                 else:
                     cmesh = cmesh.select_range(name, *sel)
         shape = self._shape.apply(resolved)
-        return ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, cmesh)
+        sub = ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, cmesh)
+        sub._token, sub._base_position = self._token, self._base_position
+        return sub
 
-    def stop(self) -> None:
-        """Stops every actor of this (sliced) mesh once it has handled what it was sent."""
+    def stop(self) -> "Future[None]":
+        """Stops every actor of this (sliced) mesh once it has handled what it
+        was sent; each runs its ``__cleanup__(None)``. The future (``await``
+        or ``.get()``) completes once every one of them has stopped."""
+        refs = self._ordered_refs()
+        done = _castmesh.watch_stopped(refs)
+        if self._token is not None:
+            supervision.stopping(self._token, [self._base_position[rank] for rank in self._shape.ranks])
         if self._cmesh is not None and len(self._shape) == len(self._refs):
             self._cmesh.stop()
-            return
-        for ref in self._ordered_refs():
-            ref.stop()
+        else:
+            for ref in refs:
+                ref.stop()
+
+        def wait(timeout: Optional[float]) -> None:
+            _wait_slot(done, timeout, "stop", "stop", repr(self))
+
+        return Future(wait, done.add_callback)
 
     def __reduce__(self) -> Any:
         addresses = {rank: self._refs[rank].address for rank in self._shape.ranks}
@@ -310,6 +335,18 @@ class ActorMesh(Generic[A]):
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} of {self._cls.__qualname__} {self._shape}>"
+
+
+def _supervised(mesh: "ActorMesh[A]", refs: List["_castmesh.ActorRef"]) -> "ActorMesh[A]":
+    """Registers a mesh this process just spawned with castmesh.supervision:
+    its owner is the actor running this code (None: the controller's code)."""
+    ctx = _context.current()
+    mesh._base_position = {rank: position for position, rank in enumerate(mesh.shape.ranks)}
+    mesh._token = supervision.watch(mesh.name, mesh.shape, refs, None if ctx is None else ctx.address)
+    # Now that failures are watched, the constructors may run.
+    for ref in refs:
+        ref.tell(supervision.INIT_ENDPOINT, b"")
+    return mesh
 
 
 def _rebuild_actor_mesh(cls: type, name: str, addresses: Mapping[int, str], shape: Shape) -> ActorMesh[Any]:
@@ -343,6 +380,8 @@ class ProcMesh:
         self._shape = shape
         self._root = root
         self._stopped = False
+        self._meshes: List[Optional[int]] = []  # supervision tokens of the actor meshes spawned on it
+        self._stop_future: Optional[Future[None]] = None
         if root is None:
             _live_proc_meshes.add(self)
 
@@ -387,30 +426,45 @@ class ProcMesh:
         except RuntimeError as error:
             raise ProcError(f"spawning {name!r} failed: {error}", "UNKNOWN") from None
         refs = cmesh.refs()
-        return ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh)
+        mesh = _supervised(ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh), refs)
+        (self._root or self)._meshes.append(mesh._token)
+        return mesh
 
-    def stop(self) -> None:
-        """Asks every proc to exit and waits for them (stragglers are killed;
-        procs started by a launcher cannot be, and are warned about). Idempotent.
-        Only the whole mesh can be stopped, not a slice of it (ValueError)."""
+    def stop(self) -> "Future[None]":
+        """Asks every proc to exit; the future (``await`` or ``.get()``)
+        completes once they have (stragglers busy in an endpoint for 5 s are
+        killed with a warning; procs started by a launcher cannot be, and are
+        warned about). Actors on them are stopped, not failed. Idempotent: a
+        second call gives the same future. Only the whole mesh can be
+        stopped, not a slice of it (ValueError)."""
         if self._root is not None:
             raise ValueError(f"stop() the whole proc mesh, not the slice {self._shape} of it")
-        if self._stopped:
-            return
+        if self._stop_future is not None:
+            return self._stop_future
         self._stopped = True
-        _live_proc_meshes.discard(self)
-        try:
-            self._impl.stop()
-        except RuntimeError as error:
-            # Procs busy in an endpoint past the grace period were killed:
-            # the mesh is stopped all the same.
-            warnings.warn(f"castmesh: {error}", RuntimeWarning, stacklevel=2)
+        for token in self._meshes:
+            supervision.stopping(token)
+        impl = self._impl
+
+        def stop_procs() -> None:
+            try:
+                impl.stop()
+            except RuntimeError as error:
+                # Procs busy in an endpoint past the grace period were killed:
+                # the mesh is stopped all the same.
+                warnings.warn(f"castmesh: {error}", RuntimeWarning, stacklevel=2)
+            finally:
+                # Until here, exit waits for this stop (_shutdown).
+                _live_proc_meshes.discard(self)
+
+        self._stop_future = in_thread(stop_procs, f"castmesh-stop-{self._shape}")
+        return self._stop_future
 
     def __enter__(self) -> "ProcMesh":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        self.stop().get()
 
     def __repr__(self) -> str:
         state = "stopped" if self._is_stopped() else "running"
@@ -428,7 +482,7 @@ class _LocalProc:
             ref = _castmesh.spawn_in_this_proc(name, spec)
         else:
             ref = _runtime().spawn_local(name, spec)
-        return ActorMesh(cls, name, {0: ref}, shape)
+        return _supervised(ActorMesh(cls, name, {0: ref}, shape), [ref])
 
     @property
     def rank(self) -> int:
@@ -573,9 +627,10 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
 def _shutdown() -> None:
     """At exit: stop every proc mesh still running, then the runtime."""
     global _runtime_instance
+    supervision.shutting_down()
     for mesh in list(_live_proc_meshes):
         try:
-            mesh.stop()
+            mesh.stop().get()
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
     with _runtime_lock:

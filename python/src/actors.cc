@@ -21,6 +21,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "bindings.h"
 #include "castmesh/actor.h"
 #include "castmesh/actor_mesh.h"
@@ -101,11 +103,12 @@ class PyActorHost : public Actor {
       py::object host_class = py::module_::import("castmesh._host").attr("ActorHost");
       host_ = host_class(py::bytes(spec_), address().to_string(), address().index);
     } catch (py::error_already_set& error) {
-      // castmesh._host reports constructor errors through its calls; this is
-      // a broken installation (module missing).
+      // castmesh._host reports constructor errors as the host's failure
+      // (below); this is a broken installation (module missing).
       fail(absl::InternalError(std::string("cannot create the Python actor host: ") + error.what()));
     }
     spec_.clear();
+    fail_if_python_failed();
   }
 
   void on_stop() override { release_host(); }
@@ -119,12 +122,24 @@ class PyActorHost : public Actor {
     char* data = nullptr;
     Py_ssize_t size = 0;
     if (PyBytes_AsStringAndSize(reply.ptr(), &data, &size) != 0) throw py::error_already_set();
-    return std::string(data, static_cast<size_t>(size));
+    std::string out(data, static_cast<size_t>(size));
+    fail_if_python_failed();
+    return out;
   }
 
   using Handlers = castmesh::Handlers<&PyActorHost::call>;
 
  private:
+  // The Python actor failed (its constructor raised, an endpoint raised a
+  // BaseException that is not an Exception, or it left a failure of a mesh
+  // it owns unhandled): this actor fails with that reason, so its mesh and
+  // monitors see a failed member. Called with the GIL held.
+  void fail_if_python_failed() {
+    if (!host_) return;
+    py::object failure = host_.attr("failure");
+    if (!failure.is_none()) fail(absl::AbortedError(py::str(failure).cast<std::string>()));
+  }
+
   void release_host() {
     if (!host_ || !python_usable()) {
       // Interpreter gone: leak the reference rather than touch Python.
@@ -503,6 +518,96 @@ std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& n
   return out;
 }
 
+// One watched actor stopped with an error (see watch_failures).
+struct FailureReport {
+  int64_t token = 0;     // the watch's token (castmesh.supervision's mesh record)
+  int64_t position = 0;  // the member's position in the list that was watched
+  std::string actor;     // its address
+  std::string reason;    // the status, "ABORTED: ..."
+};
+
+// Failures of watched actors, from the runtime threads that report them to
+// the one Python thread that handles them (castmesh.supervision). Never
+// destroyed: runtime threads may push while the interpreter exits.
+class FailureQueue {
+ public:
+  // Any thread; never blocks on Python.
+  void push(FailureReport report) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reports_.push_back(std::move(report));
+    }
+    cv_.notify_one();
+  }
+
+  // The next report as (token, position, actor, reason), or None after
+  // `timeout` seconds. Waits with the GIL released.
+  py::object next(double timeout) {
+    std::optional<FailureReport> report;
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::duration<double>(timeout), [this] { return !reports_.empty(); });
+      if (!reports_.empty()) {
+        report = std::move(reports_.front());
+        reports_.pop_front();
+      }
+    }
+    if (!report) return py::none();
+    return py::make_tuple(report->token, report->position, report->actor, report->reason);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<FailureReport> reports_ ABSL_GUARDED_BY(mu_);
+};
+
+FailureQueue& failure_queue() {
+  static auto* queue = new FailureQueue();
+  return *queue;
+}
+
+Runtime& current_runtime() {
+  Runtime* runtime = Runtime::current();
+  if (runtime == nullptr) throw std::runtime_error("no castmesh runtime in this process");
+  return *runtime;
+}
+
+// Monitors every ref; each that stops with an error (not a normal stop) is
+// reported to failure_queue() under `token` and its position in `refs`.
+void watch_failures(const std::vector<PyActorRef>& refs, int64_t token) {
+  Runtime& runtime = current_runtime();
+  py::gil_scoped_release release;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    runtime.monitor(refs[i].ref, [token, position = static_cast<int64_t>(i)](const DownEvent& event) {
+      if (event.reason.ok()) return;
+      failure_queue().push(FailureReport{token, position, event.actor.to_string(),
+                                         absl::StatusCodeToString(event.reason.code()) + ": " +
+                                             std::string(event.reason.message())});
+    });
+  }
+}
+
+// A future completed (with empty bytes) once every ref has stopped, for any
+// reason; monitors are set before the caller stops them.
+std::shared_ptr<CallFuture> watch_stopped(const std::vector<PyActorRef>& refs) {
+  auto slot = std::make_shared<CallFuture>();
+  if (refs.empty()) {
+    slot->complete(std::string());
+    return slot;
+  }
+  Runtime& runtime = current_runtime();
+  auto left = std::make_shared<std::atomic<size_t>>(refs.size());
+  py::gil_scoped_release release;
+  for (const PyActorRef& r : refs) {
+    runtime.monitor(r.ref, [slot, left](const DownEvent&) {
+      if (left->fetch_sub(1) == 1) slot->complete(std::string());
+    });
+  }
+  return slot;
+}
+
 }  // namespace
 
 void bind_actors(py::module_& module) {
@@ -620,6 +725,13 @@ void bind_actors(py::module_& module) {
            })
       .def("shutdown", &PyRuntime::shutdown);
 
+  module.def("watch_failures", &watch_failures, py::arg("refs"), py::arg("token"),
+             "Reports each of these actors that stops with an error to next_failure(), under `token`.");
+  module.def(
+      "next_failure", [](double timeout) { return failure_queue().next(timeout); }, py::arg("timeout"),
+      "(token, position, actor address, reason) of the next failed watched actor, or None after `timeout` s.");
+  module.def("watch_stopped", &watch_stopped, py::arg("refs"),
+             "A CallFuture completed once every one of these actors has stopped.");
   module.def(
       "spawn_in_this_proc",
       [](const std::string& name, std::string spec) {

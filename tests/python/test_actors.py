@@ -86,6 +86,15 @@ class Broken(Actor):
         return "pong"
 
 
+@pytest.fixture(autouse=True)
+def faults(monkeypatch):
+    """Mesh failures reach castmesh.unhandled_fault_hook (default: exit);
+    these tests record them instead."""
+    seen = []
+    monkeypatch.setattr(castmesh, "unhandled_fault_hook", seen.append)
+    return seen
+
+
 @pytest.fixture(scope="module")
 def procs():
     with this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2}) as mesh:
@@ -223,12 +232,19 @@ def test_unknown_endpoint_and_non_endpoint(counters):
         counters.not_an_endpoint
 
 
-def test_constructor_failure_reaches_callers(procs):
+def test_constructor_failure_fails_the_member_and_reaches_callers(procs, faults):
     broken = procs.spawn("broken", Broken)
-    with pytest.raises(ActorError) as info:
+    # Each member failed: its owner (this controller's code) hears of each.
+    deadline = time.monotonic() + 30
+    while len(faults) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sorted(f.point.rank for f in faults) == [0, 1, 2, 3]
+    assert all(f.mesh_name == "broken" and "RuntimeError: constructor refuses" in f.reason for f in faults)
+    # Calls to failed members raise SupervisionError, saying why.
+    with pytest.raises(castmesh.SupervisionError, match="constructor refuses"):
         broken.ping.call().get(timeout=30)
-    assert info.value.remote_type == "builtins.RuntimeError"
-    assert "constructor refuses" in info.value.remote_message
+    with pytest.raises(castmesh.SupervisionError, match="constructor refuses"):
+        broken.slice(hosts=1, gpus=0).ping.call_one().get(timeout=30)
 
 
 def test_actor_mesh_passed_to_another_actor(counters, procs):
@@ -281,7 +297,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_killed_worker_fails_pending_calls_with_proc_error():
+def test_killed_worker_fails_pending_calls_with_proc_error(faults):
     with this_host().spawn_procs(per_host={"gpus": 2}) as procs:
         counters = procs.spawn("victims", Counter, 0)
         victim = counters.slice(gpus=1)
@@ -302,6 +318,12 @@ def test_killed_worker_fails_pending_calls_with_proc_error():
         with pytest.raises(ProcError):
             counters.get.call().get(timeout=30)
         assert list(counters.slice(gpus=0).get.call().get(timeout=30).values()) == [0]
+        # the owner (this controller's code) is told, once, which member failed
+        deadline = time.monotonic() + 30
+        while not faults and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [(f.mesh_name, dict(f.point)) for f in faults] == [("victims", {"gpus": 1})]
+        assert isinstance(info.value, castmesh.SupervisionError)
 
 
 def test_stop_and_context_manager_leave_no_worker():

@@ -1,0 +1,191 @@
+"""Supervision of Python actors (Monarch's model).
+
+An actor fails when its constructor raises, when an endpoint raises a
+``BaseException`` that is not an ``Exception`` (e.g. ``SystemExit``,
+``KeyboardInterrupt``), when it leaves a failure of a mesh it owns unhandled,
+or when its proc dies. Each failed member of a mesh is reported once, as a
+:class:`MeshFailure`, to the mesh's *owner*: the actor that spawned it (its
+``__supervise__(failure)`` hook runs inside it, between its calls; a truthy
+return value means handled, anything else fails the owner too, which then
+reports to its own owner), or, for meshes spawned by the controller's own
+code, :func:`castmesh.unhandled_fault_hook`. The default hook logs the
+failure and ends the controller with exit status 1; assign another function
+to ``castmesh.unhandled_fault_hook`` to decide otherwise (return normally:
+handled; raise, ``SystemExit`` included: unhandled, the process exits 1).
+
+Failures are seen through the runtime's monitors of the members (across
+procs too); one Python thread per process (``castmesh-supervision``) turns
+them into MeshFailures and delivers them. Members stopped on purpose
+(``mesh.stop()``, ``procs.stop()``, exit) are not failures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+from datetime import datetime
+from typing import Any, Dict, List, Optional
+
+from . import _castmesh, _serial
+
+__all__ = ["MeshFailure", "unhandled_fault_hook"]
+
+# The endpoint name a PyActorHost gets a MeshFailure under (not a Python
+# identifier, so no user endpoint can clash with it).
+SUPERVISE_ENDPOINT = "castmesh.__supervise__"
+# The first message of every spawned actor: it runs the constructor (sent
+# once the spawner watches the actor, as Monarch's Init message).
+INIT_ENDPOINT = "castmesh.__init__"
+
+
+class MeshFailure:
+    """A member of a mesh failed: which mesh, which point, which actor, why.
+
+    Attributes:
+        mesh_name: the name the mesh was spawned with.
+        point: the failed member's :class:`~castmesh.Point` in the mesh.
+        points: every failed point this report is about (``[point]``).
+        actor: the failed actor's address.
+        reason: the runtime's status, e.g. ``"ABORTED: ... raised SystemExit: 3"``
+            or ``"UNAVAILABLE: proc ... is gone"``.
+    """
+
+    def __init__(self, mesh_name: str, point: Any, actor: str, reason: str) -> None:
+        self.mesh_name = mesh_name
+        self.point = point
+        self.points = [point]
+        self.actor = actor
+        self.reason = reason
+
+    def report(self) -> str:
+        """One line naming the mesh, point, actor and reason."""
+        coords = ", ".join(f"{k}={v}" for k, v in dict(self.point).items())
+        return f"mesh {self.mesh_name!r} member {{{coords}}} ({self.actor}) failed: {self.reason}"
+
+    def __str__(self) -> str:
+        return self.report()
+
+    def __repr__(self) -> str:
+        return f"MeshFailure({self.report()!r})"
+
+
+def unhandled_fault_hook(failure: MeshFailure) -> None:
+    """The default fate of a failure nobody handled: log it on stderr and end
+    the controller with exit status 1 (``sys.exit(1)``; the exit itself is
+    made by the supervision thread). Replace ``castmesh.unhandled_fault_hook``
+    to handle failures yourself: returning normally drops the failure."""
+    sys.stderr.write(f"castmesh: unhandled mesh failure in the controller (pid {os.getpid()}) at "
+                     f"{datetime.now()}: {failure.report()}\n")
+    sys.stderr.flush()
+    sys.exit(1)
+
+
+class _Watched:
+    """What this process knows about a mesh it spawned and supervises."""
+
+    __slots__ = ("name", "shape", "owner", "stopping", "failures")
+
+    def __init__(self, name: str, shape: Any, owner: Optional[str]) -> None:
+        self.name = name
+        self.shape = shape
+        self.owner = owner  # address of the owning actor; None: the controller's code
+        self.stopping: set = set()  # positions stopped on purpose
+        self.failures: Dict[int, str] = {}  # position -> MeshFailure.report()
+
+
+_lock = threading.Lock()
+_records: Dict[int, _Watched] = {}
+_tokens = itertools.count(1)
+_thread: Optional[threading.Thread] = None
+_shutting_down = False
+
+
+def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
+    """Supervises the members `refs` (in `shape`'s row-major order) of a mesh
+    spawned by `owner` (an actor's address, or None for the controller's
+    code); returns the token that :func:`stopping` takes."""
+    global _thread
+    with _lock:
+        token = next(_tokens)
+        _records[token] = _Watched(name, shape, owner)
+        if _thread is None:
+            _thread = threading.Thread(target=_deliver_forever, name="castmesh-supervision", daemon=True)
+            _thread.start()
+    _castmesh.watch_failures(refs, token)
+    return token
+
+
+def stopping(token: Optional[int], positions: Optional[List[int]] = None) -> None:
+    """Members (all of them when `positions` is None) are being stopped on
+    purpose: their end is not a failure."""
+    if token is None:
+        return
+    with _lock:
+        record = _records.get(token)
+        if record is not None:
+            record.stopping.update(range(len(record.shape)) if positions is None else positions)
+
+
+def failures_of(token: Optional[int]) -> List[str]:
+    """The failures seen so far of the members of a watched mesh (reports,
+    in position order), to explain a call that failed."""
+    if token is None:
+        return []
+    with _lock:
+        record = _records.get(token)
+        return [] if record is None else [record.failures[p] for p in sorted(record.failures)]
+
+
+def shutting_down() -> None:
+    """The process is exiting: nothing that stops from now on is a failure."""
+    global _shutting_down
+    _shutting_down = True
+
+
+def _deliver_forever() -> None:
+    while True:
+        item = _castmesh.next_failure(1.0)
+        if item is None or _shutting_down:
+            continue
+        token, position, actor, reason = item
+        with _lock:
+            record = _records.get(token)
+            if record is None or position in record.stopping:
+                continue
+            record.stopping.add(position)  # reported once
+        try:
+            failure = MeshFailure(record.name, record.shape.point(position), actor, reason)
+            with _lock:
+                record.failures[position] = failure.report()
+            _deliver(record.owner, failure)
+        except BaseException as error:  # noqa: BLE001 - the thread must survive
+            sys.stderr.write(f"castmesh: could not deliver a mesh failure ({error!r})\n")
+
+
+def _deliver(owner: Optional[str], failure: MeshFailure) -> None:
+    if owner is not None:
+        # Into the owning actor, between its calls: its __supervise__ decides.
+        _castmesh.ActorRef.from_address(owner).tell(SUPERVISE_ENDPOINT, _serial.dumps(failure))
+        return
+    from . import _context
+
+    if _context.in_worker():
+        sys.stderr.write(f"castmesh: mesh failure with no owning actor in worker {os.getpid()}: "
+                         f"{failure.report()}\n")
+        return
+    import castmesh
+
+    hook = getattr(castmesh, "unhandled_fault_hook", unhandled_fault_hook)
+    try:
+        hook(failure)
+    except BaseException as error:  # noqa: BLE001 - SystemExit included: unhandled
+        code = error.code if isinstance(error, SystemExit) and isinstance(error.code, int) and error.code else 1
+        sys.stderr.write(f"castmesh: exiting with status {code}: unhandled mesh failure: {failure.report()}\n")
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(code)
