@@ -172,6 +172,7 @@ class MeshForwarder : public Actor {
 class MeshState : public std::enable_shared_from_this<MeshState> {
  public:
   MeshState(std::string name, Shape base, size_t fanout, MeshFailureHandler on_failure);
+  ~MeshState();
 
   const std::string& name() const { return name_; }
   const Shape& base() const { return base_; }
@@ -218,6 +219,7 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   bool detached_ = false;  // guarded by handler_mu_
   const MeshFailureHandler on_failure_;
   std::vector<UntypedRef> members_;
+  std::string directory_key_;  // in-process meshes: its entry in mesh::MeshDirectory
   std::vector<ActorRef<MeshForwarder>> forwarders_;
   std::shared_ptr<ProcCastTree> proc_tree_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "core/log/log.h"
+#include "core/mesh/mesh_directory.h"
 
 namespace castmesh {
 
@@ -29,6 +30,19 @@ void MeshState::set_members(std::vector<UntypedRef> members, std::vector<ActorRe
   members_ = std::move(members);
   forwarders_ = std::move(forwarders);
   proc_tree_ = std::move(proc_tree);
+  if (proc_tree_ != nullptr) return;  // the procs' relays list it (mesh/mesh_directory.h)
+  static std::atomic<uint64_t> next_local_mesh{1};
+  auto membership = std::make_shared<mesh::MeshMembership>();
+  membership->key = absl::StrCat("inproc#", next_local_mesh.fetch_add(1, std::memory_order_relaxed));
+  membership->name = name_;
+  membership->base = base_;
+  for (const UntypedRef& m : members_) membership->members.push_back(m.address());
+  directory_key_ = membership->key;
+  mesh::MeshDirectory::add(std::move(membership));
+}
+
+MeshState::~MeshState() {
+  if (!directory_key_.empty()) mesh::MeshDirectory::remove(directory_key_);
 }
 
 void MeshState::watch_members(Runtime& runtime) {

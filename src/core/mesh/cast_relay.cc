@@ -10,6 +10,7 @@
 #include "castmesh/wire/v1/cast.pb.h"
 #include "core/actor/runtime_core.h"
 #include "core/log/log.h"
+#include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
 #include "core/wire/status_code.h"
 
@@ -237,11 +238,22 @@ bool CastRelay::is_lost(const ProcId& proc) {
   return lost_.contains(proc);
 }
 
+namespace {
+std::string directory_key(const ProcId& owner, uint64_t id) { return absl::StrCat(owner, "#", id); }
+
+// Members of this proc find their mesh there (Communicator::current).
+void list_in_directory(const CastTable& table) {
+  MeshDirectory::add(std::make_shared<const MeshMembership>(
+      MeshMembership{directory_key(table.owner, table.id), table.name, table.base, table.members}));
+}
+}  // namespace
+
 absl::Status CastRelay::install_table(const std::shared_ptr<const CastTable>& table) {
   {
     std::lock_guard lock(mu_);
     tables_[std::make_pair(table->owner, table->id)] = table;
   }
+  list_in_directory(*table);
   v1::CastMeshSetup setup;
   setup.set_owner(table->owner);
   setup.set_mesh_id(table->id);
@@ -278,6 +290,7 @@ void CastRelay::drop_table(const CastTable& table) {
     std::lock_guard lock(mu_);
     tables_.erase(std::make_pair(table.owner, table.id));
   }
+  MeshDirectory::remove(directory_key(table.owner, table.id));
   v1::CastMeshDrop drop;
   drop.set_owner(table.owner);
   drop.set_mesh_id(table.id);
@@ -319,6 +332,7 @@ void CastRelay::on_setup(const ProcId& peer, uint64_t correlation, const std::st
       fail(table.status());
     } else {
       auto shared = std::make_shared<const CastTable>(*std::move(table));
+      list_in_directory(*shared);
       std::lock_guard lock(mu_);
       tables_[std::make_pair(shared->owner, shared->id)] = shared;
     }
@@ -330,6 +344,7 @@ void CastRelay::on_setup(const ProcId& peer, uint64_t correlation, const std::st
 void CastRelay::on_drop(const std::string& payload) {
   v1::CastMeshDrop drop;
   if (!drop.ParseFromString(payload)) return;
+  MeshDirectory::remove(directory_key(drop.owner(), drop.mesh_id()));
   std::lock_guard lock(mu_);
   tables_.erase(std::make_pair(drop.owner(), drop.mesh_id()));
 }

@@ -20,6 +20,8 @@ namespace {
 
 namespace v1 = wire::v1;
 constexpr uint32_t kReplyFlag = 1;
+// A data message (send_data): the payload is the body itself, no protobuf.
+constexpr uint32_t kDataFlag = 2;
 
 // Hosts by runtime, so a second allocation on one runtime reuses its host.
 struct HostDirectory {
@@ -178,6 +180,9 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   });
   refuse_joins(*host);  // until an allocation waits for procs (core/proc/join.h)
   host->cast_relay_ = mesh::CastRelay::install(*host, runtime);
+  for (auto& [name, install] : registered_proc_services()) {
+    if (std::shared_ptr<ProcService> service = install(*host)) host->services_.emplace_back(name, std::move(service));
+  }
   {
     std::lock_guard lock(host_directory().mu);
     host_directory().by_runtime[&runtime] = host;
@@ -201,6 +206,7 @@ ProcHost::~ProcHost() {
   }
   ready_.store(false, std::memory_order_release);  // handlers starting now do nothing
   if (cast_relay_) cast_relay_->detach();  // its pending requests fail; it sends nothing more
+  for (auto& [name, service] : services_) service->detach();
   if (router_) {
     router_->detach();
     runtime_.set_remote_router(nullptr);
@@ -249,6 +255,28 @@ absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::
     pending_.erase(id);
   }
   return pending->result;
+}
+
+absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_name, wire::Payload payload) {
+  v1::Envelope envelope;
+  envelope.set_kind(v1::Envelope::KIND_CONTROL);
+  envelope.set_message_type(type_name);
+  envelope.set_flags(kDataFlag);
+  absl::Status sent = endpoint_->send(peer, std::move(envelope), std::move(payload));
+  if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
+  return sent;
+}
+
+void ProcHost::on_data(const std::string& type_name, DataHandler handler) {
+  std::lock_guard lock(mu_);
+  data_handlers_[type_name] = std::move(handler);
+}
+
+std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {
+  for (const auto& [service_name, service] : services_) {
+    if (service_name == name) return service;
+  }
+  return nullptr;
 }
 
 void ProcHost::on_control(const std::string& type_name, ControlHandler handler) {
@@ -515,6 +543,10 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
       if (pending) pending->complete(std::string(payload.view()));
       return;
     }
+    if (envelope.flags() & kDataFlag) {
+      deliver_data(peer, envelope.message_type(), std::move(payload));
+      return;
+    }
     ControlHandler handler;
     {
       std::lock_guard lock(mu_);
@@ -557,6 +589,20 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
   if (!delivered.ok()) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: message from {} to {} not delivered: {}", id(), peer,
                        envelope.destination(), delivered.ToString());
+  }
+}
+
+void ProcHost::deliver_data(const std::string& peer, const std::string& type_name, wire::Payload payload) {
+  DataHandler handler;
+  {
+    std::lock_guard lock(mu_);
+    auto it = data_handlers_.find(type_name);
+    if (it != data_handlers_.end()) handler = it->second;
+  }
+  if (handler) {
+    handler(peer, std::move(payload));
+  } else {
+    CASTMESH_LOG_WARN("castmesh-proc {}: unknown data message '{}' from {}", id(), type_name, peer);
   }
 }
 

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "castmesh/runtime.h"
 #include "castmesh/supervision.h"
+#include "core/proc/proc_service.h"
 #include "core/transport/endpoint.h"
 
 namespace google::protobuf {
@@ -65,6 +66,9 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   using ControlHandler = std::function<void(const ProcId& peer, uint64_t correlation, const std::string& payload)>;
   using PeerLostObserver = std::function<void(const ProcId& peer, const absl::Status& why)>;
   using RemoteFailureObserver = std::function<void(const ProcId& peer, const SupervisionEvent& event)>;
+  // Receives a raw data message (send_data) on the I/O thread; the payload's
+  // bytes are shared, not copied. Must not block.
+  using DataHandler = std::function<void(const ProcId& peer, wire::Payload payload)>;
 
   // Starts the endpoint, sets runtime's proc id to its address and installs
   // the router. The runtime must outlive the host; one host per runtime.
@@ -87,6 +91,14 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
                                       absl::Duration timeout);
   // Handles incoming control messages of one type (full protobuf name).
   void on_control(const std::string& type_name, ControlHandler handler);
+  // One-way data message: `payload` travels as the frame's payload with no
+  // protobuf wrapping (large bodies leave from their own buffer).
+  absl::Status send_data(const ProcId& peer, const std::string& type_name, wire::Payload payload);
+  // Handles incoming data messages of one type (see send_data).
+  void on_data(const std::string& type_name, DataHandler handler);
+  // The service registered as `name` (core/proc/proc_service.h) on this
+  // host, or nullptr.
+  std::shared_ptr<ProcService> service(const std::string& name) const;
   // Called (I/O thread) for every lost peer, after the runtime was told.
   uint64_t add_peer_lost_observer(PeerLostObserver observer);
   void remove_peer_lost_observer(uint64_t id);
@@ -118,6 +130,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   ProcHost(Runtime& runtime, std::string secret) : runtime_(runtime), secret_(std::move(secret)) {}
   void on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload);
   void on_peer_lost(const std::string& peer, const absl::Status& why);
+  void deliver_data(const std::string& peer, const std::string& type_name, wire::Payload payload);
   void handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload);
   void handle_supervision(const ProcId& peer, const std::string& payload);
   // Remote monitors, monitoring side: sends Monitor (Router::watch) and
@@ -140,8 +153,12 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // traffic before (nobody knows this proc's address yet anyway).
   std::atomic<bool> ready_{false};
 
-  std::mutex mu_;
+  // Installed once in attach(), detached in the destructor; read-only between.
+  std::vector<std::pair<std::string, std::shared_ptr<ProcService>>> services_;
+
+  mutable std::mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_;
+  absl::flat_hash_map<std::string, DataHandler> data_handlers_;
   absl::flat_hash_map<uint64_t, PeerLostObserver> peer_lost_observers_;
   absl::flat_hash_map<uint64_t, RemoteFailureObserver> remote_failure_observers_;
   // Monitoring side: remote actor -> id of the Monitor sent for it (an

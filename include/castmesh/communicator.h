@@ -1,0 +1,211 @@
+// Communicator: MPI-style point-to-point messages and collectives among the
+// ranks of a group: the members of an actor mesh (row-major order), a
+// sub-group of them (along, split), or the processes of an SPMD program
+// started by a launcher (world). DESIGN.md §7, docs/collectives.md.
+//
+//   // inside a handler of an actor of an ActorMesh:
+//   castmesh::Communicator comm = *castmesh::Communicator::current();
+//   TensorView grads = ...;
+//   CASTMESH_CHECK_OK(comm.allreduce(grads, grads, castmesh::ReduceOp::kSum));
+//   castmesh::Communicator row = *comm.along({"gpus"});   // peers that differ only in "gpus"
+//
+// Semantics follow MPI: every rank calls the same collectives in the same
+// order (a rank that calls another collective, count, dtype, op or root
+// gets an error naming both sides, and so do the others, instead of a hang
+// or garbage); point-to-point messages from one source with one tag arrive
+// in the order sent (non-overtaking); kAnySource / kAnyTag match anything.
+// Each rank's result of a reduction is bit-identical to every other rank's.
+// A rank whose proc dies fails every pending operation that involves it on
+// the other ranks, naming it.
+//
+// Data paths: ranks in one process exchange by a single memory copy; ranks
+// in other procs through the procs' transport connection. Algorithms by
+// size: binomial trees and recursive doubling for small messages, pipelined
+// rings for large ones.
+//
+// Threading: a Communicator is a cheap handle (copy it freely) and may be
+// used from any thread of its rank; blocking calls block the calling thread
+// (messages are received by the transport's I/O threads, so a blocked rank
+// never stops others from progressing). Non-blocking calls return a Request
+// at once; their data must stay valid and untouched until it completes.
+// Blocking inside a pooled actor holds a scheduler worker: an in-process
+// mesh with more members than workers should give its members dedicated
+// threads (see docs/collectives.md).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "castmesh/reduction.h"
+#include "castmesh/shape.h"
+#include "castmesh/tensor.h"
+
+namespace castmesh {
+
+namespace detail {
+class CommGroup;
+class RequestState;
+}  // namespace detail
+
+// recv/irecv/probe: match a message from any source / with any tag.
+inline constexpr int kAnySource = -1;
+inline constexpr int kAnyTag = -1;
+// split(): a rank passing this color gets no communicator (MPI_UNDEFINED).
+inline constexpr int kUndefined = -32766;
+
+// What a completed receive or a probe matched (MPI_Status). Plain value.
+struct MessageStatus {
+  int source = -1;
+  int tag = -1;
+  size_t bytes = 0;
+};
+
+// A user-defined reduction for collectives: fn(in, inout, count, dtype)
+// computes inout[i] = in[i] op inout[i], `in` holding lower ranks' data.
+// When !commutative, ranks are combined in rank order.
+struct CustomReduceOp {
+  std::string name;
+  ReduceFn fn;
+  bool commutative = true;
+};
+
+// The operator of a reduction: a built-in ReduceOp or a CustomReduceOp.
+// Plain value, implicitly built from either.
+class ReduceSpec {
+ public:
+  ReduceSpec(ReduceOp op) : builtin_(op) {}  // NOLINT: implicit on purpose
+  ReduceSpec(CustomReduceOp op) : custom_(std::make_shared<CustomReduceOp>(std::move(op))) {}  // NOLINT
+  // The reduction on `dtype`; kInvalidArgument where the op makes no sense.
+  absl::StatusOr<Reduction> on(DType dtype) const;
+  // "sum", or the custom op's name.
+  std::string name() const;
+
+ private:
+  ReduceOp builtin_ = ReduceOp::kSum;
+  std::shared_ptr<const CustomReduceOp> custom_;
+};
+
+// A non-blocking operation in flight. Copies share the operation. Any thread.
+class Request {
+ public:
+  // A request that is already complete (OK).
+  Request();
+  explicit Request(std::shared_ptr<detail::RequestState> state) : state_(std::move(state)) {}
+
+  // Blocks until the operation completes or `timeout` passes
+  // (kDeadlineExceeded; the operation stays pending and may be waited on
+  // again). Receives return what they matched.
+  absl::StatusOr<MessageStatus> wait(absl::Duration timeout = absl::InfiniteDuration()) const;
+  // The result if complete, nullopt while pending. Never blocks.
+  std::optional<absl::StatusOr<MessageStatus>> test() const;
+  // Waits for every request; the first error (in list order), else OK.
+  static absl::Status wait_all(const std::vector<Request>& requests,
+                               absl::Duration timeout = absl::InfiniteDuration());
+  // Waits until one request completes and returns its index
+  // (kDeadlineExceeded after `timeout`; kInvalidArgument for an empty list).
+  static absl::StatusOr<size_t> wait_any(const std::vector<Request>& requests,
+                                         absl::Duration timeout = absl::InfiniteDuration());
+
+ private:
+  std::shared_ptr<detail::RequestState> state_;
+};
+
+// How Communicator::world() finds its peers. Plain value.
+struct WorldOptions {
+  // Where rank 0 listens and the others join (tcp:HOST:PORT or
+  // unix:PATH|@NAME). Empty: CASTMESH_RENDEZVOUS, else an abstract Unix
+  // address derived from the launcher's job id (one host only).
+  std::string rendezvous;
+  // The job's shared secret. Empty: CASTMESH_SECRET, else derived from the
+  // launcher's job id (one host only; set a secret for real deployments).
+  std::string secret;
+  absl::Duration join_timeout = absl::Seconds(60);
+};
+
+// A group of ranks and this rank's place in it. See the top of this file.
+class Communicator {
+ public:
+  // The communicator of the actor mesh whose handler is running on this
+  // thread (ranks in row-major order of the mesh). kFailedPrecondition
+  // outside a mesh member's handler.
+  static absl::StatusOr<Communicator> current();
+  // The communicator of every process of an SPMD job started by a launcher
+  // (mpirun, srun, a Kubernetes indexed Job): rank and size from the
+  // launcher's variables, peers found through a rendezvous led by rank 0.
+  // The first call sets up this process's runtime; later calls return it.
+  static absl::StatusOr<Communicator> world(WorldOptions options = {});
+
+  // This rank (0..size-1) and the number of ranks.
+  int rank() const;
+  int size() const;
+  // The shape of the ranks (the mesh's, or {ranks: size} after a split).
+  const Shape& shape() const;
+  // Names the group; equal on every rank, unique per group.
+  const std::string& id() const;
+
+  // The ranks that differ from this one only in the dimensions `dims`
+  // (row-major over them). No messages are exchanged.
+  absl::StatusOr<Communicator> along(const std::vector<std::string>& dims) const;
+  // MPI_Comm_split: ranks with one color form a group ordered by (key,
+  // rank); kUndefined gives nullopt. Collective over this communicator.
+  absl::StatusOr<std::optional<Communicator>> split(int color, int key) const;
+  // A communicator of the same ranks whose messages never match this
+  // one's. Collective.
+  absl::StatusOr<Communicator> dup() const;
+
+  // ---- point to point (data: contiguous CPU tensors; bytes are what match) ----
+  absl::Status send(const TensorView& data, int dest, int tag = 0) const;
+  Request isend(const TensorView& data, int dest, int tag = 0) const;
+  // Receives into `out`; a message larger than out.nbytes() fails (kOutOfRange).
+  absl::StatusOr<MessageStatus> recv(const TensorView& out, int source = kAnySource, int tag = kAnyTag,
+                                     absl::Duration timeout = absl::InfiniteDuration()) const;
+  Request irecv(const TensorView& out, int source = kAnySource, int tag = kAnyTag) const;
+  // Waits until a matching message is there and describes it (not received).
+  absl::StatusOr<MessageStatus> probe(int source = kAnySource, int tag = kAnyTag,
+                                      absl::Duration timeout = absl::InfiniteDuration()) const;
+  // A matching message if one is there now.
+  std::optional<MessageStatus> iprobe(int source = kAnySource, int tag = kAnyTag) const;
+
+  // ---- collectives (every rank calls each one, in the same order) ----
+  // In-place: pass the same tensor as `in` and `out`.
+  absl::Status barrier() const;
+  Request ibarrier() const;
+  // out = op over every rank's `in` (same count and dtype everywhere).
+  absl::Status allreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
+  Request iallreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
+  // Like allreduce, but only `root`'s out is written.
+  absl::Status reduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root) const;
+  Request ireduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root) const;
+  // root's `data` is copied into every other rank's `data`.
+  absl::Status broadcast(const TensorView& data, int root) const;
+  Request ibroadcast(const TensorView& data, int root) const;
+  // out (size x in) holds every rank's `in`, by rank.
+  absl::Status allgather(const TensorView& in, const TensorView& out) const;
+  Request iallgather(const TensorView& in, const TensorView& out) const;
+  // Like allgather, but only `root`'s out is written.
+  absl::Status gather(const TensorView& in, const TensorView& out, int root) const;
+  Request igather(const TensorView& in, const TensorView& out, int root) const;
+  // Block r of root's `in` (size x out) goes to rank r's out.
+  absl::Status scatter(const TensorView& in, const TensorView& out, int root) const;
+  Request iscatter(const TensorView& in, const TensorView& out, int root) const;
+  // Block r of the reduction of every rank's `in` (size x out) goes to rank r.
+  absl::Status reduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
+  Request ireduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
+  // Block j of rank i's `in` goes to block i of rank j's `out`.
+  absl::Status alltoall(const TensorView& in, const TensorView& out) const;
+  Request ialltoall(const TensorView& in, const TensorView& out) const;
+
+  explicit Communicator(std::shared_ptr<detail::CommGroup> group) : group_(std::move(group)) {}
+
+ private:
+  std::shared_ptr<detail::CommGroup> group_;
+};
+
+}  // namespace castmesh

@@ -1,0 +1,313 @@
+#include "core/collectives/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace castmesh::collectives {
+namespace {
+
+// The steps of one collective on this rank: tagged sends and receives.
+class Steps {
+ public:
+  explicit Steps(const CollectiveCall& call)
+      : call_(call), rank_(call.group->rank()), size_(call.group->size()) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  absl::Status send(int dest, uint32_t step, const void* data, size_t bytes) const {
+    return call_.group->send(Channel::kCollective, dest, collective_tag(call_.sequence, step), data, bytes,
+                             call_.signature, call_.sequence);
+  }
+  std::shared_ptr<detail::RequestState> post(int source, uint32_t step, void* data, size_t bytes) const {
+    return call_.group->post_recv(Channel::kCollective, source, collective_tag(call_.sequence, step), data, bytes,
+                                  call_.signature);
+  }
+  static absl::Status wait(const std::shared_ptr<detail::RequestState>& request) {
+    return request->wait(absl::InfiniteDuration()).status();
+  }
+  absl::Status recv(int source, uint32_t step, void* data, size_t bytes) const {
+    return wait(post(source, step, data, bytes));
+  }
+  // Receive from `source` while sending to `dest` (receive posted first).
+  absl::Status exchange(int dest, const void* out, size_t out_bytes, int source, void* in, size_t in_bytes,
+                        uint32_t step) const {
+    auto received = post(source, step, in, in_bytes);
+    if (absl::Status st = send(dest, step, out, out_bytes); !st.ok()) return st;
+    return wait(received);
+  }
+
+ private:
+  const CollectiveCall& call_;
+  const int rank_;
+  const int size_;
+};
+
+#define CASTMESH_RETURN_IF_ERROR(expr)      \
+  do {                                      \
+    if (absl::Status _st = (expr); !_st.ok()) return _st; \
+  } while (0)
+
+char* at(void* base, size_t offset) { return static_cast<char*>(base) + offset; }
+const char* at(const void* base, size_t offset) { return static_cast<const char*>(base) + offset; }
+
+// Element range [begin, end) of block `b` when `count` is cut into `parts`.
+std::pair<size_t, size_t> block_range(size_t count, int parts, int b) {
+  const size_t base = count / parts, extra = count % parts;
+  const size_t ub = static_cast<size_t>(b);
+  const size_t begin = ub * base + std::min(ub, extra);
+  return {begin, begin + base + (ub < extra ? 1 : 0)};
+}
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+absl::Status binomial_broadcast(const Steps& s, void* data, size_t bytes, int root) {
+  const int p = s.size(), vr = mod(s.rank() - root, p);
+  int mask = 1;
+  while (mask < p) {
+    if (vr & mask) {
+      CASTMESH_RETURN_IF_ERROR(s.recv(mod(vr - mask + root, p), 0, data, bytes));
+      break;
+    }
+    mask <<= 1;
+  }
+  for (mask >>= 1; mask > 0; mask >>= 1) {
+    if (vr + mask < p) CASTMESH_RETURN_IF_ERROR(s.send(mod(vr + mask + root, p), 0, data, bytes));
+  }
+  return absl::OkStatus();
+}
+
+// A chain root -> root+1 -> ...: segment i is forwarded as soon as it
+// arrives, so the chain streams at link speed once full.
+absl::Status chain_broadcast(const Steps& s, void* data, size_t bytes, int root) {
+  const int p = s.size(), vr = mod(s.rank() - root, p);
+  const size_t segments = (bytes + kPipelineSegmentBytes - 1) / kPipelineSegmentBytes;
+  const int prev = mod(s.rank() - 1, p), next = mod(s.rank() + 1, p);
+  std::vector<std::shared_ptr<detail::RequestState>> incoming;
+  if (vr != 0) {
+    for (size_t i = 0; i < segments; ++i) {
+      const size_t off = i * kPipelineSegmentBytes;
+      incoming.push_back(s.post(prev, static_cast<uint32_t>(i), at(data, off), std::min(kPipelineSegmentBytes, bytes - off)));
+    }
+  }
+  for (size_t i = 0; i < segments; ++i) {
+    const size_t off = i * kPipelineSegmentBytes, len = std::min(kPipelineSegmentBytes, bytes - off);
+    if (vr != 0) CASTMESH_RETURN_IF_ERROR(Steps::wait(incoming[i]));
+    if (vr != p - 1) CASTMESH_RETURN_IF_ERROR(s.send(next, static_cast<uint32_t>(i), at(data, off), len));
+  }
+  return absl::OkStatus();
+}
+
+// Recursive doubling over the ranks; non-powers of two fold their extra
+// ranks into neighbours first. Partners combine (lower, higher), so both
+// compute the same bits.
+absl::Status recursive_doubling_allreduce(const Steps& s, void* out, size_t count, const Reduction& op) {
+  const size_t bytes = count * dtype_size(op.dtype());
+  const int p = s.size(), r = s.rank();
+  int p2 = 1;
+  while (p2 * 2 <= p) p2 *= 2;
+  const int rem = p - p2;
+  std::vector<char> tmp(bytes);
+  int vr;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      CASTMESH_RETURN_IF_ERROR(s.send(r + 1, 0, out, bytes));
+      vr = -1;
+    } else {
+      CASTMESH_RETURN_IF_ERROR(s.recv(r - 1, 0, tmp.data(), bytes));
+      op.combine3(tmp.data(), out, out, count);
+      vr = r / 2;
+    }
+  } else {
+    vr = r - rem;
+  }
+  if (vr >= 0) {
+    uint32_t step = 1;
+    for (int mask = 1; mask < p2; mask <<= 1, ++step) {
+      const int vpartner = vr ^ mask;
+      const int partner = vpartner < rem ? vpartner * 2 + 1 : vpartner + rem;
+      CASTMESH_RETURN_IF_ERROR(s.exchange(partner, out, bytes, partner, tmp.data(), bytes, step));
+      if (vpartner < vr) {
+        op.combine3(tmp.data(), out, out, count);
+      } else {
+        op.combine3(out, tmp.data(), out, count);
+      }
+    }
+  }
+  if (r < 2 * rem) {
+    constexpr uint32_t kResultStep = 0xfffff;
+    if (r % 2 == 1) return s.send(r - 1, kResultStep, out, bytes);
+    return s.recv(r + 1, kResultStep, out, bytes);
+  }
+  return absl::OkStatus();
+}
+
+// Ring reduce-scatter then ring allgather over p blocks of `out`: each
+// block is reduced once, along the ring, then copied to everyone.
+absl::Status ring_allreduce(const Steps& s, void* out, size_t count, const Reduction& op) {
+  const size_t item = dtype_size(op.dtype());
+  const int p = s.size(), r = s.rank(), right = mod(r + 1, p), left = mod(r - 1, p);
+  std::vector<char> tmp((count / p + 1) * item);
+  for (int step = 0; step < p - 1; ++step) {
+    auto [sb, se] = block_range(count, p, mod(r - step, p));
+    auto [rb, re] = block_range(count, p, mod(r - step - 1, p));
+    CASTMESH_RETURN_IF_ERROR(s.exchange(right, at(out, sb * item), (se - sb) * item, left, tmp.data(),
+                                        (re - rb) * item, static_cast<uint32_t>(step)));
+    op.combine3(tmp.data(), at(out, rb * item), at(out, rb * item), re - rb);
+  }
+  for (int step = 0; step < p - 1; ++step) {
+    auto [sb, se] = block_range(count, p, mod(r + 1 - step, p));
+    auto [rb, re] = block_range(count, p, mod(r - step, p));
+    CASTMESH_RETURN_IF_ERROR(s.exchange(right, at(out, sb * item), (se - sb) * item, left, at(out, rb * item),
+                                        (re - rb) * item, static_cast<uint32_t>(p + step)));
+  }
+  return absl::OkStatus();
+}
+
+// Binomial tree towards rank 0 over absolute ranks: rank r's accumulator
+// covers ranks [r, r + 2^k) in order, so order-sensitive ops are exact.
+absl::Status binomial_reduce_to_zero(const Steps& s, void* acc, size_t count, const Reduction& op) {
+  const size_t bytes = count * dtype_size(op.dtype());
+  const int p = s.size(), r = s.rank();
+  std::vector<char> tmp(bytes);
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (r & mask) return s.send(r - mask, 0, acc, bytes);
+    if (r + mask < p) {
+      CASTMESH_RETURN_IF_ERROR(s.recv(r + mask, 0, tmp.data(), bytes));
+      op.combine3(acc, tmp.data(), acc, count);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status run_barrier(const CollectiveCall& call) {
+  Steps s(call);
+  char none = 0;
+  uint32_t step = 0;
+  for (int k = 1; k < s.size(); k <<= 1, ++step) {
+    CASTMESH_RETURN_IF_ERROR(s.exchange(mod(s.rank() + k, s.size()), &none, 0, mod(s.rank() - k, s.size()), &none, 0, step));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status run_broadcast(const CollectiveCall& call, void* data, size_t bytes, int root) {
+  Steps s(call);
+  if (s.size() == 1) return absl::OkStatus();
+  if (bytes <= kSmallMessageBytes || s.size() == 2) return binomial_broadcast(s, data, bytes, root);
+  return chain_broadcast(s, data, bytes, root);
+}
+
+absl::Status run_allreduce(const CollectiveCall& call, const void* in, void* out, size_t count, const Reduction& op) {
+  Steps s(call);
+  const size_t bytes = count * dtype_size(op.dtype());
+  if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+  absl::Status st;
+  if (s.size() == 1) {
+    st = absl::OkStatus();
+  } else if (bytes <= kSmallMessageBytes || !op.commutative() || count < static_cast<size_t>(s.size())) {
+    st = recursive_doubling_allreduce(s, out, count, op);
+  } else {
+    st = ring_allreduce(s, out, count, op);
+  }
+  if (st.ok()) op.finalize(out, count, s.size());
+  return st;
+}
+
+absl::Status run_reduce(const CollectiveCall& call, const void* in, void* out, size_t count, const Reduction& op,
+                        int root) {
+  Steps s(call);
+  const size_t bytes = count * dtype_size(op.dtype());
+  std::vector<char> acc(static_cast<const char*>(in), at(in, bytes));
+  CASTMESH_RETURN_IF_ERROR(binomial_reduce_to_zero(s, acc.data(), count, op));
+  // The sum is at rank 0; the root may be another rank.
+  constexpr uint32_t kToRootStep = 1;
+  if (s.rank() == 0 && root != 0) return s.send(root, kToRootStep, acc.data(), bytes);
+  if (s.rank() == root) {
+    if (root != 0) CASTMESH_RETURN_IF_ERROR(s.recv(0, kToRootStep, acc.data(), bytes));
+    op.finalize(acc.data(), count, s.size());
+    if (bytes > 0) std::memcpy(out, acc.data(), bytes);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status run_allgather(const CollectiveCall& call, const void* in, void* out, size_t bytes) {
+  Steps s(call);
+  const int p = s.size(), r = s.rank();
+  if (in != at(out, r * bytes) && bytes > 0) std::memmove(at(out, r * bytes), in, bytes);
+  for (int step = 0; step < p - 1; ++step) {
+    const int send_block = mod(r - step, p), recv_block = mod(r - step - 1, p);
+    CASTMESH_RETURN_IF_ERROR(s.exchange(mod(r + 1, p), at(out, send_block * bytes), bytes, mod(r - 1, p),
+                                        at(out, recv_block * bytes), bytes, static_cast<uint32_t>(step)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status run_gather(const CollectiveCall& call, const void* in, void* out, size_t bytes, int root) {
+  Steps s(call);
+  if (s.rank() != root) return s.send(root, 0, in, bytes);
+  std::vector<std::shared_ptr<detail::RequestState>> incoming;
+  for (int r = 0; r < s.size(); ++r) {
+    if (r != root) incoming.push_back(s.post(r, 0, at(out, r * bytes), bytes));
+  }
+  if (in != at(out, root * bytes) && bytes > 0) std::memmove(at(out, root * bytes), in, bytes);
+  for (auto& request : incoming) CASTMESH_RETURN_IF_ERROR(Steps::wait(request));
+  return absl::OkStatus();
+}
+
+absl::Status run_scatter(const CollectiveCall& call, const void* in, void* out, size_t bytes, int root) {
+  Steps s(call);
+  if (s.rank() != root) return s.recv(root, 0, out, bytes);
+  for (int i = 1; i < s.size(); ++i) {
+    const int r = mod(root + i, s.size());
+    CASTMESH_RETURN_IF_ERROR(s.send(r, 0, at(in, r * bytes), bytes));
+  }
+  if (out != at(in, root * bytes) && bytes > 0) std::memmove(out, at(in, root * bytes), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status run_reduce_scatter(const CollectiveCall& call, const void* in, void* out, size_t count,
+                                const Reduction& op) {
+  Steps s(call);
+  const int p = s.size(), r = s.rank();
+  const size_t item = dtype_size(op.dtype()), block = count * item;
+  std::vector<char> work(static_cast<const char*>(in), at(in, p * block));
+  if (!op.commutative()) {
+    // Rank order matters: reduce everything at rank 0 in order, then scatter.
+    CASTMESH_RETURN_IF_ERROR(binomial_reduce_to_zero(s, work.data(), count * p, op));
+    if (r == 0) op.finalize(work.data(), count * p, p);
+    return run_scatter(CollectiveCall{call.group, call.sequence, call.signature + "/scatter"}, work.data(), out,
+                       block, 0);
+  }
+  std::vector<char> tmp(block);
+  for (int step = 0; step < p - 1; ++step) {
+    const int send_block = mod(r - step - 1, p), recv_block = mod(r - step - 2, p);
+    CASTMESH_RETURN_IF_ERROR(s.exchange(mod(r + 1, p), at(work.data(), send_block * block), block, mod(r - 1, p),
+                                        tmp.data(), block, static_cast<uint32_t>(step)));
+    op.combine3(tmp.data(), at(work.data(), recv_block * block), at(work.data(), recv_block * block), count);
+  }
+  op.finalize(at(work.data(), r * block), count, p);
+  if (block > 0) std::memcpy(out, at(work.data(), r * block), block);
+  return absl::OkStatus();
+}
+
+absl::Status run_alltoall(const CollectiveCall& call, const void* in, void* out, size_t bytes) {
+  Steps s(call);
+  const int p = s.size(), r = s.rank();
+  std::vector<std::shared_ptr<detail::RequestState>> incoming;
+  for (int i = 1; i < p; ++i) {
+    const int from = mod(r - i, p);
+    incoming.push_back(s.post(from, 0, at(out, from * bytes), bytes));
+  }
+  for (int i = 1; i < p; ++i) {
+    const int to = mod(r + i, p);
+    CASTMESH_RETURN_IF_ERROR(s.send(to, 0, at(in, to * bytes), bytes));
+  }
+  if (bytes > 0) std::memmove(at(out, r * bytes), at(in, r * bytes), bytes);
+  for (auto& request : incoming) CASTMESH_RETURN_IF_ERROR(Steps::wait(request));
+  return absl::OkStatus();
+}
+
+}  // namespace castmesh::collectives

@@ -1,0 +1,77 @@
+// Exchange: the process-wide switchboard of communicators. It owns every
+// rank mailbox of this process (keyed by communicator id and rank), keeps
+// the rank groups that must outlive their handles, receives the data
+// messages other procs send to those ranks (as the "collectives" proc
+// service: ProcHost data messages of type kCollectiveDataType), and fails
+// the ranks of a lost proc in every mailbox that expects messages from them.
+//
+// Thread-safe. Frames arrive on proc I/O threads; everything else from
+// caller threads.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "castmesh/address.h"
+#include "core/collectives/rank_mailbox.h"
+#include "core/wire/payload.h"
+
+namespace castmesh::wire::v1 {
+class CollectiveHeader;
+}
+
+namespace castmesh::detail {
+class CommGroup;
+}
+
+namespace castmesh::collectives {
+
+// The ProcHost data message type of communicator frames.
+inline constexpr char kCollectiveDataType[] = "castmesh.collectives.v1";
+
+// A frame's payload: varint32 header length, the header, the body.
+wire::Payload encode_frame(const wire::v1::CollectiveHeader& header, const void* body, size_t size);
+
+class Exchange {
+ public:
+  static Exchange& instance();
+
+  // The mailbox of rank `rank` of communicator `comm`, made on first use
+  // (messages may arrive before the rank makes its communicator).
+  std::shared_ptr<RankMailbox> mailbox(const std::string& comm, int rank);
+  // The group of (comm, rank): the live one, or make() (then kept alive by
+  // the exchange when `pin`, else by its handles only).
+  std::shared_ptr<detail::CommGroup> group(const std::string& comm, int rank, bool pin,
+                                           const std::function<std::shared_ptr<detail::CommGroup>()>& make);
+  // Rank `rank` of `comm` lives here; rank r of it in procs[r]: its
+  // mailbox fails the ranks of procs that are lost from now on.
+  void watch(const std::string& comm, int rank, std::vector<ProcId> procs, std::string description);
+  // The group of (comm, rank) is gone; forget its mailbox.
+  void forget(const std::string& comm, int rank);
+
+  // A frame from proc `peer` (ProcHost data handler, I/O thread).
+  void on_frame(const ProcId& peer, wire::Payload payload);
+  // Proc `peer` is lost (ProcHost peer-lost observer, I/O thread).
+  void on_peer_lost(const ProcId& peer, const absl::Status& why);
+
+ private:
+  struct Entry {
+    std::shared_ptr<RankMailbox> mailbox;
+    std::vector<ProcId> procs;  // by rank; empty until watch()
+    std::string description;    // "communicator of mesh 'worker'"
+    std::weak_ptr<detail::CommGroup> group;
+    std::shared_ptr<detail::CommGroup> pinned;
+  };
+  Entry& entry(const std::string& comm, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, int>, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ProcId, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace castmesh::collectives

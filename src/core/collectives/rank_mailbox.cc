@@ -1,0 +1,196 @@
+#include "core/collectives/rank_mailbox.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace castmesh::collectives {
+
+bool RankMailbox::matches(const PostedRecv& recv, const MessageKey& key) {
+  if (recv.channel != key.channel) return false;
+  if (recv.source != kAnySource && recv.source != key.source) return false;
+  return recv.tag == kAnyTag || recv.tag == key.tag;
+}
+
+uint64_t RankMailbox::sequence_of(const PostedRecv& recv) { return static_cast<uint64_t>(recv.tag) >> 24; }
+
+void RankMailbox::fill(const PostedRecv& recv, const MessageKey& key, const char* data, size_t size) {
+  if (recv.channel == Channel::kCollective && recv.signature != key.signature) {
+    recv.request->complete(absl::FailedPreconditionError(absl::StrCat(
+        "mismatched collective: rank ", key.source, " called ", key.signature, ", this rank called ",
+        recv.signature)));
+    return;
+  }
+  if (size > recv.capacity) {
+    recv.request->complete(absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", key.source,
+                                                              " (tag ", key.tag, ") does not fit the receive buffer of ",
+                                                              recv.capacity, " bytes")));
+    return;
+  }
+  if (size > 0) std::memcpy(recv.buffer, data, size);
+  const int tag = key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0;
+  recv.request->complete(MessageStatus{key.source, tag, size});
+}
+
+absl::Status RankMailbox::failure_for(const PostedRecv& recv) {
+  if (!closed_.ok()) return closed_;
+  if (recv.channel == Channel::kCollective) {
+    if (auto it = aborted_.find(sequence_of(recv)); it != aborted_.end()) return it->second;
+  }
+  if (recv.source == kAnySource) {
+    // MPI: an any-source receive cannot complete safely once a peer is gone.
+    if (!dead_sources_.empty()) return dead_sources_.begin()->second;
+    return absl::OkStatus();
+  }
+  auto it = dead_sources_.find(recv.source);
+  return it == dead_sources_.end() ? absl::OkStatus() : it->second;
+}
+
+void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::Payload payload) {
+  std::optional<PostedRecv> matched;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+      if (matches(*it, key)) {
+        matched = std::move(*it);
+        posted_.erase(it);
+        break;
+      }
+    }
+    if (!matched) {
+      wire::Payload bytes;
+      if (payload.empty()) {
+        bytes = wire::Payload::copy_of(std::string_view(data, size));
+      } else {
+        auto owner = std::make_shared<wire::Payload>(std::move(payload));
+        bytes = wire::Payload::share(owner, data, size);
+      }
+      unexpected_.push_back(Queued{std::move(key), std::move(bytes)});
+      return;
+    }
+  }
+  fill(*matched, key, data, size);
+}
+
+void RankMailbox::post(PostedRecv recv) {
+  std::optional<Queued> queued;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+      if (matches(recv, it->key)) {
+        queued = std::move(*it);
+        unexpected_.erase(it);
+        break;
+      }
+    }
+    if (!queued) {
+      if (absl::Status failed = failure_for(recv); !failed.ok()) {
+        recv.request->complete(failed);
+        return;
+      }
+      posted_.push_back(std::move(recv));
+      return;
+    }
+  }
+  fill(recv, queued->key, queued->bytes.data(), queued->bytes.size());
+}
+
+bool RankMailbox::cancel(const std::shared_ptr<detail::RequestState>& request) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if (it->request == request) {
+      posted_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<MessageStatus> RankMailbox::probe(int source, int64_t tag, absl::Duration timeout) {
+  PostedRecv pattern;
+  pattern.source = source;
+  pattern.tag = tag;
+  std::optional<MessageStatus> found;
+  absl::Status failed;
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const Queued& q : unexpected_) {
+      if (matches(pattern, q.key)) {
+        found = MessageStatus{q.key.source, static_cast<int>(q.key.tag), q.bytes.size()};
+        return true;
+      }
+    }
+    failed = failure_for(pattern);
+    return !failed.ok();
+  };
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("no matching message within ", absl::FormatDuration(timeout)));
+  }
+  if (found) return *found;
+  return failed;
+}
+
+namespace {
+// Removes and returns the posted receives for which `failed` says non-OK.
+template <typename F>
+std::vector<std::pair<PostedRecv, absl::Status>> take_failed(std::deque<PostedRecv>& posted, F failed) {
+  std::vector<std::pair<PostedRecv, absl::Status>> out;
+  for (auto it = posted.begin(); it != posted.end();) {
+    absl::Status st = failed(*it);
+    if (st.ok()) {
+      ++it;
+      continue;
+    }
+    out.emplace_back(std::move(*it), std::move(st));
+    it = posted.erase(it);
+  }
+  return out;
+}
+}  // namespace
+
+void RankMailbox::fail_source(int rank, const absl::Status& why) {
+  std::vector<std::pair<PostedRecv, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    dead_sources_.emplace(rank, why);
+    failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
+  }
+  for (auto& [recv, st] : failed) recv.request->complete(st);
+}
+
+void RankMailbox::abort_collective(uint64_t sequence, const absl::Status& why) {
+  std::vector<std::pair<PostedRecv, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    aborted_.emplace(sequence, why);
+    failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
+  }
+  for (auto& [recv, st] : failed) recv.request->complete(st);
+}
+
+absl::Status RankMailbox::collective_error(uint64_t sequence) {
+  absl::MutexLock lock(&mu_);
+  if (!closed_.ok()) return closed_;
+  auto it = aborted_.find(sequence);
+  return it == aborted_.end() ? absl::OkStatus() : it->second;
+}
+
+absl::Status RankMailbox::source_error(int rank) {
+  absl::MutexLock lock(&mu_);
+  if (!closed_.ok()) return closed_;
+  auto it = dead_sources_.find(rank);
+  return it == dead_sources_.end() ? absl::OkStatus() : it->second;
+}
+
+void RankMailbox::close(const absl::Status& why) {
+  std::vector<std::pair<PostedRecv, absl::Status>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_.ok()) closed_ = why;
+    failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
+  }
+  for (auto& [recv, st] : failed) recv.request->complete(st);
+}
+
+}  // namespace castmesh::collectives

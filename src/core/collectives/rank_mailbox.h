@@ -1,0 +1,105 @@
+// RankMailbox: the receive side of one rank of one communicator: MPI's
+// matching of incoming messages against posted receives, per channel
+// (point-to-point, collective steps), source and tag, in arrival order on
+// both sides, so messages from one source with one tag never overtake.
+//
+// A message that finds a matching posted receive is copied straight into
+// that receive's buffer (by the delivering thread: an I/O thread, or the
+// sender itself when it lives in this process); otherwise it waits in the
+// unexpected queue (its bytes kept in the transport's buffer, or copied
+// once for a sender in this process, so sends complete eagerly).
+//
+// Failures: a dead source rank, an aborted collective, or the mailbox
+// closing fail the matching receives, now and later.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "castmesh/communicator.h"
+#include "core/collectives/request_state.h"
+#include "core/wire/payload.h"
+
+namespace castmesh::collectives {
+
+enum class Channel : uint8_t { kP2P = 0, kCollective = 1 };
+
+// Everything that identifies an incoming message for matching.
+struct MessageKey {
+  Channel channel = Channel::kP2P;
+  int source = 0;
+  int64_t tag = 0;
+  std::string signature;  // collectives: what the sender called
+};
+
+// One posted receive.
+struct PostedRecv {
+  Channel channel = Channel::kP2P;
+  int source = kAnySource;  // kAnySource only on kP2P
+  int64_t tag = kAnyTag;    // kAnyTag only on kP2P
+  std::string signature;    // collectives: what this rank called
+  void* buffer = nullptr;
+  size_t capacity = 0;
+  std::shared_ptr<detail::RequestState> request;
+};
+
+class RankMailbox {
+ public:
+  // A message for this rank. `data[0, size)` is read before deliver returns
+  // unless `payload` owns it (then it may be kept).
+  void deliver(MessageKey key, const char* data, size_t size, wire::Payload payload = {});
+  // Posts a receive; it completes now when a queued message matches.
+  void post(PostedRecv recv);
+  // Removes a posted receive not yet matched (true) — e.g. a cancelled one.
+  bool cancel(const std::shared_ptr<detail::RequestState>& request);
+  // The oldest matching queued point-to-point message, waiting up to
+  // `timeout` for one (kDeadlineExceeded), or nullopt-like error.
+  absl::StatusOr<MessageStatus> probe(int source, int64_t tag, absl::Duration timeout);
+
+  // Source rank `rank` is gone: its receives (and any-source receives) fail.
+  void fail_source(int rank, const absl::Status& why);
+  // Collective `sequence` failed: its receives fail, now and later.
+  void abort_collective(uint64_t sequence, const absl::Status& why);
+  // The error of collective `sequence` if it was aborted, or OK.
+  absl::Status collective_error(uint64_t sequence);
+  // The error of source rank `rank` if it is gone, or OK.
+  absl::Status source_error(int rank);
+  // Fails everything posted and everything posted later.
+  void close(const absl::Status& why);
+
+ private:
+  struct Queued {
+    MessageKey key;
+    wire::Payload bytes;
+  };
+  static bool matches(const PostedRecv& recv, const MessageKey& key);
+  static uint64_t sequence_of(const PostedRecv& recv);
+  // Copies into `recv`'s buffer and completes it (no lock held).
+  static void fill(const PostedRecv& recv, const MessageKey& key, const char* data, size_t size);
+  absl::Status failure_for(const PostedRecv& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  std::deque<PostedRecv> posted_ ABSL_GUARDED_BY(mu_);
+  std::deque<Queued> unexpected_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, absl::Status> dead_sources_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
+};
+
+// The tag of step `step` of collective `sequence`.
+inline int64_t collective_tag(uint64_t sequence, uint32_t step) {
+  return static_cast<int64_t>((sequence << 24) | (step & 0xffffff));
+}
+
+}  // namespace castmesh::collectives

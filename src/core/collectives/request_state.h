@@ -1,0 +1,48 @@
+// RequestState: the completion slot of one non-blocking operation of a
+// communicator (castmesh::Request shares it). Completed once, by whichever
+// thread finishes the operation (an I/O thread, a sender in this process,
+// a collective's worker); waited on by any number of threads.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "castmesh/communicator.h"
+
+namespace castmesh::detail {
+
+// Wakes one waiter of several requests (Request::wait_any).
+struct AnyWaiter {
+  absl::Mutex mu;
+  bool fired ABSL_GUARDED_BY(mu) = false;
+};
+
+class RequestState {
+ public:
+  // A pending request.
+  RequestState() = default;
+  // An already completed one.
+  static std::shared_ptr<RequestState> Done(absl::StatusOr<MessageStatus> result);
+
+  // Completes the request; later calls are ignored. True if this call did.
+  bool complete(absl::StatusOr<MessageStatus> result);
+  // Blocks until complete or `timeout` (kDeadlineExceeded).
+  absl::StatusOr<MessageStatus> wait(absl::Duration timeout);
+  std::optional<absl::StatusOr<MessageStatus>> test();
+  bool done();
+  // `waiter` fires when this request completes (at once if it has).
+  void add_waiter(const std::shared_ptr<AnyWaiter>& waiter);
+
+ private:
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::StatusOr<MessageStatus> result_ ABSL_GUARDED_BY(mu_) = MessageStatus{};
+  std::vector<std::weak_ptr<AnyWaiter>> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace castmesh::detail

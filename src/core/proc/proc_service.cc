@@ -1,0 +1,42 @@
+#include "core/proc/proc_service.h"
+
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
+namespace castmesh::proc {
+namespace {
+
+struct ServiceTable {
+  std::mutex mu;
+  std::vector<std::pair<std::string, ProcServiceInstaller>> installers;
+};
+
+// Leaked on purpose: static initializers of other translation units may
+// register before this one's statics would be constructed.
+ServiceTable& service_table() {
+  static auto* table = new ServiceTable;
+  return *table;
+}
+
+}  // namespace
+
+void register_proc_service(std::string name, ProcServiceInstaller installer) {
+  ServiceTable& table = service_table();
+  std::lock_guard lock(table.mu);
+  auto it = std::find_if(table.installers.begin(), table.installers.end(),
+                         [&](const auto& entry) { return entry.first == name; });
+  if (it != table.installers.end()) {
+    it->second = std::move(installer);
+  } else {
+    table.installers.emplace_back(std::move(name), std::move(installer));
+  }
+}
+
+std::vector<std::pair<std::string, ProcServiceInstaller>> registered_proc_services() {
+  ServiceTable& table = service_table();
+  std::lock_guard lock(table.mu);
+  return table.installers;
+}
+
+}  // namespace castmesh::proc
