@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -31,6 +32,25 @@ std::shared_ptr<spdlog::logger> make_logger() {
 }
 
 }  // namespace
+
+bool RateLimiter::allow(std::uint64_t* suppressed, std::int64_t interval_ns) {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  std::int64_t next = next_ns_.load(std::memory_order_relaxed);
+  if (now < next || !next_ns_.compare_exchange_strong(next, now + interval_ns, std::memory_order_relaxed)) {
+    suppressed_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
+std::string suppressed_suffix(std::uint64_t suppressed) {
+  if (suppressed == 0) return {};
+  return " (" + std::to_string(suppressed) + (suppressed == 1 ? " more line like this" : " more lines like this") +
+         " suppressed)";
+}
 
 spdlog::logger& logger() {
   static const std::shared_ptr<spdlog::logger> instance = make_logger();

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,6 +133,26 @@ char** environment() {
 #else
   return environ;
 #endif
+}
+
+OpenFileLimit raise_open_file_limit() {
+  static const OpenFileLimit result = [] {
+    OpenFileLimit limit;
+    rlimit current{};
+    if (::getrlimit(RLIMIT_NOFILE, &current) != 0) return limit;
+    limit.before = limit.after = current.rlim_cur;
+    rlim_t wanted = current.rlim_max;
+#if defined(OPEN_MAX)
+    // macOS refuses RLIM_INFINITY (and anything above OPEN_MAX) here.
+    if (wanted == RLIM_INFINITY || wanted > static_cast<rlim_t>(OPEN_MAX)) wanted = OPEN_MAX;
+#endif
+    if (wanted <= current.rlim_cur) return limit;
+    rlimit raised = current;
+    raised.rlim_cur = wanted;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit.after = wanted;
+    return limit;
+  }();
+  return result;
 }
 
 void set_current_thread_name(const char* name) {

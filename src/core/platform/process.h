@@ -3,6 +3,7 @@
 // The platform choice for each is made in process.cc only.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,19 @@ absl::StatusOr<std::string> executable_path();
 // The environment (`environ`; macOS shared libraries must ask _NSGetEnviron).
 // Read-only use; any thread, as long as nobody calls setenv meanwhile.
 char** environment();
+
+// The open-file limit (RLIMIT_NOFILE) before and after raise_open_file_limit.
+struct OpenFileLimit {
+  std::uint64_t before = 0;
+  std::uint64_t after = 0;
+};
+
+// Raises this process's soft open-file limit to its hard limit (capped at
+// OPEN_MAX where the system defines one), once per process: every peer
+// connection costs a descriptor, and Debian's default soft limit (1024)
+// lets a flood of connections exhaust it. Later calls return the first
+// result. Any thread.
+OpenFileLimit raise_open_file_limit();
 
 // Names the calling thread for debuggers and `top -H` (at most 15
 // characters are kept). A no-op where the system has no such call.

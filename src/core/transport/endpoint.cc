@@ -1,5 +1,6 @@
 #include "core/transport/endpoint.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -16,6 +17,8 @@
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -91,6 +94,25 @@ std::string describe_remote(int fd) {
   return "peer";
 }
 
+// Whom the caps on unauthenticated connections count against: the process
+// on the other end of a Unix socket, the IP address of a TCP peer.
+std::string admission_key(int fd) {
+  sockaddr_storage storage{};
+  socklen_t size = sizeof(storage);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&storage), &size) != 0) return "unknown";
+  if (storage.ss_family == AF_UNIX) {
+    if (std::optional<long> pid = unix_peer_pid(fd)) return absl::StrCat("unix pid ", *pid);
+    return "unix";
+  }
+  const std::string remote = describe_remote(fd);  // "tcp ADDRESS:PORT"
+  const auto colon = remote.rfind(':');
+  return colon == std::string::npos ? remote : remote.substr(0, colon);
+}
+
+// A descriptor held in reserve: closed to accept (and refuse) one pending
+// connection when the process is out of descriptors, then taken again.
+int open_reserve_descriptor() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
 void set_no_delay(Socket& socket) {
   const int family = socket.local_endpoint().protocol().family();
   if (family == AF_INET || family == AF_INET6) {
@@ -144,7 +166,8 @@ class Endpoint::Impl {
       : options_(std::move(options)),
         on_message_(std::move(on_message)),
         on_peer_lost_(std::move(on_peer_lost)),
-        heartbeat_timer_(io_) {}
+        heartbeat_timer_(io_),
+        accept_timer_(io_) {}
   ~Impl() { shutdown(); }
 
   absl::Status start();
@@ -157,6 +180,8 @@ class Endpoint::Impl {
 
   // Called by connections, on the I/O thread.
   void on_established(const std::shared_ptr<Connection>& connection);
+  // I/O thread: the handshake deadline of a connection accepted now.
+  absl::Duration handshake_deadline() const;
   void on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report);
   void deliver(const std::string& peer, v1::Envelope&& envelope, wire::Payload payload);
 
@@ -168,6 +193,10 @@ class Endpoint::Impl {
  private:
   absl::Status listen(const ChannelAddress& address);
   void accept_next();
+  void on_accept_error(const std::error_code& ec);
+  void refuse_one_pending();
+  void admit(Socket socket);
+  void release_admission(Connection& connection);
   void arm_heartbeat();
   absl::Status send_local(std::string_view peer, v1::Envelope envelope, wire::Payload payload);
 
@@ -182,6 +211,7 @@ class Endpoint::Impl {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::optional<asio::basic_socket_acceptor<asio::generic::stream_protocol>> acceptor_;
   asio::steady_timer heartbeat_timer_;
+  asio::steady_timer accept_timer_;  // accepting again after a failed accept
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
@@ -190,6 +220,13 @@ class Endpoint::Impl {
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;
   // Every open connection, including not yet authenticated ones.
   absl::flat_hash_set<std::shared_ptr<Connection>> connections_;
+
+  // Admission of accepted connections (I/O thread only).
+  std::size_t unauthenticated_ = 0;
+  absl::flat_hash_map<std::string, std::size_t> unauthenticated_by_peer_;
+  std::chrono::milliseconds accept_backoff_{0};
+  Clock::time_point out_of_descriptors_until_{};  // "under pressure" until then
+  int reserve_fd_ = -1;
 };
 
 // One socket to one peer proc. Reading, handshaking and closing happen on the
@@ -212,8 +249,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool established() const { return established_.load(std::memory_order_acquire); }
   const std::string& remote() const { return remote_; }
 
-  // I/O thread: an accepted socket; sends the challenge.
-  void start_accepted() {
+  // I/O thread: an accepted socket, counted against `admission_key`'s caps
+  // until it authenticates or closes; sends the challenge.
+  void start_accepted(std::string admission_key, absl::Duration deadline) {
+    admission_key_ = std::move(admission_key);
+    admitted_ = true;
     remote_ = describe_remote(socket_.native_handle());
     set_no_delay(socket_);
     my_nonce_ = wire::make_nonce();
@@ -223,8 +263,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
     challenge->set_nonce(my_nonce_);
     challenge->set_proc(owner_.id());
     write_handshake(hs);
-    arm_handshake_timeout();
+    arm_handshake_timeout(deadline);
     start_read();
+  }
+
+  // Admission bookkeeping of the owner (I/O thread): true once, when the
+  // connection stops counting as unauthenticated.
+  bool take_admission(std::string* key) {
+    if (!admitted_) return false;
+    admitted_ = false;
+    *key = std::move(admission_key_);
+    return true;
   }
 
   // I/O thread: connects to `address`; the acceptor speaks first.
@@ -234,7 +283,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       close(target.status(), true);
       return;
     }
-    arm_handshake_timeout();
+    arm_handshake_timeout(owner_.options().handshake_timeout);
     socket_.async_connect(*target, [self = shared_from_this()](const std::error_code& ec) {
       if (self->closed_) return;
       if (ec) {
@@ -357,12 +406,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return false;
   }
 
-  void arm_handshake_timeout() {
-    handshake_timer_.expires_after(absl::ToChronoNanoseconds(owner_.options().handshake_timeout));
-    handshake_timer_.async_wait([self = shared_from_this()](const std::error_code& ec) {
+  void arm_handshake_timeout(absl::Duration deadline) {
+    handshake_timer_.expires_after(absl::ToChronoNanoseconds(deadline));
+    handshake_timer_.async_wait([self = shared_from_this(), deadline](const std::error_code& ec) {
       if (ec || self->closed_ || self->established_) return;
-      self->protocol_error(absl::DeadlineExceededError(absl::StrCat(
-          "handshake not completed within ", absl::FormatDuration(self->owner_.options().handshake_timeout))));
+      self->protocol_error(
+          absl::DeadlineExceededError(absl::StrCat("handshake not completed within ", absl::FormatDuration(deadline))));
     });
   }
 
@@ -622,8 +671,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void protocol_error(const absl::Status& why) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(),
-                      peer_.empty() ? "unauthenticated peer" : peer_, remote_, why.ToString());
+    if (established_) {
+      CASTMESH_LOG_WARN("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(), peer_, remote_,
+                        why.ToString());
+    } else {
+      // Anyone who can reach the listener can cause this line: rate-limited.
+      CASTMESH_LOG_WARN_LIMITED("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(),
+                                outgoing_ ? peer_ : std::string("unauthenticated peer"), remote_, why.ToString());
+    }
     close(why, true);
   }
 
@@ -637,6 +692,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<bool> established_{false};  // written on the I/O thread only
   std::string my_nonce_, acceptor_nonce_, acceptor_proc_;
   Clock::time_point last_rx_{}, last_tx_{};
+  std::string admission_key_;  // accepted and not yet authenticated: whose cap it counts against
+  bool admitted_ = false;
 
   // Outbound, guarded by out_mu_.
   std::mutex out_mu_;
@@ -675,6 +732,13 @@ absl::Status Endpoint::Impl::start() {
     absl::StatusOr<ChannelAddress> address = parse_channel_address(options_.listen);
     if (!address.ok()) return address.status();
     if (absl::Status st = listen(*address); !st.ok()) return st;
+  }
+  if (acceptor_) {
+    const platform::OpenFileLimit fds = platform::raise_open_file_limit();
+    if (fds.after != fds.before) {
+      CASTMESH_LOG_INFO("castmesh-proc {}: raised the open-file limit from {} to {}", id_, fds.before, fds.after);
+    }
+    reserve_fd_ = open_reserve_descriptor();
   }
   work_.emplace(io_.get_executor());
   if (acceptor_) accept_next();
@@ -721,6 +785,9 @@ absl::Status Endpoint::Impl::listen(const ChannelAddress& address) {
     }
   }
   if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  // Non-blocking, so that refusing one pending connection by hand when out
+  // of descriptors never blocks the I/O thread.
+  if (!ec) acceptor_->non_blocking(true, ec);
   if (ec) {
     acceptor_.reset();
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address.to_string(), ": ", ec.message()));
@@ -740,23 +807,83 @@ absl::Status Endpoint::Impl::listen(const ChannelAddress& address) {
 
 void Endpoint::Impl::accept_next() {
   acceptor_->async_accept([this](const std::error_code& ec, Socket socket) {
-    if (stopping()) return;
+    if (stopping() || ec == asio::error::operation_aborted) return;
     if (ec) {
-      if (ec != asio::error::operation_aborted) {
-        CASTMESH_LOG_WARN("castmesh-proc {}: accept failed: {}", id_, ec.message());
-        accept_next();
-      }
+      on_accept_error(ec);
       return;
     }
-    auto connection = std::make_shared<Connection>(*this, /*outgoing=*/false, std::string());
-    connection->socket() = std::move(socket);
-    {
-      std::lock_guard lock(peers_mu_);
-      connections_.insert(connection);
-    }
-    connection->start_accepted();
+    accept_backoff_ = std::chrono::milliseconds(0);
+    admit(std::move(socket));
     accept_next();
   });
+}
+
+// A failed accept is retried after a pause (10 ms doubling to 1 s), never at
+// once: the listener stays readable, and retrying at once spins the I/O
+// thread (and the log) for as long as the cause lasts.
+void Endpoint::Impl::on_accept_error(const std::error_code& ec) {
+  const bool out_of_descriptors = ec.value() == EMFILE || ec.value() == ENFILE;
+  if (out_of_descriptors) {
+    out_of_descriptors_until_ = Clock::now() + std::chrono::seconds(10);
+    refuse_one_pending();
+  }
+  accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+  CASTMESH_LOG_WARN_LIMITED("castmesh-proc {}: accept failed: {}{}; accepting again in {} ms", id_, ec.message(),
+                            out_of_descriptors
+                                ? absl::StrCat(" (open-file limit ", platform::raise_open_file_limit().after,
+                                               "; the oldest pending connection was refused)")
+                                : "",
+                            accept_backoff_.count());
+  accept_timer_.expires_after(accept_backoff_);
+  accept_timer_.async_wait([this](const std::error_code& timer_ec) {
+    if (!timer_ec && !stopping()) accept_next();
+  });
+}
+
+void Endpoint::Impl::refuse_one_pending() {
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
+  const int fd = ::accept(acceptor_->native_handle(), nullptr, nullptr);
+  if (fd >= 0) ::close(fd);
+  reserve_fd_ = open_reserve_descriptor();
+}
+
+void Endpoint::Impl::admit(Socket socket) {
+  std::string key = admission_key(socket.native_handle());
+  std::size_t& from_peer = unauthenticated_by_peer_[key];
+  if (unauthenticated_ >= options_.max_unauthenticated || from_peer >= options_.max_unauthenticated_per_peer) {
+    const bool per_peer = from_peer >= options_.max_unauthenticated_per_peer;
+    if (from_peer == 0) unauthenticated_by_peer_.erase(key);
+    CASTMESH_LOG_WARN_LIMITED("castmesh-proc {}: refused a connection from {}: {} connections{} are already in "
+                              "their handshake (the limit)",
+                              id_, key, per_peer ? options_.max_unauthenticated_per_peer : options_.max_unauthenticated,
+                              per_peer ? " from there" : "");
+    std::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  ++from_peer;
+  ++unauthenticated_;
+  auto connection = std::make_shared<Connection>(*this, /*outgoing=*/false, std::string());
+  connection->socket() = std::move(socket);
+  {
+    std::lock_guard lock(peers_mu_);
+    connections_.insert(connection);
+  }
+  connection->start_accepted(std::move(key), handshake_deadline());
+}
+
+void Endpoint::Impl::release_admission(Connection& connection) {
+  std::string key;
+  if (!connection.take_admission(&key)) return;
+  --unauthenticated_;
+  auto it = unauthenticated_by_peer_.find(key);
+  if (it != unauthenticated_by_peer_.end() && --it->second == 0) unauthenticated_by_peer_.erase(it);
+}
+
+absl::Duration Endpoint::Impl::handshake_deadline() const {
+  const bool pressure = unauthenticated_ > options_.max_unauthenticated / 2 || Clock::now() < out_of_descriptors_until_;
+  if (!pressure) return options_.handshake_timeout;
+  return std::min(options_.handshake_timeout, std::max(options_.handshake_timeout / 5, absl::Milliseconds(200)));
 }
 
 void Endpoint::Impl::arm_heartbeat() {
@@ -783,6 +910,7 @@ void Endpoint::Impl::shutdown() {
   if (thread_.joinable()) {
     asio::post(io_, [this] {
       heartbeat_timer_.cancel();
+      accept_timer_.cancel();
       if (acceptor_) {
         std::error_code ignored;
         acceptor_->close(ignored);
@@ -803,6 +931,8 @@ void Endpoint::Impl::shutdown() {
     connections_.clear();
   }
   if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
+  reserve_fd_ = -1;
   if (id_.empty()) return;
   CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint down", id_);
 }
@@ -895,6 +1025,7 @@ std::vector<std::string> Endpoint::Impl::peers() const {
 }
 
 void Endpoint::Impl::on_established(const std::shared_ptr<Connection>& connection) {
+  release_admission(*connection);
   {
     std::lock_guard lock(peers_mu_);
     peers_.try_emplace(connection->peer(), connection);
@@ -903,6 +1034,7 @@ void Endpoint::Impl::on_established(const std::shared_ptr<Connection>& connectio
 }
 
 void Endpoint::Impl::on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report) {
+  release_admission(*connection);
   bool peer_gone = false;
   {
     std::lock_guard lock(peers_mu_);

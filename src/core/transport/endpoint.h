@@ -66,8 +66,16 @@ struct EndpointOptions {
   wire::FrameLimits limits;
   std::size_t max_outbound_bytes = std::size_t{256} << 20;
   absl::Duration send_block_timeout = absl::Seconds(30);
-  // An unauthenticated connection is closed after this long.
+  // An unauthenticated connection is closed after this long; under pressure
+  // (more than half of max_unauthenticated in use, or descriptors ran out
+  // in the last 10 s) new ones get a fifth of it (at least 200 ms).
   absl::Duration handshake_timeout = absl::Seconds(5);
+  // At most this many accepted connections may be in their handshake at
+  // once, and at most max_unauthenticated_per_peer of them from one peer
+  // (one process for Unix sockets, one IP address for TCP); a connection
+  // beyond either is closed as soon as it is accepted (docs/security.md).
+  std::size_t max_unauthenticated = 512;
+  std::size_t max_unauthenticated_per_peer = 64;
   // An idle connection sends a heartbeat this often; a peer from which
   // nothing arrived for heartbeat_timeout is declared lost.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);

@@ -6,9 +6,12 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -565,6 +568,156 @@ TEST(Endpoint, PerMessageLimitComesFromTheEnvironment) {
   ::unsetenv(wire::kEnvMaxMessageBytes);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("CASTMESH_MAX_MESSAGE_BYTES='lots'"), std::string::npos) << bad.status();
+}
+
+// Everything written to a pipe, read on a thread until end of file: what a
+// child process logs.
+class PipeDrain {
+ public:
+  explicit PipeDrain(int fd) : fd_(fd), thread_([this] { run(); }) {}
+  ~PipeDrain() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  std::size_t bytes() const { return bytes_; }
+  const std::string& head() const { return head_; }
+
+ private:
+  void run() {
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(fd_, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
+      if (n <= 0) continue;
+      bytes_ += static_cast<std::size_t>(n);
+      if (head_.size() < 4096) head_.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), 4096));
+    }
+    ::close(fd_);
+  }
+  int fd_;
+  std::size_t bytes_ = 0;
+  std::string head_;
+  std::thread thread_;
+};
+
+// The child of the flood test: an endpoint answering "ping" with "pong",
+// with few descriptors, its log on `log_fd`. Never returns.
+[[noreturn]] void serve_with_few_descriptors(const std::string& url, int log_fd, int ready_fd) {
+  ::dup2(log_fd, STDERR_FILENO);
+  rlimit low{96, 96};
+  ::setrlimit(RLIMIT_NOFILE, &low);
+  EndpointOptions options = options_for(url);
+  // The flood comes from one process (this test): let it reach the
+  // descriptor limit instead of the per-peer cap.
+  options.max_unauthenticated_per_peer = options.max_unauthenticated;
+  std::atomic<Endpoint*> self{nullptr};
+  auto served = Endpoint::start(options, [&self](const std::string& peer, v1::Envelope&& envelope, wire::Payload) {
+    (void)self.load()->send(peer, message("pong", envelope.correlation()));
+  });
+  if (!served.ok()) ::_exit(2);
+  self = served->get();
+  const char ready = 1;
+  if (::write(ready_fd, &ready, 1) != 1) ::_exit(3);
+  while (true) ::pause();
+}
+
+TEST(Endpoint, KeepsAnsweringWhileFloodedWithUnauthenticatedConnections) {
+  // A proc with 96 descriptors gets far more connections than that, none
+  // of which ever authenticates: it keeps answering its real peer, and its
+  // log stays small (it used to spin in accept() logging EMFILE).
+  int log_pipe[2], ready_pipe[2];
+  ASSERT_EQ(::pipe(log_pipe), 0);
+  ASSERT_EQ(::pipe(ready_pipe), 0);
+  const std::string url = listen_url("unix", "flood");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(log_pipe[0]);
+    ::close(ready_pipe[0]);
+    serve_with_few_descriptors(url, log_pipe[1], ready_pipe[1]);
+  }
+  ::close(log_pipe[1]);
+  ::close(ready_pipe[1]);
+  PipeDrain log(log_pipe[0]);
+  pollfd ready{ready_pipe[0], POLLIN, 0};
+  char byte = 0;
+  const bool started = ::poll(&ready, 1, 10000) == 1 && ::read(ready_pipe[0], &byte, 1) == 1;
+  ::close(ready_pipe[0]);
+  auto finish = [&] {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    log.join();
+  };
+  if (!started) finish();
+  ASSERT_TRUE(started) << "the serving child did not start: " << log.head();
+
+  Inbox inbox;
+  auto client = start(options_for(listen_url("unix", "flood-client")), inbox);
+  ASSERT_TRUE(client);
+  std::uint64_t calls = 0;
+  auto answers = [&] {  // one call, answered within 5 s
+    ++calls;
+    return client->send(url, message("ping", calls)).ok() && inbox.wait_messages(calls, 5s);
+  };
+  ASSERT_TRUE(answers());
+
+  rlimit mine{};
+  ::getrlimit(RLIMIT_NOFILE, &mine);
+  mine.rlim_cur = mine.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &mine);
+  const std::size_t flood_size = std::min<std::size_t>(1500, mine.rlim_cur > 300 ? mine.rlim_cur - 200 : 100);
+  std::vector<int> flood;
+  bool served = true;
+  for (std::size_t i = 0; i < flood_size && served; ++i) {
+    auto raw = RawPeer::connect_to(url);  // blocks while the backlog is full: the child must keep accepting
+    flood.push_back(::dup(raw->fd()));
+    if (i % 250 == 0) served = answers();
+  }
+  for (int i = 0; i < 10 && served; ++i) {
+    served = answers();
+    std::this_thread::sleep_for(100ms);
+  }
+  for (int fd : flood) ::close(fd);
+  const bool served_after = served && answers();
+  finish();
+  EXPECT_TRUE(served) << "no answer within 5 s during the flood (call " << calls << ")";
+  EXPECT_TRUE(served_after);
+  EXPECT_EQ(inbox.message_count(), calls);
+  if (std::getenv("CASTMESH_TEST_SHOW_LOG")) std::fprintf(stdout, "%s\n", log.head().c_str());
+  EXPECT_LT(log.bytes(), 32u * 1024) << "the flooded proc logged " << log.bytes() << " bytes, starting with:\n"
+                                     << log.head();
+}
+
+TEST(Endpoint, UnauthenticatedConnectionsAreCappedPerPeerAndPerProc) {
+  EndpointOptions options = options_for(listen_url("unix", "cap"));
+  options.handshake_timeout = absl::Seconds(60);  // only the caps close connections here
+  options.max_unauthenticated = 6;
+  options.max_unauthenticated_per_peer = 4;
+  Inbox inbox;
+  auto a = start(options, inbox);
+  ASSERT_TRUE(a);
+  std::vector<std::unique_ptr<RawPeer>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(RawPeer::connect_to(a->id()));
+    std::string challenge;
+    ASSERT_TRUE(held.back()->read_body(challenge)) << "connection " << i << " got no challenge";
+  }
+  // A fifth from this process is over the per-peer cap: closed at once.
+  auto over = RawPeer::connect_to(a->id());
+  EXPECT_TRUE(over->closed_by_peer());
+  // One that authenticates frees its place.
+  held.pop_back();
+  bool authenticated = false;  // (the endpoint may see the new connection before the old one's close)
+  std::unique_ptr<RawPeer> real;
+  for (int attempt = 0; attempt < 100 && !authenticated; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(20ms);
+    real = RawPeer::connect_to(a->id());
+    authenticated = real->handshake_as_connector(kSecret, "unix:@cap-real");
+  }
+  EXPECT_TRUE(authenticated);
+  auto fits_again = RawPeer::connect_to(a->id());
+  std::string challenge;
+  EXPECT_TRUE(fits_again->read_body(challenge));
+  EXPECT_FALSE(fits_again->closed_by_peer(200ms));
 }
 
 TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
