@@ -24,6 +24,7 @@ from .errors import ActorError, CastmeshError, ProcError, SupervisionError
 from .future import Future
 from .mesh import (ActorMesh, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream, rendezvous_proc_mesh,
                    this_host, this_proc)
+from .ports import Channel, Port, PortReceiver, send
 from .shape import Point, Shape, ValueMesh
 from .supervision import MeshFailure, unhandled_fault_hook
 # Arrays for the data plane (docs/tensors.md).
@@ -36,6 +37,7 @@ __all__ = [
     "Rendezvous", "rendezvous_proc_mesh",
     "Point", "Shape", "ValueMesh",
     "SupervisionError", "MeshFailure", "unhandled_fault_hook",
+    "Channel", "Port", "PortReceiver", "send",
     "Tensor", "from_dlpack", "empty", "zeros",
 ]
 

@@ -99,14 +99,24 @@ class ActorHost:
             return self._init_error or _error_reply(RuntimeError(f"actor {self._address} has failed: {self.failure}"))
         if endpoint == SUPERVISE_ENDPOINT:
             return self._supervise(payload)
+        port = None
         try:
             args, kwargs = _serial.loads(payload)
-            method = self._endpoint(endpoint)
-            result = self._run(method(self._instance, *args, **kwargs))
+            descriptor = self._endpoint(endpoint)
+            port = self._response_port(kwargs, descriptor.explicit_response_port)
+            if descriptor.explicit_response_port:
+                # It answers through `port`, now or later; nothing to reply.
+                self._run(descriptor.fn(self._instance, port, *args, **kwargs))
+                return _serial.dumps(("ok", None))
+            result = self._run(descriptor.fn(self._instance, *args, **kwargs))
+            if port is not None:
+                port.send(result)
             return _serial.dumps(("ok", result))
         except Exception as error:  # noqa: BLE001 - every failure goes back to the caller
             reply = _error_reply(error)
-            if oneway:
+            if port is not None:
+                port.exception(error)
+            elif oneway:
                 self._report(endpoint, reply)
             return reply
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
@@ -114,6 +124,19 @@ class ActorHost:
             self._report(endpoint, reply)
             self._fail(error, f"{endpoint}() raised")
             return reply
+
+    def _response_port(self, kwargs: dict, explicit: bool) -> Any:
+        """The port the caller wants the answer at (send(..., port=...), or
+        an explicit-response endpoint's caller), stamped with this member's
+        rank; an explicit-response endpoint with no caller waiting gets a
+        port that drops what it is sent."""
+        from .ports import PORT_KWARG, DroppingPort, Port
+
+        address = kwargs.pop(PORT_KWARG, None)
+        if address is None:
+            return DroppingPort() if explicit else None
+        ctx = self._context
+        return Port(address, None if ctx is None else ctx.point.base_rank)
 
     def _run(self, result: Any) -> Any:
         """The value of a sync result, or of an awaitable on the actor's loop."""
@@ -155,7 +178,7 @@ class ActorHost:
             attr = inspect.getattr_static(type(self._instance), name, None)
             if not isinstance(attr, EndpointDescriptor):
                 raise AttributeError(f"{type(self._instance).__qualname__} has no endpoint {name!r}")
-            fn = self._endpoints[name] = attr.fn
+            fn = self._endpoints[name] = attr
         return fn
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

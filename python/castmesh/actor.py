@@ -33,9 +33,12 @@ class EndpointDescriptor(Generic[R]):
     (``self.incr(...)``) it is the plain method.
     """
 
-    def __init__(self, fn: Callable[..., R]) -> None:
+    def __init__(self, fn: Callable[..., R], explicit_response_port: bool = False) -> None:
         self.fn = fn
         self.name = fn.__name__
+        # The method takes the caller's response port after self and answers
+        # through it (castmesh.ports); its return value is ignored.
+        self.explicit_response_port = explicit_response_port
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def __set_name__(self, owner: type, name: str) -> None:
@@ -55,15 +58,27 @@ class EndpointDescriptor(Generic[R]):
         return f"<castmesh endpoint {self.name}>"
 
 
-def endpoint(fn: Callable[..., R]) -> EndpointDescriptor[R]:
+def endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: bool = False,
+             propagate: Any = None) -> Any:
     """Marks an actor method (sync or ``async def``) as callable from other procs.
 
     Arguments and results are pickled (cloudpickle, so classes defined in
     ``__main__`` and closures work). An exception raised by the method is
     re-raised on the caller as :class:`castmesh.ActorError`; the actor keeps
     running.
+
+    Used bare (``@endpoint``) or with options (``@endpoint(...)``):
+    ``explicit_response_port=True`` passes the caller's response
+    :class:`~castmesh.Port` as the first argument after ``self``; the method
+    answers with ``port.send(value)`` (now or later, e.g. from another
+    endpoint) and its return value is ignored. ``propagate`` is accepted for
+    Monarch compatibility and must be None.
     """
-    return EndpointDescriptor(fn)
+    if propagate is not None:
+        raise NotImplementedError("endpoint(propagate=...) is not supported by castmesh")
+    if fn is None:
+        return lambda method: EndpointDescriptor(method, explicit_response_port)
+    return EndpointDescriptor(fn, explicit_response_port)
 
 
 def current_rank() -> Point:

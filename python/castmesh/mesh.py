@@ -103,21 +103,49 @@ def _mesh_call_future(slot: "_castmesh.MeshCallFuture", endpoint: str, mesh: "Ac
 class EndpointRef(Generic[R]):
     """An endpoint of an actor mesh; call it through its adverbs."""
 
-    __slots__ = ("_mesh", "_name")
+    __slots__ = ("_mesh", "_name", "_explicit")
 
     def __init__(self, mesh: "ActorMesh[Any]", name: str) -> None:
         self._mesh = mesh
         self._name = name
+        # @endpoint(explicit_response_port=True): answers come through a port.
+        attr = inspect.getattr_static(mesh._cls, name, None)
+        self._explicit = bool(getattr(attr, "explicit_response_port", False))
 
     def _payload(self, args: tuple, kwargs: dict) -> bytes:
         return _serial.dumps((args, kwargs))
+
+    def _with_port(self, args: tuple, kwargs: dict) -> Any:
+        """For an explicit-response endpoint: a channel opened here, and the
+        payload that hands its port to every actor called."""
+        from .ports import PORT_KWARG, Channel
+
+        port, receiver = Channel.open()
+        return receiver, self._payload(args, {**kwargs, PORT_KWARG: port.address})
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
         """Calls every actor of the mesh; the future gives a ValueMesh of the results.
 
         Any failing actor makes the whole future fail with its error (the
         first in mesh order)."""
-        payload = self._payload(args, kwargs)
+        if not self._explicit:
+            return self._call(self._payload(args, kwargs))
+        receiver, payload = self._with_port(args, kwargs)
+        shape = self._mesh.shape
+        positions = {rank: position for position, rank in enumerate(shape.ranks)}
+        answers = [receiver.recv_ranked() for _ in range(len(shape))]
+
+        def combine(values: List[Any]) -> ValueMesh[R]:
+            ordered: List[Any] = [None] * len(shape)
+            for rank, value in values[1:]:
+                ordered[positions[rank]] = value
+            return ValueMesh(shape, ordered)
+
+        # The handlers' own replies first: a member that is dead or raised
+        # fails the future instead of leaving its answer missing.
+        return gather([self._call(payload)] + answers, combine)
+
+    def _call(self, payload: bytes) -> Future[ValueMesh[R]]:
         cmesh = self._mesh._cmesh
         if cmesh is not None:
             return _mesh_call_future(cmesh.call(self._name, payload), self._name, self._mesh)
@@ -133,18 +161,34 @@ class EndpointRef(Generic[R]):
                 f"call_one needs a mesh of exactly one actor, this one has {len(refs)} "
                 f"({self._mesh.shape}); slice it first or use call()"
             )
+        if not self._explicit:
+            return self._call_one(refs[0], self._payload(args, kwargs))
+        receiver, payload = self._with_port(args, kwargs)
+        return gather([self._call_one(refs[0], payload), receiver.recv()], lambda values: values[1])
+
+    def _call_one(self, ref: "_castmesh.ActorRef", payload: bytes) -> Future[Any]:
         cmesh = self._mesh._cmesh
         if cmesh is not None:
-            return _call_future(refs[0], self._name, b"", slot=cmesh.call_one(self._name, self._payload(args, kwargs)),
+            return _call_future(ref, self._name, b"", slot=cmesh.call_one(self._name, payload),
                                 token=self._mesh._token)
-        return _call_future(refs[0], self._name, self._payload(args, kwargs), token=self._mesh._token)
+        return _call_future(ref, self._name, payload, token=self._mesh._token)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Sends the call to every actor without waiting for (or getting) replies.
 
         Calls from one sender reach each actor in the order they were made.
         Errors are reported by the actor's proc, not to the sender."""
-        payload = self._payload(args, kwargs)
+        self._cast(self._payload(args, kwargs))
+
+    def _send(self, args: tuple, kwargs: dict, port: Any) -> None:
+        """castmesh.send: a broadcast whose answers go to `port` (if any)."""
+        from .ports import PORT_KWARG
+
+        if port is not None:
+            kwargs = {**kwargs, PORT_KWARG: port.address}
+        self._cast(self._payload(args, kwargs))
+
+    def _cast(self, payload: bytes) -> None:
         cmesh = self._mesh._cmesh
         if cmesh is not None:
             try:
@@ -159,7 +203,7 @@ class EndpointRef(Generic[R]):
         """Calls one actor of the mesh, chosen round-robin (load balancing)."""
         mesh = self._mesh
         position = next(mesh._chooser) % len(mesh)
-        if mesh._cmesh is not None:
+        if mesh._cmesh is not None or self._explicit:
             # Through the mesh (cast tree) so it stays ordered after broadcasts.
             one = mesh.slice(**mesh.shape.point(position).coords)
             return EndpointRef(one, self._name).call_one(*args, **kwargs)
@@ -171,6 +215,9 @@ class EndpointRef(Generic[R]):
         mesh order): iterate it (``for v in ep.stream()``) or, inside asyncio,
         ``async for v in ep.stream()``. ``timeout`` bounds the wait for each
         next result (``TimeoutError``)."""
+        if self._explicit:
+            receiver, payload = self._with_port(args, kwargs)
+            return ResultStream(self._port_results(self._call(payload), receiver, timeout))
         payload = self._payload(args, kwargs)
         refs = self._mesh._ordered_refs()
         cmesh = self._mesh._cmesh
@@ -178,6 +225,11 @@ class EndpointRef(Generic[R]):
             return ResultStream(self._tree_results(cmesh.stream(self._name, payload), refs, timeout))
         futures = [_call_future(ref, self._name, payload) for ref in refs]
         return ResultStream(self._arrival_order(futures, timeout))
+
+    def _port_results(self, handled: Future[Any], receiver: Any, timeout: Optional[float]) -> Iterator[R]:
+        handled.get(timeout)  # every handler took the call (or the error is raised)
+        for _ in range(len(self._mesh)):
+            yield receiver.recv().get(timeout)
 
     def _tree_results(self, stream: Any, refs: List[Any], timeout: Optional[float]) -> Iterator[R]:
         for _ in range(len(refs)):

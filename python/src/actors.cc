@@ -518,6 +518,103 @@ std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& n
   return out;
 }
 
+Runtime& current_runtime() {
+  Runtime* runtime = Runtime::current();
+  if (runtime == nullptr) throw std::runtime_error("no castmesh runtime in this process");
+  return *runtime;
+}
+
+// The messages of one Python channel (castmesh.Channel), in arrival order,
+// and the receives waiting for them: the i-th recv() gets the i-th message.
+class PortQueue {
+ public:
+  // Any thread (the port actor's handler).
+  void push(std::string payload) {
+    std::shared_ptr<CallFuture> waiter;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiters_.empty()) {
+        items_.push_back(std::move(payload));
+        return;
+      }
+      waiter = std::move(waiters_.front());
+      waiters_.pop_front();
+    }
+    waiter->complete(std::move(payload));
+  }
+
+  // The next message, now or once it arrives (Python's PortReceiver.recv).
+  std::shared_ptr<CallFuture> recv() {
+    auto slot = std::make_shared<CallFuture>();
+    std::string payload;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (items_.empty()) {
+        waiters_.push_back(slot);
+        return slot;
+      }
+      payload = std::move(items_.front());
+      items_.pop_front();
+    }
+    slot->complete(std::move(payload));
+    return slot;
+  }
+
+ private:
+  std::mutex mu_;
+  std::deque<std::string> items_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<CallFuture>> waiters_ ABSL_GUARDED_BY(mu_);
+};
+
+// The receiving end of a channel: an actor in the process that opened it,
+// whose address is what a castmesh.Port pickles to. Its one handler queues
+// the pickled message; it never touches Python.
+class PyPortActor : public Actor {
+ public:
+  explicit PyPortActor(std::shared_ptr<PortQueue> queue) : queue_(std::move(queue)) {}
+  void deliver(const PyCall& message) { queue_->push(message.payload); }
+  using Handlers = castmesh::Handlers<&PyPortActor::deliver>;
+
+ private:
+  std::shared_ptr<PortQueue> queue_;
+};
+
+// A channel opened in this process (castmesh.Channel.open): its port
+// actor's address and its queue. Closing stops the actor.
+struct PyChannel {
+  ActorRef<PyPortActor> port;
+  std::shared_ptr<PortQueue> queue;
+
+  std::string address() const { return port.address().to_string(); }
+  void close() const {
+    py::gil_scoped_release release;
+    port.stop();
+  }
+};
+
+PyChannel open_channel() {
+  Runtime& runtime = current_runtime();
+  auto queue = std::make_shared<PortQueue>();
+  SpawnOptions options;
+  options.name = "castmesh.port";
+  absl::StatusOr<ActorRef<PyPortActor>> ref = absl::UnknownError("not spawned");
+  {
+    py::gil_scoped_release release;
+    ref = runtime.spawn_with<PyPortActor>(std::move(options), queue);
+  }
+  if (!ref.ok()) raise_status(ref.status());
+  return PyChannel{*std::move(ref), std::move(queue)};
+}
+
+// Sends one pickled message to the port at `address`, from any process with
+// a runtime. Fire and forget: a port whose receiver is gone drops it.
+void port_send(const std::string& address, std::string payload) {
+  auto parsed = Address::parse(address);
+  if (!parsed.ok()) throw py::value_error(std::string(parsed.status().message()));
+  py::gil_scoped_release release;
+  ActorRef<PyPortActor>::from_address(std::move(*parsed)).tell(PyCall{"port", std::move(payload), true});
+}
+
 // One watched actor stopped with an error (see watch_failures).
 struct FailureReport {
   int64_t token = 0;     // the watch's token (castmesh.supervision's mesh record)
@@ -566,12 +663,6 @@ class FailureQueue {
 FailureQueue& failure_queue() {
   static auto* queue = new FailureQueue();
   return *queue;
-}
-
-Runtime& current_runtime() {
-  Runtime* runtime = Runtime::current();
-  if (runtime == nullptr) throw std::runtime_error("no castmesh runtime in this process");
-  return *runtime;
 }
 
 // Monitors every ref; each that stops with an error (not a normal stop) is
@@ -725,6 +816,13 @@ void bind_actors(py::module_& module) {
            })
       .def("shutdown", &PyRuntime::shutdown);
 
+  py::class_<PyChannel>(module, "Channel", "A channel opened here: its port actor and message queue.")
+      .def_property_readonly("address", &PyChannel::address, "Where senders send (the port actor's address).")
+      .def("recv", [](const PyChannel& c) { return c.queue->recv(); }, "A CallFuture of the next message.")
+      .def("close", &PyChannel::close, "Stops the port actor; later messages are dropped.");
+  module.def("open_channel", &open_channel, "Opens a channel in this process (castmesh.Channel.open).");
+  module.def("port_send", &port_send, py::arg("address"), py::arg("payload"),
+             "Sends pickled bytes to the port at `address` (fire and forget).");
   module.def("watch_failures", &watch_failures, py::arg("refs"), py::arg("token"),
              "Reports each of these actors that stops with an error to next_failure(), under `token`.");
   module.def(

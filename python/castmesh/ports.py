@@ -1,0 +1,174 @@
+"""Ports and channels (Monarch's low-level messaging).
+
+``port, receiver = Channel.open()`` makes a channel whose receiving end
+lives in the calling process (an actor or the controller). The
+:class:`Port` pickles into any message (an endpoint's argument, a value
+another port carries, ...), so any actor can ``port.send(value)`` (or
+``port.exception(error)``) to it; messages from one sender arrive in the
+order sent. ``await receiver.recv()`` or ``receiver.recv().get()`` takes the
+next message (each ``recv()`` is given its own message, in order).
+
+Endpoints marked ``@endpoint(explicit_response_port=True)`` receive the
+caller's response port as their first argument (after ``self``) and answer
+through it, at once or later (from another endpoint); their return value is
+ignored. ``send(endpoint, args, kwargs, port=port)`` calls an endpoint on
+every actor of its mesh without waiting: each actor's result (or error) goes
+to ``port``.
+
+A channel's receiving actor stops when its receiver is garbage collected
+(or ``receiver.close()``); messages sent after that are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Generic, Optional, Tuple, TypeVar
+
+from . import _castmesh, _context, _serial
+from .future import Future
+
+__all__ = ["Channel", "Port", "PortReceiver", "send"]
+
+R = TypeVar("R")
+
+# Where an endpoint call carries its response port (the port's address and
+# the answering member's rank are added by the host): a keyword no Python
+# function can declare.
+PORT_KWARG = "castmesh.port"
+
+
+def _ensure_runtime() -> None:
+    if not _context.in_worker():
+        from .mesh import _runtime
+
+        _runtime()
+
+
+class Port(Generic[R]):
+    """The sending end of a channel: ``send(value)`` / ``exception(error)``,
+    fire and forget, from any actor or the controller. Pickles to its
+    address (and rank), so it travels inside messages."""
+
+    __slots__ = ("_address", "_rank")
+
+    def __init__(self, address: str, rank: Optional[int] = None) -> None:
+        self._address = address
+        self._rank = rank
+
+    @property
+    def address(self) -> str:
+        """The receiving actor's address."""
+        return self._address
+
+    def send(self, value: R) -> None:
+        """Sends ``value`` (pickled) to the receiver."""
+        _castmesh.port_send(self._address, _serial.dumps((self._rank, _serial.dumps(("ok", value)))))
+
+    def exception(self, error: BaseException) -> None:
+        """Sends an error: the receiver's ``recv()`` raises it."""
+        from ._host import _error_reply
+
+        _castmesh.port_send(self._address, _serial.dumps((self._rank, _error_reply(error))))
+
+    def __reduce__(self) -> Any:
+        return (Port, (self._address, self._rank))
+
+    def __repr__(self) -> str:
+        return f"<castmesh.Port {self._address}>"
+
+
+class DroppingPort(Port[Any]):
+    """The port an explicit-response endpoint gets when nobody waits for an
+    answer (``broadcast``, or ``send`` without a port): sends go nowhere."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("", None)
+
+    def send(self, value: Any) -> None:
+        del value
+
+    def exception(self, error: BaseException) -> None:
+        del error
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a channel opened in this process."""
+
+    __slots__ = ("_channel", "__weakref__")
+
+    def __init__(self, channel: "_castmesh.Channel") -> None:
+        self._channel = channel
+
+    def recv(self) -> "Future[R]":
+        """The next message: ``await`` it or ``.get(timeout)``. An error sent
+        with ``port.exception(e)`` is raised (``e`` itself when it unpickles
+        here, else a :class:`castmesh.ActorError`)."""
+        slot = self._channel.recv()
+        address = self._channel.address
+
+        def wait(timeout: Optional[float]) -> R:
+            _rank, value = self._ranked(slot, timeout, address)
+            return value
+
+        return Future(wait, slot.add_callback)
+
+    def recv_ranked(self) -> "Future[Tuple[Optional[int], R]]":
+        """The next message with the rank of the mesh member that sent it
+        (``None`` for a port that was not handed out by a mesh call)."""
+        slot = self._channel.recv()
+        address = self._channel.address
+        return Future(lambda timeout: self._ranked(slot, timeout, address), slot.add_callback)
+
+    @staticmethod
+    def _ranked(slot: Any, timeout: Optional[float], address: str, raw: bool = False) -> Tuple[Optional[int], Any]:
+        from ._host import decode_reply
+
+        done, code, data = slot.wait(-1.0 if timeout is None else timeout)
+        if not done:
+            raise TimeoutError(f"no message at port {address} within {timeout} s")
+        if code:  # never set by the queue itself; kept for a closed runtime
+            raise RuntimeError(f"port {address}: {data}")
+        rank, reply = _serial.loads(data)
+        if raw:
+            return rank, reply
+        ok, value = decode_reply(reply, "a port sender")
+        if ok:
+            return rank, value
+        raise value.exception if value.exception is not None else value
+
+    def close(self) -> None:
+        """Stops receiving (the channel's actor stops)."""
+        self._channel.close()
+
+    def __del__(self) -> None:
+        try:
+            self._channel.close()
+        except Exception:  # noqa: BLE001 - interpreter exit
+            pass
+
+
+class Channel(Generic[R]):
+    """Opens channels: ``port, receiver = Channel.open()``."""
+
+    @staticmethod
+    def open(once: bool = False) -> Tuple[Port[R], PortReceiver[R]]:
+        """A new channel whose receiver lives in this process. ``once`` is
+        accepted for Monarch compatibility (a port may be used any number of
+        times here)."""
+        del once
+        _ensure_runtime()
+        channel = _castmesh.open_channel()
+        return Port(channel.address), PortReceiver(channel)
+
+
+def send(endpoint: Any, args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None,
+         port: Optional[Port[Any]] = None, selection: str = "all") -> None:
+    """Calls ``endpoint`` (e.g. ``mesh.compute``) on every actor of its mesh
+    without waiting. With ``port``, each actor's result (or error) is sent
+    there (an explicit-response endpoint gets ``port`` as its first
+    argument); without, results are dropped (as ``broadcast``). Only
+    ``selection="all"`` is supported: slice the mesh to choose actors."""
+    if selection != "all":
+        raise ValueError(f"send(..., selection={selection!r}): only 'all' is supported; slice the mesh instead")
+    endpoint._send(tuple(args), dict(kwargs or {}), port)
