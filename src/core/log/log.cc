@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -32,6 +33,104 @@ std::shared_ptr<spdlog::logger> make_logger() {
 }
 
 }  // namespace
+
+namespace {
+
+// Length of the UTF-8 sequence at the start of `text` when it is valid and
+// not a C1 control character (U+0080..U+009F); 0 otherwise.
+std::size_t utf8_printable_length(std::string_view text) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(0);
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // allowed range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+    if (lead == 0xc2) low = 0xa0;  // U+0080..U+009F are C1 controls
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // no overlong forms
+    if (lead == 0xed) high = 0x9f;  // no surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;
+    if (lead == 0xf4) high = 0x8f;  // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (text.size() < length || byte(1) < low || byte(1) > high) return 0;
+  for (std::size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  return length;
+}
+
+// Appends the escaped form of the one byte `c` (not printable as is).
+void append_escaped(unsigned char c, std::string& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  switch (c) {
+    case '\n': out += "\\n"; return;
+    case '\r': out += "\\r"; return;
+    case '\t': out += "\\t"; return;
+    case '\\': out += "\\\\"; return;
+    default:
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+  }
+}
+
+}  // namespace
+
+std::string printable(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 16);
+  std::size_t i = 0;
+  while (i < text.size() && out.size() < max_bytes) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else if (std::size_t n = c >= 0x80 ? utf8_printable_length(text.substr(i)) : 0; n > 0) {
+      out.append(text.substr(i, n));
+      i += n;
+    } else {
+      append_escaped(c, out);
+      ++i;
+    }
+  }
+  if (i < text.size()) out += "...(" + std::to_string(text.size()) + " bytes)";
+  return out;
+}
+
+bool is_printable(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      ++i;
+    } else if (std::size_t n = c >= 0x80 ? utf8_printable_length(text.substr(i)) : 0; n > 0) {
+      i += n;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool is_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      ++i;
+    } else if (std::size_t n = utf8_printable_length(text.substr(i)); n > 0) {
+      i += n;
+    } else if (c == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80) {
+      i += 2;  // a C1 control character: valid UTF-8
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
 
 bool RateLimiter::allow(std::uint64_t* suppressed, std::int64_t interval_ns) {
   const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(

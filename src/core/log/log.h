@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace castmesh::log {
 
@@ -35,6 +36,20 @@ class RateLimiter {
   std::atomic<std::int64_t> next_ns_{0};
   std::atomic<std::uint64_t> suppressed_{0};
 };
+
+// `text` that came from a peer (or anything else not trusted), made safe for
+// one log line or error message: control characters (C0, DEL, C1), bytes
+// that are not UTF-8 and backslashes are escaped (\n, \x1b, \\), and
+// the result is cut after about `max_bytes` with "...(N bytes)" appended.
+// Any thread.
+std::string printable(std::string_view text, std::size_t max_bytes = 256);
+
+// True when printable(text) would change nothing except for truncation:
+// valid UTF-8 without control characters or backslash escapes to add.
+bool is_printable(std::string_view text);
+
+// True when `text` is valid UTF-8 (control characters allowed).
+bool is_utf8(std::string_view text);
 
 // " (N more like this suppressed)" or "" for N = 0.
 std::string suppressed_suffix(std::uint64_t suppressed);

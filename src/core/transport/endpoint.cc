@@ -640,7 +640,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       }
       if (acceptor_proc_ != peer_) {
-        CASTMESH_LOG_DEBUG("castmesh-proc {}: dialed {} answered as {}", owner_.id(), peer_, acceptor_proc_);
+        CASTMESH_LOG_DEBUG("castmesh-proc {}: dialed {} answered as {}", owner_.id(), peer_,
+                           log::printable(acceptor_proc_));
       }
       establish();
       return;
@@ -657,7 +658,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                            wire::connector_mac(secret, my_nonce_, response.nonce(), response.proc()))) {
         protocol_error(absl::PermissionDeniedError(
             absl::StrCat("authentication failed: wrong mesh secret from ", remote_, " (claims to be '",
-                         response.proc(), "')")));
+                         log::printable(response.proc()), "')")));
         return;
       }
       peer_ = response.proc();
@@ -723,6 +724,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 absl::Status Endpoint::Impl::start() {
   if (options_.secret.empty()) return absl::InvalidArgumentError("an endpoint needs a non-empty mesh secret");
+  wire::route_protobuf_logs();
   absl::StatusOr<wire::FrameLimits> limits = wire::apply_environment(options_.limits);
   if (!limits.ok()) return limits.status();
   options_.limits = *limits;

@@ -1,11 +1,20 @@
 #include "core/wire/frame.h"
 
+#include <google/protobuf/stubs/common.h>
+
 #include <charconv>
+#include <mutex>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "core/log/log.h"
+
+#if GOOGLE_PROTOBUF_VERSION < 4022000
+#include <google/protobuf/stubs/logging.h>
+#define CASTMESH_PROTOBUF_LOG_HANDLER 1
+#endif
 
 namespace castmesh::wire {
 
@@ -36,6 +45,31 @@ absl::Status check_body_size(std::uint32_t size, const FrameLimits& limits) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// InvalidArgument unless `value` is printable UTF-8 of at most `max` bytes.
+absl::Status check_name(const char* what, const std::string& value, std::size_t max) {
+  if (value.size() <= max && log::is_printable(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " is not printable UTF-8 of at most ", max, " bytes: \"",
+                                                 log::printable(value, 64), "\""));
+}
+
+absl::Status check_envelope_text(const v1::Envelope& envelope) {
+  for (const auto& [what, value] : {std::pair<const char*, const std::string*>{"envelope source", &envelope.source()},
+                                    {"envelope destination", &envelope.destination()},
+                                    {"envelope message type", &envelope.message_type()},
+                                    {"envelope reply address", &envelope.reply_to()}}) {
+    if (absl::Status st = check_name(what, *value, kMaxEnvelopeNameSize); !st.ok()) return st;
+  }
+  if (!log::is_utf8(envelope.error_message())) {
+    return absl::InvalidArgumentError(absl::StrCat("envelope error message is not UTF-8: \"",
+                                                   log::printable(envelope.error_message(), 64), "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
                                             const FrameLimits& limits) {
   v1::Envelope envelope;
@@ -51,6 +85,7 @@ absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
                                                    " bytes exceeds the limit of ",
                                                    limits.max_payload_size));
   }
+  if (absl::Status st = check_envelope_text(envelope); !st.ok()) return st;
   return envelope;
 }
 
@@ -68,11 +103,34 @@ absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits) {
   return limits;
 }
 
+void route_protobuf_logs() {
+#if CASTMESH_PROTOBUF_LOG_HANDLER
+  static std::once_flag once;
+  std::call_once(once, [] {
+    google::protobuf::SetLogHandler(
+        [](google::protobuf::LogLevel, const char* file, int line, const std::string& message) {
+          CASTMESH_LOG_WARN_LIMITED("libprotobuf ({}:{}): {}", file != nullptr ? file : "?", line,
+                                    log::printable(message));
+        });
+  });
+#endif
+}
+
 absl::StatusOr<v1::Handshake> parse_handshake(const char* body, std::size_t size) {
   v1::Handshake handshake;
   if (!handshake.ParseFromArray(body, static_cast<int>(size)) ||
       handshake.step_case() == v1::Handshake::STEP_NOT_SET) {
     return absl::InvalidArgumentError(absl::StrCat("malformed handshake frame (", size, " bytes)"));
+  }
+  if (handshake.has_challenge()) {
+    if (absl::Status st = check_name("challenge proc id", handshake.challenge().proc(), kMaxProcIdSize); !st.ok()) {
+      return st;
+    }
+  }
+  if (handshake.has_response()) {
+    if (absl::Status st = check_name("response proc id", handshake.response().proc(), kMaxProcIdSize); !st.ok()) {
+      return st;
+    }
   }
   return handshake;
 }

@@ -45,12 +45,28 @@ std::uint32_t read_length_prefix(const char* p);
 // InvalidArgument when a body of `size` bytes is not acceptable.
 absl::Status check_body_size(std::uint32_t size, const FrameLimits& limits);
 
-// Parses and validates an envelope body: parse errors, an unknown version or
-// a payload above the limit are InvalidArgument with the reason.
+// Longest proc id a handshake may carry, and longest address or type name an
+// envelope may carry (they end up in logs and error messages).
+inline constexpr std::size_t kMaxProcIdSize = 512;
+inline constexpr std::size_t kMaxEnvelopeNameSize = 1024;
+
+// Parses and validates an envelope body: parse errors, an unknown version,
+// a payload above the limit, addresses or a type name that are not printable
+// UTF-8 (log::is_printable) or longer than kMaxEnvelopeNameSize, or an
+// error_message that is not UTF-8 are InvalidArgument with the reason (the
+// peer's text escaped and cut, log::printable).
 absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
                                             const FrameLimits& limits);
 
-// Parses a handshake body (no version check here: the step's own field).
+// Sends libprotobuf's own log lines (e.g. about a `string` field that is
+// not UTF-8 in a message some peer sent) through castmesh's logger,
+// escaped and rate-limited, instead of straight to stderr. Once per process;
+// no-op on protobuf versions without SetLogHandler. Any thread.
+void route_protobuf_logs();
+
+// Parses a handshake body (no version check here: the step's own field);
+// the proc id of a challenge or response must be printable UTF-8 of at most
+// kMaxProcIdSize bytes.
 absl::StatusOr<v1::Handshake> parse_handshake(const char* body, std::size_t size);
 
 }  // namespace castmesh::wire

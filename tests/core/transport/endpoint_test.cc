@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -580,16 +581,18 @@ class PipeDrain {
     if (thread_.joinable()) thread_.join();
   }
   std::size_t bytes() const { return bytes_; }
+  // The first 64 KiB or more written.
   const std::string& head() const { return head_; }
 
  private:
+  static constexpr std::size_t kKept = 64 * 1024;
   void run() {
     char buf[65536];
     ssize_t n;
     while ((n = ::read(fd_, buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR)) {
       if (n <= 0) continue;
       bytes_ += static_cast<std::size_t>(n);
-      if (head_.size() < 4096) head_.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), 4096));
+      if (head_.size() < kKept) head_.append(buf, std::min<std::size_t>(static_cast<std::size_t>(n), kKept));
     }
     ::close(fd_);
   }
@@ -718,6 +721,101 @@ TEST(Endpoint, UnauthenticatedConnectionsAreCappedPerPeerAndPerProc) {
   std::string challenge;
   EXPECT_TRUE(fits_again->read_body(challenge));
   EXPECT_FALSE(fits_again->closed_by_peer(200ms));
+}
+
+// What this process writes to stderr (the core's log) while it lives.
+class StderrCapture {
+ public:
+  StderrCapture() {
+    int p[2];
+    EXPECT_EQ(::pipe(p), 0);
+    std::fflush(stderr);
+    saved_ = ::dup(STDERR_FILENO);
+    ::dup2(p[1], STDERR_FILENO);
+    ::close(p[1]);
+    drain_.emplace(p[0]);
+  }
+  ~StderrCapture() { finish(); }
+  // Stops capturing; what was written.
+  std::string finish() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, STDERR_FILENO);
+      ::close(saved_);
+      saved_ = -1;
+      drain_->join();
+    }
+    return drain_->head();
+  }
+
+ private:
+  int saved_ = -1;
+  std::optional<PipeDrain> drain_;
+};
+
+// Every line of `log` is one of the core's lines ("[date ...] [castmesh]").
+void expect_no_forged_lines(const std::string& log) {
+  EXPECT_EQ(log.find('\x1b'), std::string::npos) << "raw escape sequence in the log:\n" << log;
+  EXPECT_EQ(log.find("libprotobuf"), std::string::npos) << "libprotobuf wrote to stderr:\n" << log;
+  std::size_t start = 0;
+  while (start < log.size()) {
+    std::size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    const std::string line = log.substr(start, end - start);
+    EXPECT_TRUE(line.empty() || (line.starts_with("[") && line.find("] [castmesh] [") != std::string::npos))
+        << "forged line: " << line;
+    start = end + 1;
+  }
+}
+
+// A response with the right shape but a wrong MAC, claiming to be `proc`.
+v1::Handshake response_claiming(const std::string& proc) {
+  v1::Handshake reply;
+  reply.mutable_response()->set_version(wire::kWireVersion);
+  reply.mutable_response()->set_nonce(wire::make_nonce());
+  reply.mutable_response()->set_proc(proc);
+  reply.mutable_response()->set_mac(std::string(32, 'm'));
+  return reply;
+}
+
+TEST(Endpoint, PeerSuppliedTextCannotForgeOrFloodLogLines) {
+  Inbox inbox;
+  auto a = start(options_for(listen_url("unix", "inject")), inbox);
+  ASSERT_TRUE(a);
+  const std::string forged = "evil\n[2026-01-01 00:00:00.000] [castmesh] [pid 1] [error] forged\x1b[31mred";
+  const std::vector<std::string> claims = {
+      forged + std::string(60 * 1024, 'A'),  // newline, ANSI escape, 60 KiB
+      "bad\xff\xfeutf8\xc0\x80",          // not UTF-8
+  };
+  for (const std::string& claim : claims) {
+    // Lines any peer can cause are rate-limited (one per second per call
+    // site): wait so that this one is let through.
+    std::this_thread::sleep_for(1100ms);
+    StderrCapture capture;
+    auto raw = RawPeer::connect_to(a->id());
+    std::string challenge;
+    ASSERT_TRUE(raw->read_body(challenge));
+    raw->write_frame(response_claiming(claim));
+    EXPECT_TRUE(raw->closed_by_peer());
+    const std::string log = capture.finish();
+    expect_no_forged_lines(log);
+    EXPECT_LT(log.size(), 2048u) << log;
+    EXPECT_NE(log.find("unauthenticated peer"), std::string::npos) << "no line about the refused peer:\n" << log;
+  }
+  {  // Authenticated, then an envelope whose destination holds a newline.
+    auto raw = RawPeer::connect_to(a->id());
+    ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-inject"));
+    v1::Envelope envelope = message("x");
+    envelope.set_version(wire::kWireVersion);
+    envelope.set_sequence(1);
+    envelope.set_destination("actor\n[error] forged");
+    raw->write_frame(envelope);
+    EXPECT_TRUE(raw->closed_by_peer());
+    ASSERT_TRUE(inbox.wait_lost(1));
+    EXPECT_NE(inbox.lost()[0].second.message().find("actor\\n[error] forged"), std::string::npos)
+        << inbox.lost()[0].second;
+    EXPECT_EQ(inbox.message_count(), 0u);
+  }
 }
 
 TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
