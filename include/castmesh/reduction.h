@@ -21,18 +21,9 @@
 #include <string_view>
 
 #include "castmesh/dtype.h"
+#include "castmesh/reduce_op.h"
 
 namespace castmesh {
-
-// The built-in reduction operators (MPI_SUM ... MPI_LXOR, plus avg as in
-// torch.distributed's ReduceOp.AVG).
-enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg, kBand, kBor, kBxor, kLand, kLor, kLxor };
-
-// Every ReduceOp, in declaration order (for tests and tables).
-inline constexpr ReduceOp kAllReduceOps[] = {
-    ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,  ReduceOp::kMax, ReduceOp::kAvg,  ReduceOp::kBand,
-    ReduceOp::kBor, ReduceOp::kBxor, ReduceOp::kLand, ReduceOp::kLor, ReduceOp::kLxor,
-};
 
 // Lower-case name: "sum", "prod", "min", "max", "avg", "band", "bor", "bxor",
 // "land", "lor", "lxor"; "?" for a value outside the enum.

@@ -1,24 +1,59 @@
 // Reduction: names, validation, and the two ways to combine (a built-in
-// kernel from reduction_kernels.h, or a user function with MPI's operand
-// convention). Compiled at -O3 in every build (see CMakeLists.txt).
+// kernel from the table the CPU runs best, or a user function with MPI's
+// operand convention). Also home of the portable kernel table: this file is
+// compiled at -O3 in every build type (see CMakeLists.txt and
+// reduction_loops.h).
 #include "castmesh/reduction.h"
 
 #include <absl/status/status.h>
 #include <absl/strings/str_cat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "core/collectives/reduction_kernels.h"
+#include "core/collectives/reduction_loops.h"
 
 namespace castmesh {
 
 namespace rk = reduction_kernels;
 
-// The table is indexed by the enums' values: keep them dense and in order.
-static_assert(static_cast<size_t>(ReduceOp::kLxor) + 1 == rk::kNumOps);
-static_assert(static_cast<size_t>(DType::kBool) + 1 == rk::kNumDTypes);
+// The tables are indexed by the enums' values: keep them dense and in order.
+static_assert(std::size(kAllReduceOps) == rk::kNumOps);
+static_assert(std::size(kAllDTypes) == rk::kNumDTypes);
+
+namespace reduction_kernels {
+
+namespace {
+// Built at compile time: no code runs before main for it.
+constexpr KernelTable kPortableKernels = make_kernel_table("portable");
+}  // namespace
+
+const KernelTable& portable_kernels() { return kPortableKernels; }
+
+const KernelTable* avx2_kernels() {
+#if defined(CASTMESH_REDUCTION_AVX2)
+  __builtin_cpu_init();
+  // libgcc/compiler-rt also check that the OS saves the AVX registers.
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return &kAvx2KernelTable;
+#endif
+  return nullptr;
+}
+
+const KernelTable& active_kernels() {
+  static const KernelTable& table = []() -> const KernelTable& {
+    const char* forced = std::getenv("CASTMESH_REDUCTION_ISA");
+    if (forced != nullptr && std::string_view(forced) == "portable") return portable_kernels();
+    const KernelTable* avx2 = avx2_kernels();
+    return avx2 != nullptr ? *avx2 : portable_kernels();
+  }();
+  return table;
+}
+
+}  // namespace reduction_kernels
 
 namespace {
 
@@ -65,7 +100,7 @@ absl::StatusOr<Reduction> Reduction::Builtin(ReduceOp op, DType dtype) {
     return absl::InvalidArgumentError(absl::StrCat("reduction ", std::string(reduce_op_name(op)), " is not defined on ",
                                                    std::string(dtype_name(dtype)), ": ", why));
   }
-  const rk::Entry& entry = rk::kTable[static_cast<size_t>(op)][static_cast<size_t>(dtype)];
+  const rk::Entry& entry = rk::active_kernels().at[static_cast<size_t>(op)][static_cast<size_t>(dtype)];
   Reduction r;
   r.dtype_ = dtype;
   r.op_ = op;

@@ -1,282 +1,44 @@
-// The built-in reduction kernels behind castmesh::Reduction: one function per
-// valid (op, dtype) pair, found in a table built at compile time. Included by
-// reduction.cc only, which is compiled at -O3 in every build type so that the
-// loops below are auto-vectorised (castmesh is built for the baseline ISA of
-// its target, so on x86-64 that means SSE2).
+// The tables of built-in reduction kernels behind castmesh::Reduction: one
+// entry per (op, dtype) pair, filled where the pair is valid. There is one
+// table per instruction set the library was compiled for (the portable one,
+// and on x86-64 one for AVX2 + F16C); Reduction::Builtin takes its kernels
+// from the best table the CPU runs, chosen once per process.
 //
-// How the loops stay vectorisable: every element function is branch-free
-// (selects, no calls), pointers are restrict-qualified, and aliasing between
-// output and inputs is decided once per call, outside the loop. float16 and
-// bfloat16 are widened to float32 a block at a time into stack buffers,
-// combined there, and rounded back; the conversions are written as selects
-// between candidate encodings so that they vectorise too.
+// Internal to the core (and its tests). Any thread.
 #pragma once
 
-#include <array>
-#include <bit>
-#include <cmath>
 #include <cstddef>
-#include <cstdint>
-#include <tuple>
-#include <type_traits>
-#include <utility>
 
 #include "castmesh/dtype.h"
-#include "castmesh/reduction.h"
+#include "castmesh/reduce_op.h"
 
 namespace castmesh::reduction_kernels {
 
+// out[i] = lhs[i] op rhs[i]; out may be lhs, rhs, or both.
 using KernelFn = void (*)(const void* lhs, const void* rhs, void* out, size_t count);
+// avg's last step: divide by the number of contributions (>= 2).
 using FinalizeFn = void (*)(void* data, size_t count, int contributions);
 
-// ---- float16 / bfloat16 <-> float32 ----------------------------------------
+inline constexpr size_t kNumOps = static_cast<size_t>(ReduceOp::kLxor) + 1;
+inline constexpr size_t kNumDTypes = static_cast<size_t>(DType::kBool) + 1;
 
-// IEEE binary16 -> binary32; exact. Each class of input (zero/subnormal,
-// normal, inf/NaN) has its own candidate, then two selects pick one.
-inline float half_to_float_inline(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t mag = h & 0x7fffu;
-  // Exponent bias 15 -> 127: shift into place and add 112 << 23.
-  const uint32_t normal = (mag << 13) + 0x38000000u;
-  // Exponent all ones stays all ones; the payload keeps its position.
-  const uint32_t special = (mag << 13) | 0x7f800000u;
-  // A subnormal half is mantissa * 2^-24, a normal float32 (exact).
-  const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(mag)) * 0x1p-24f);
-  uint32_t r = mag >= 0x7c00u ? special : normal;
-  r = mag < 0x0400u ? subnormal : r;
-  return std::bit_cast<float>(r | sign);
-}
-
-// binary32 -> binary16, round to nearest, ties to even; overflow -> inf; NaN
-// -> quiet NaN keeping sign and the top 9 payload bits.
-inline uint16_t float_to_half_inline(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t mag = u & 0x7fffffffu;
-  // Normal result: rebias (-112 << 23), then drop 13 bits rounding to nearest
-  // even (add 0xfff plus the bit that will become the last one kept). A carry
-  // into the exponent is the correct result, up to and including infinity.
-  const uint32_t normal = (mag - 0x38000000u + 0x0fffu + ((mag >> 13) & 1u)) >> 13;
-  // Below 2^-14 the result is subnormal, a multiple of 2^-24. Adding 0.5,
-  // whose ulp is 2^-24, makes the FPU do that rounding (to nearest even); the
-  // bits above 0.5's are the half's mantissa (0x400 = the smallest normal).
-  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(mag) + 0.5f) - 0x3f000000u;
-  const uint32_t nan = 0x7e00u | ((mag >> 13) & 0x03ffu);
-  uint32_t r = mag < 0x38800000u ? subnormal : normal;
-  r = mag >= 0x47800000u ? 0x7c00u : r;  // 2^16 and above (inf included)
-  r = mag > 0x7f800000u ? nan : r;
-  return static_cast<uint16_t>(r | sign);
-}
-
-// bfloat16 is the top half of a binary32.
-inline float bfloat16_to_float_inline(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
-
-// binary32 -> bfloat16, round to nearest, ties to even; NaN -> quiet NaN with
-// sign and top payload bits (the rounding add could carry a NaN into inf).
-inline uint16_t float_to_bfloat16_inline(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x0040u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
-
-// A 16-bit float format: how to widen, narrow, and what 1 and "nonzero" are.
-struct Half {
-  static float decode(uint16_t v) { return half_to_float_inline(v); }
-  static uint16_t encode(float f) { return float_to_half_inline(f); }
-  static constexpr uint16_t kOne = 0x3c00;
-};
-struct BFloat16 {
-  static float decode(uint16_t v) { return bfloat16_to_float_inline(v); }
-  static uint16_t encode(float f) { return float_to_bfloat16_inline(f); }
-  static constexpr uint16_t kOne = 0x3f80;
+// The kernels of one (op, dtype) pair; both null where the pair is invalid,
+// finalize null for every op but avg.
+struct Entry {
+  KernelFn combine;
+  FinalizeFn finalize;
 };
 
-// ---- element functions ------------------------------------------------------
+// Indexed [op][dtype] by the enums' values. Plain arrays on purpose: the
+// table is built in translation units compiled for different instruction
+// sets, which must not share any inline function (see reduction_loops.h).
+struct KernelTable {
+  const char* isa;  // "portable", "avx2+f16c"
+  Entry at[kNumOps][kNumDTypes];
+};
 
-// Integer sum/prod are done in an unsigned type at least as wide as int, so
-// they wrap modulo 2^bits instead of overflowing (and int16 * int16 does not
-// overflow `int` after promotion).
-template <typename T>
-using WideUnsigned = std::conditional_t<(sizeof(T) <= 4), uint32_t, uint64_t>;
-
-// lhs op rhs for one element of an arithmetic type (bool is stored as uint8).
-// Branch-free so that loops over it vectorise.
-template <ReduceOp kOp, typename T>
-inline T apply(T a, T b) {
-  constexpr bool kFloat = std::is_floating_point_v<T>;
-  if constexpr (kOp == ReduceOp::kSum || kOp == ReduceOp::kAvg) {
-    if constexpr (kFloat) {
-      return a + b;
-    } else {
-      return static_cast<T>(static_cast<WideUnsigned<T>>(a) + static_cast<WideUnsigned<T>>(b));
-    }
-  } else if constexpr (kOp == ReduceOp::kProd) {
-    if constexpr (kFloat) {
-      return a * b;
-    } else {
-      return static_cast<T>(static_cast<WideUnsigned<T>>(a) * static_cast<WideUnsigned<T>>(b));
-    }
-  } else if constexpr (kOp == ReduceOp::kMin) {
-    // std::min(a, b) (a on ties), but a NaN on either side wins, as in torch.
-    if constexpr (kFloat) {
-      return (b < a || std::isnan(b)) ? b : a;
-    } else {
-      return b < a ? b : a;
-    }
-  } else if constexpr (kOp == ReduceOp::kMax) {
-    if constexpr (kFloat) {
-      return (a < b || std::isnan(b)) ? b : a;
-    } else {
-      return a < b ? b : a;
-    }
-  } else if constexpr (kOp == ReduceOp::kBand) {
-    return static_cast<T>(a & b);
-  } else if constexpr (kOp == ReduceOp::kBor) {
-    return static_cast<T>(a | b);
-  } else if constexpr (kOp == ReduceOp::kBxor) {
-    return static_cast<T>(a ^ b);
-  } else if constexpr (kOp == ReduceOp::kLand) {
-    return static_cast<T>((a != T(0)) & (b != T(0)));
-  } else if constexpr (kOp == ReduceOp::kLor) {
-    return static_cast<T>((a != T(0)) | (b != T(0)));
-  } else {
-    static_assert(kOp == ReduceOp::kLxor);
-    return static_cast<T>((a != T(0)) ^ (b != T(0)));
-  }
-}
-
-// Logical ops on a 16-bit float, on its bits: nonzero means any bit but the
-// sign set (so NaN is true, -0 false); true is F::kOne.
-template <ReduceOp kOp, typename F>
-inline uint16_t apply_logical_bits(uint16_t a, uint16_t b) {
-  const bool ta = (a & 0x7fffu) != 0;
-  const bool tb = (b & 0x7fffu) != 0;
-  bool r;
-  if constexpr (kOp == ReduceOp::kLand) {
-    r = ta & tb;
-  } else if constexpr (kOp == ReduceOp::kLor) {
-    r = ta | tb;
-  } else {
-    static_assert(kOp == ReduceOp::kLxor);
-    r = ta ^ tb;
-  }
-  return r ? F::kOne : uint16_t{0};
-}
-
-// ---- loops ------------------------------------------------------------------
-
-// out[i] = f(a[i], b[i]) with the aliasing of this call known to the compiler:
-// one loop per case, each with restrict pointers, chosen before the loop.
-template <typename T, typename Fn>
-inline void loop3(const T* __restrict a, const T* __restrict b, T* __restrict out, size_t n, Fn f) {
-  for (size_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
-}
-template <typename T, typename Fn>
-inline void loop_into_rhs(const T* __restrict a, T* __restrict io, size_t n, Fn f) {
-  for (size_t i = 0; i < n; ++i) io[i] = f(a[i], io[i]);
-}
-template <typename T, typename Fn>
-inline void loop_into_lhs(T* __restrict io, const T* __restrict b, size_t n, Fn f) {
-  for (size_t i = 0; i < n; ++i) io[i] = f(io[i], b[i]);
-}
-template <typename T, typename Fn>
-inline void loop_self(T* io, size_t n, Fn f) {
-  for (size_t i = 0; i < n; ++i) io[i] = f(io[i], io[i]);
-}
-
-template <typename T, typename Fn>
-inline void elementwise(const void* lhs, const void* rhs, void* out, size_t n, Fn f) {
-  const T* a = static_cast<const T*>(lhs);
-  const T* b = static_cast<const T*>(rhs);
-  T* o = static_cast<T*>(out);
-  if (out == lhs && out == rhs) {
-    loop_self(o, n, f);
-  } else if (out == rhs) {
-    loop_into_rhs(a, o, n, f);
-  } else if (out == lhs) {
-    loop_into_lhs(o, b, n, f);
-  } else {
-    loop3(a, b, o, n, f);
-  }
-}
-
-// Elements of a 16-bit float widened per block: big enough to amortise the
-// loop set-up, small enough that the three float32 blocks stay in L1.
-inline constexpr size_t kBlock = 256;
-
-template <typename F>
-inline void decode_block(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = F::decode(src[i]);
-}
-template <typename F>
-inline void encode_block(const float* __restrict src, uint16_t* __restrict dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = F::encode(src[i]);
-}
-template <ReduceOp kOp>
-inline void apply_block(const float* __restrict a, float* __restrict b, size_t n) {
-  for (size_t i = 0; i < n; ++i) b[i] = apply<kOp, float>(a[i], b[i]);
-}
-
-// One block of a 16-bit float kernel. Both inputs are read in full before
-// `out` is written, so `out` may be either input.
-template <ReduceOp kOp, typename F>
-inline void fp16_block(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
-  alignas(64) float fa[kBlock];
-  alignas(64) float fb[kBlock];
-  decode_block<F>(a, fa, n);
-  decode_block<F>(b, fb, n);
-  apply_block<kOp>(fa, fb, n);
-  encode_block<F>(fb, out, n);
-}
-
-// ---- kernels ------------------------------------------------------------------
-
-template <ReduceOp kOp, typename T>
-void kernel(const void* lhs, const void* rhs, void* out, size_t n) {
-  elementwise<T>(lhs, rhs, out, n, [](T a, T b) { return apply<kOp, T>(a, b); });
-}
-
-template <ReduceOp kOp, typename F>
-void fp16_kernel(const void* lhs, const void* rhs, void* out, size_t n) {
-  if constexpr (kOp == ReduceOp::kLand || kOp == ReduceOp::kLor || kOp == ReduceOp::kLxor) {
-    elementwise<uint16_t>(lhs, rhs, out, n, [](uint16_t a, uint16_t b) { return apply_logical_bits<kOp, F>(a, b); });
-  } else {
-    const auto* a = static_cast<const uint16_t*>(lhs);
-    const auto* b = static_cast<const uint16_t*>(rhs);
-    auto* o = static_cast<uint16_t*>(out);
-    size_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) fp16_block<kOp, F>(a + i, b + i, o + i, kBlock);
-    if (i < n) fp16_block<kOp, F>(a + i, b + i, o + i, n - i);
-  }
-}
-
-// avg's last step: divide by the number of contributions (exactly rounded
-// division, the same on every rank).
-template <typename T>
-void divide(void* data, size_t n, int contributions) {
-  T* __restrict p = static_cast<T*>(data);
-  const T d = static_cast<T>(contributions);
-  for (size_t i = 0; i < n; ++i) p[i] = p[i] / d;
-}
-
-template <typename F>
-void fp16_divide(void* data, size_t n, int contributions) {
-  auto* p = static_cast<uint16_t*>(data);
-  const float d = static_cast<float>(contributions);
-  alignas(64) float buf[kBlock];
-  for (size_t i = 0; i < n; i += kBlock) {
-    const size_t m = n - i < kBlock ? n - i : kBlock;
-    decode_block<F>(p + i, buf, m);
-    for (size_t j = 0; j < m; ++j) buf[j] = buf[j] / d;
-    encode_block<F>(buf, p + i, m);
-  }
-}
-
-// ---- validity and the (op, dtype) table ---------------------------------------
-
-// Why `op` makes no sense on `t`, or nullptr where it does. The table below
-// has a kernel exactly where this returns nullptr.
+// Why `op` makes no sense on `t`, or nullptr where it does. Every table has a
+// kernel exactly where this returns nullptr.
 constexpr const char* invalid_reason(ReduceOp op, DType t) {
   const bool logical = op == ReduceOp::kLand || op == ReduceOp::kLor || op == ReduceOp::kLxor;
   const bool bitwise = op == ReduceOp::kBand || op == ReduceOp::kBor || op == ReduceOp::kBxor;
@@ -290,52 +52,23 @@ constexpr const char* invalid_reason(ReduceOp op, DType t) {
   return nullptr;
 }
 
-// The storage type of each DType, in DType order (float16 and bfloat16 as
-// their bits, bool as a byte).
-using StorageTypes = std::tuple<int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uint16_t,
-                                uint16_t, float, double, uint8_t>;
-template <DType kT>
-using Storage = std::tuple_element_t<static_cast<size_t>(kT), StorageTypes>;
-static_assert(std::is_same_v<Storage<DType::kFloat32>, float> && std::is_same_v<Storage<DType::kBool>, uint8_t>);
+// Kernels for the target's baseline instruction set (SSE2 on x86-64);
+// compiled everywhere.
+const KernelTable& portable_kernels();
 
-// The kernels of one pair.
-struct Entry {
-  KernelFn combine = nullptr;
-  FinalizeFn finalize = nullptr;  // avg only
-};
+// Kernels compiled for AVX2 with F16C conversions (x86-64 with GCC or Clang
+// only), or nullptr where the library has none or this CPU (and OS) cannot
+// run them.
+const KernelTable* avx2_kernels();
 
-template <ReduceOp kOp, DType kT>
-constexpr Entry make_entry() {
-  if constexpr (invalid_reason(kOp, kT) != nullptr) {
-    return {};
-  } else if constexpr (kT == DType::kFloat16 || kT == DType::kBFloat16) {
-    using F = std::conditional_t<kT == DType::kFloat16, Half, BFloat16>;
-    return {&fp16_kernel<kOp, F>, kOp == ReduceOp::kAvg ? &fp16_divide<F> : nullptr};
-  } else {
-    using T = Storage<kT>;
-    if constexpr (kOp == ReduceOp::kAvg) {
-      return {&kernel<kOp, T>, &divide<T>};
-    } else {
-      return {&kernel<kOp, T>, nullptr};
-    }
-  }
-}
+#if defined(CASTMESH_REDUCTION_AVX2)
+// The table itself, in reduction_kernels_avx2.cc; call avx2_kernels().
+extern const KernelTable kAvx2KernelTable;
+#endif
 
-inline constexpr size_t kNumOps = std::size(kAllReduceOps);
-inline constexpr size_t kNumDTypes = std::size(kAllDTypes);
-using Table = std::array<std::array<Entry, kNumDTypes>, kNumOps>;
-
-template <size_t... kOps, size_t... kTs>
-constexpr Table make_table(std::index_sequence<kOps...>, std::index_sequence<kTs...> ts) {
-  Table table{};
-  auto row = [&]<size_t kOp>(std::integral_constant<size_t, kOp>) {
-    ((table[kOp][kTs] = make_entry<static_cast<ReduceOp>(kOp), static_cast<DType>(kTs)>()), ...);
-  };
-  (row(std::integral_constant<size_t, kOps>{}), ...);
-  return table;
-}
-
-// kTable[op][dtype]: the kernels of every pair, empty for invalid pairs.
-inline constexpr Table kTable = make_table(std::make_index_sequence<kNumOps>{}, std::make_index_sequence<kNumDTypes>{});
+// The table Reduction::Builtin uses: the best one this CPU runs, unless the
+// environment variable CASTMESH_REDUCTION_ISA=portable asks for the portable
+// one (read once, at the first call).
+const KernelTable& active_kernels();
 
 }  // namespace castmesh::reduction_kernels

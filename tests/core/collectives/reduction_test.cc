@@ -11,12 +11,16 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/collectives/reduction_kernels.h"
 
 namespace castmesh {
 namespace {
@@ -243,6 +247,27 @@ TEST(ReductionBuiltin, AcceptsExactlyTheValidPairs) {
     }
   }
   EXPECT_EQ(valid, 118);  // 8 integer dtypes x 10, 4 floating x 8, bool x 6
+}
+
+// Every table has kernels exactly for the valid pairs, and a finalizer for
+// avg only; Builtin uses the best table this CPU runs.
+TEST(ReductionTables, CoverTheValidPairs) {
+  std::vector<const reduction_kernels::KernelTable*> tables = {&reduction_kernels::portable_kernels()};
+  if (reduction_kernels::avx2_kernels() != nullptr) tables.push_back(reduction_kernels::avx2_kernels());
+  for (const reduction_kernels::KernelTable* table : tables) {
+    for (ReduceOp op : kAllReduceOps) {
+      for (DType t : kAllDTypes) {
+        const reduction_kernels::Entry& e = table->at[static_cast<size_t>(op)][static_cast<size_t>(t)];
+        EXPECT_EQ(e.combine != nullptr, pair_is_valid(op, t))
+            << table->isa << " " << reduce_op_name(op) << " " << dtype_name(t);
+        EXPECT_EQ(e.finalize != nullptr, pair_is_valid(op, t) && op == ReduceOp::kAvg) << table->isa;
+      }
+    }
+  }
+  const char* forced = std::getenv("CASTMESH_REDUCTION_ISA");
+  const bool portable_forced = forced != nullptr && std::string(forced) == "portable";
+  EXPECT_EQ(&reduction_kernels::active_kernels(), portable_forced || tables.size() == 1 ? tables[0] : tables[1]);
+  std::printf("reduction kernels in use: %s\n", reduction_kernels::active_kernels().isa);
 }
 
 std::string error_of(ReduceOp op, DType t) {
@@ -484,42 +509,76 @@ class ReductionKernel : public ::testing::TestWithParam<Pair> {};
 // the float16 block (256), and with a tail.
 constexpr size_t kLengths[] = {0, 1, 7, 33, 257, 1000};
 
-TEST_P(ReductionKernel, MatchesReferenceWithEveryAliasing) {
-  const auto [op, t] = GetParam();
-  absl::StatusOr<Reduction> red = Reduction::Builtin(op, t);
-  ASSERT_TRUE(red.ok()) << red.status();
+// avg's finalize on one element: the division in the dtype's precision
+// (float16/bfloat16 through float32).
+void ref_divide(DType t, const unsigned char* in, unsigned char* out, int n) {
+  if (t == DType::kFloat32 || t == DType::kFloat64) {
+    if (t == DType::kFloat32) {
+      float f;
+      std::memcpy(&f, in, 4);
+      f /= static_cast<float>(n);
+      std::memcpy(out, &f, 4);
+    } else {
+      double d;
+      std::memcpy(&d, in, 8);
+      d /= n;
+      std::memcpy(out, &d, 8);
+    }
+    return;
+  }
+  uint16_t h;
+  std::memcpy(&h, in, 2);
+  h = t == DType::kFloat16 ? float_to_half(half_to_float(h) / static_cast<float>(n))
+                           : float_to_bfloat16(bfloat16_to_float(h) / static_cast<float>(n));
+  std::memcpy(out, &h, 2);
+}
+
+// The kernels of one table entry, called the way Reduction calls them.
+struct TableKernels {
+  reduction_kernels::Entry entry;
+  void combine(const void* in, void* inout, size_t n) const { entry.combine(in, inout, inout, n); }
+  void combine3(const void* lhs, const void* rhs, void* out, size_t n) const { entry.combine(lhs, rhs, out, n); }
+  void finalize(void* data, size_t n, int contributions) const {
+    if (entry.finalize != nullptr) entry.finalize(data, n, contributions);
+  }
+};
+
+// Runs `k` (a Reduction or a table's kernels) on every length, aligned and
+// not, with every aliasing the API allows, against the reference.
+template <typename K>
+void check_against_reference(const K& k, ReduceOp op, DType t, const std::string& who) {
   std::mt19937_64 rng(static_cast<uint64_t>(op) * 131 + static_cast<uint64_t>(t));
   const size_t size = dtype_size(t);
   for (size_t n : kLengths) {
     for (size_t misalign : {0, 1}) {
-      const std::string at = " n=" + std::to_string(n) + (misalign ? " unaligned" : "");
+      const std::string at = " (" + who + ", n=" + std::to_string(n) + (misalign ? ", unaligned)" : ")");
       Buffer a(t, n, misalign), b(t, n, misalign);
       fill(a, t, rng);
       fill(b, t, rng);
       const Buffer a0 = a, b0 = b;
 
       Buffer inout = b;  // combine: inout = a op inout
-      red->combine(a.data(), inout.data(), n);
+      k.combine(a.data(), inout.data(), n);
       expect_reference(op, t, a0, b0, inout, "combine" + at);
 
       Buffer out(t, n, misalign);
-      red->combine3(a.data(), b.data(), out.data(), n);
+      k.combine3(a.data(), b.data(), out.data(), n);
       expect_reference(op, t, a0, b0, out, "combine3 into a third buffer" + at);
 
       Buffer into_rhs = b;
-      red->combine3(a.data(), into_rhs.data(), into_rhs.data(), n);
+      k.combine3(a.data(), into_rhs.data(), into_rhs.data(), n);
       expect_reference(op, t, a0, b0, into_rhs, "combine3 with out = rhs" + at);
 
       Buffer into_lhs = a;
-      red->combine3(into_lhs.data(), b.data(), into_lhs.data(), n);
+      k.combine3(into_lhs.data(), b.data(), into_lhs.data(), n);
       expect_reference(op, t, a0, b0, into_lhs, "combine3 with out = lhs" + at);
 
       Buffer self = a;
-      red->combine3(self.data(), self.data(), self.data(), n);
+      k.combine3(self.data(), self.data(), self.data(), n);
       expect_reference(op, t, a0, a0, self, "combine3 with out = lhs = rhs" + at);
 
       Buffer self2 = b;
-      red->combine(self2.data(), self2.data(), n);
+      k.combine(self2.data(), self2.data(), n);
       expect_reference(op, t, b0, b0, self2, "combine with in = inout" + at);
 
       // Inputs that are not the output are left alone.
@@ -528,17 +587,40 @@ TEST_P(ReductionKernel, MatchesReferenceWithEveryAliasing) {
 
       // Deterministic: the same call gives the same bits.
       Buffer again = b;
-      red->combine(a.data(), again.data(), n);
+      k.combine(a.data(), again.data(), n);
       EXPECT_EQ(std::memcmp(again.data(), inout.data(), n * size), 0) << at;
 
-      // finalize is avg's division and nothing else.
+      // finalize divides for avg and does nothing for the rest.
       Buffer fin = inout;
-      red->finalize(fin.data(), n, 3);
-      for (size_t i = 0; i < n && op != ReduceOp::kAvg; ++i) {
-        ASSERT_EQ(std::memcmp(fin.at(i), inout.at(i), size), 0) << "finalize changed " << i << at;
+      k.finalize(fin.data(), n, 3);
+      std::vector<unsigned char> want(size);
+      for (size_t i = 0; i < n; ++i) {
+        if (op == ReduceOp::kAvg) {
+          ref_divide(t, inout.at(i), want.data(), 3);
+        } else {
+          std::memcpy(want.data(), inout.at(i), size);
+        }
+        if (element_is_nan(t, want.data()) && element_is_nan(t, fin.at(i))) continue;
+        ASSERT_EQ(std::memcmp(fin.at(i), want.data(), size), 0) << "finalize, element " << i << at;
       }
       EXPECT_TRUE(fin.guards_intact()) << "finalize" << at;
     }
+  }
+}
+
+// The public path (Reduction::Builtin picks the table this CPU runs best),
+// then every table this CPU can run, each on its own.
+TEST_P(ReductionKernel, MatchesReferenceWithEveryAliasing) {
+  const auto [op, t] = GetParam();
+  absl::StatusOr<Reduction> red = Reduction::Builtin(op, t);
+  ASSERT_TRUE(red.ok()) << red.status();
+  check_against_reference(*red, op, t, "Reduction");
+  std::vector<const reduction_kernels::KernelTable*> tables = {&reduction_kernels::portable_kernels()};
+  if (reduction_kernels::avx2_kernels() != nullptr) tables.push_back(reduction_kernels::avx2_kernels());
+  for (const reduction_kernels::KernelTable* table : tables) {
+    const reduction_kernels::Entry entry = table->at[static_cast<size_t>(op)][static_cast<size_t>(t)];
+    ASSERT_NE(entry.combine, nullptr) << table->isa;
+    check_against_reference(TableKernels{entry}, op, t, table->isa);
   }
 }
 
