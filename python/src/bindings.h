@@ -14,6 +14,9 @@ void bind_shape(pybind11::module_& module);
 // castmesh.Tensor, as_tensor, allocate_tensor (tensor_binding.cc; helpers for
 // other bindings in tensor_binding.h).
 void bind_tensor(pybind11::module_& module);
+// Communicator, Request, current_communicator, world_communicator
+// (castmesh.collectives wraps them).
+void bind_collectives(pybind11::module_& module);
 // Python actors: Runtime, ProcMesh, ActorRef, CallFuture, run_worker.
 void bind_actors(pybind11::module_& module);
 

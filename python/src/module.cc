@@ -14,5 +14,6 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_backends(module);
   castmesh::python::bind_shape(module);
   castmesh::python::bind_tensor(module);
+  castmesh::python::bind_collectives(module);
   castmesh::python::bind_actors(module);
 }

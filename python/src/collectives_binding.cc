@@ -1,0 +1,259 @@
+// castmesh._castmesh.Communicator and friends: the C++ Communicator for
+// Python (castmesh.collectives wraps it with mpi4py/torch.distributed-style
+// defaults). Buffers are any DLPack or buffer-protocol object, taken
+// zero-copy; the GIL is released while data moves. A user-defined
+// reduction is a Python function called (with the GIL) on NumPy views.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "absl/strings/str_cat.h"
+#include "bindings.h"
+#include "castmesh/communicator.h"
+#include "tensor_binding.h"
+
+namespace castmesh::python {
+namespace py = pybind11;
+namespace {
+
+// The Python exception for a failed operation: ValueError for bad
+// arguments, TimeoutError, NotImplementedError, else CommunicatorError
+// (castmesh.collectives) carrying the status code's name as `.code`.
+[[noreturn]] void raise(const absl::Status& st) {
+  const std::string text = std::string(st.message());
+  switch (st.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      throw py::value_error(text);
+    case absl::StatusCode::kDeadlineExceeded: {
+      py::gil_scoped_acquire gil;
+      PyErr_SetString(PyExc_TimeoutError, text.c_str());
+      throw py::error_already_set();
+    }
+    case absl::StatusCode::kUnimplemented: {
+      py::gil_scoped_acquire gil;
+      PyErr_SetString(PyExc_NotImplementedError, text.c_str());
+      throw py::error_already_set();
+    }
+    default: {
+      py::gil_scoped_acquire gil;
+      py::object error = py::module_::import("castmesh.collectives").attr("CommunicatorError");
+      PyErr_SetObject(error.ptr(), py::make_tuple(text, absl::StatusCodeToString(st.code())).ptr());
+      throw py::error_already_set();
+    }
+  }
+}
+
+void check(const absl::Status& st) {
+  if (!st.ok()) raise(st);
+}
+template <typename T>
+T value(absl::StatusOr<T> v) {
+  if (!v.ok()) raise(v.status());
+  return *std::move(v);
+}
+
+TensorView in_view(const py::object& obj) { return obj.is_none() ? TensorView() : tensor_from_python(obj, false); }
+TensorView out_view(const py::object& obj) { return obj.is_none() ? TensorView() : tensor_from_python(obj, true); }
+
+// NumPy's view of `count` elements of `dtype` at `data` (the reduction's buffers).
+py::object numpy_view(py::module_& np, const void* data, size_t count, DType dtype, bool writable) {
+  TensorView view = TensorView::Contiguous(const_cast<void*>(data), dtype, {static_cast<int64_t>(count)}, nullptr,
+                                           !writable);
+  return np.attr("from_dlpack")(tensor_to_python(view));
+}
+
+// op: a name ("sum", ...) or a castmesh.collectives.Op (function + commutative).
+ReduceSpec reduce_spec(const py::object& op) {
+  if (py::isinstance<py::str>(op)) {
+    const std::string name = op.cast<std::string>();
+    std::optional<ReduceOp> builtin = reduce_op_from_name(name);
+    if (!builtin) throw py::value_error(absl::StrCat("unknown reduction '", name, "' (sum, prod, min, max, avg, band, bor, bxor, land, lor, lxor, or a castmesh.collectives.Op)"));
+    return *builtin;
+  }
+  py::object fn = op.attr("fn");
+  const bool commutative = op.attr("commutative").cast<bool>();
+  const std::string name = py::str(op.attr("name"));
+  // Holds `fn` for as long as the op is in use; released under the GIL.
+  auto holder = std::shared_ptr<py::object>(new py::object(fn), [](py::object* o) {
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  ReduceFn call = [holder](const void* in, void* inout, size_t count, DType dtype) {
+    py::gil_scoped_acquire gil;
+    py::module_ np = py::module_::import("numpy");
+    py::object a = numpy_view(np, in, count, dtype, false);
+    py::object b = numpy_view(np, inout, count, dtype, true);
+    py::object result = (*holder)(a, b);
+    if (!result.is_none() && !result.is(b)) b.attr("__setitem__")(py::ellipsis(), result);
+  };
+  return CustomReduceOp{name, std::move(call), commutative};
+}
+
+py::object status_object(const MessageStatus& s) {
+  return py::module_::import("castmesh.collectives").attr("Status")(s.source, s.tag, s.bytes);
+}
+
+// Waits without the GIL.
+py::object wait_request(const Request& r, std::optional<double> timeout) {
+  absl::StatusOr<MessageStatus> result;
+  {
+    py::gil_scoped_release release;
+    result = r.wait(timeout ? absl::Seconds(*timeout) : absl::InfiniteDuration());
+  }
+  return status_object(value(std::move(result)));
+}
+
+// Runs `f` on `comm` without the GIL.
+template <typename F>
+auto unlocked(F f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
+void bind_request(py::module_& m) {
+  py::class_<Request>(m, "Request", "A non-blocking communicator operation in flight.")
+      .def("wait", &wait_request, py::arg("timeout") = py::none(),
+           "Blocks until done (TimeoutError after `timeout` seconds; the operation stays pending); "
+           "returns its Status.")
+      .def("test", [](const Request& r) { return r.test().has_value(); }, "True once complete (never blocks).")
+      .def_static("wait_all",
+                  [](const std::vector<Request>& rs, std::optional<double> timeout) {
+                    check(unlocked([&] {
+                      return Request::wait_all(rs, timeout ? absl::Seconds(*timeout) : absl::InfiniteDuration());
+                    }));
+                  },
+                  py::arg("requests"), py::arg("timeout") = py::none())
+      .def_static("wait_any",
+                  [](const std::vector<Request>& rs, std::optional<double> timeout) {
+                    return value(unlocked([&] {
+                      return Request::wait_any(rs, timeout ? absl::Seconds(*timeout) : absl::InfiniteDuration());
+                    }));
+                  },
+                  py::arg("requests"), py::arg("timeout") = py::none());
+}
+
+absl::Duration duration(std::optional<double> seconds) {
+  return seconds ? absl::Seconds(*seconds) : absl::InfiniteDuration();
+}
+
+void bind_point_to_point(py::class_<Communicator>& c) {
+  c.def("send", [](const Communicator& comm, const py::object& buf, int dest, int tag) {
+     TensorView v = in_view(buf);
+     check(unlocked([&] { return comm.send(v, dest, tag); }));
+   }, py::arg("buf"), py::arg("dest"), py::arg("tag") = 0)
+      .def("isend", [](const Communicator& comm, const py::object& buf, int dest, int tag) {
+        TensorView v = in_view(buf);
+        return unlocked([&] { return comm.isend(v, dest, tag); });
+      }, py::arg("buf"), py::arg("dest"), py::arg("tag") = 0)
+      .def("recv", [](const Communicator& comm, const py::object& buf, int source, int tag, std::optional<double> timeout) {
+        TensorView v = out_view(buf);
+        return status_object(value(unlocked([&] { return comm.recv(v, source, tag, duration(timeout)); })));
+      }, py::arg("buf"), py::arg("source") = kAnySource, py::arg("tag") = kAnyTag, py::arg("timeout") = py::none())
+      .def("irecv", [](const Communicator& comm, const py::object& buf, int source, int tag) {
+        TensorView v = out_view(buf);
+        return comm.irecv(v, source, tag);
+      }, py::arg("buf"), py::arg("source") = kAnySource, py::arg("tag") = kAnyTag)
+      .def("probe", [](const Communicator& comm, int source, int tag, std::optional<double> timeout) {
+        return status_object(value(unlocked([&] { return comm.probe(source, tag, duration(timeout)); })));
+      }, py::arg("source") = kAnySource, py::arg("tag") = kAnyTag, py::arg("timeout") = py::none())
+      .def("iprobe", [](const Communicator& comm, int source, int tag) -> py::object {
+        std::optional<MessageStatus> s = comm.iprobe(source, tag);
+        return s ? status_object(*s) : py::none();
+      }, py::arg("source") = kAnySource, py::arg("tag") = kAnyTag);
+}
+
+// Binds name (blocking) and "i" + name (a Request) for one collective:
+// `call(comm, views..., nonblocking)` returns a Request either way.
+void bind_collectives(py::class_<Communicator>& c) {
+  c.def("barrier", [](const Communicator& comm, bool async_op) -> py::object {
+     if (async_op) return py::cast(comm.ibarrier());
+     check(unlocked([&] { return comm.barrier(); }));
+     return py::none();
+   }, py::arg("async_op") = false)
+      .def("allreduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        ReduceSpec spec = reduce_spec(op);
+        if (async_op) return py::cast(comm.iallreduce(i, o, spec));
+        check(unlocked([&] { return comm.allreduce(i, o, spec); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false)
+      .def("reduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, int root, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        ReduceSpec spec = reduce_spec(op);
+        if (async_op) return py::cast(comm.ireduce(i, o, spec, root));
+        check(unlocked([&] { return comm.reduce(i, o, spec, root); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("root"), py::arg("async_op") = false)
+      .def("broadcast", [](const Communicator& comm, const py::object& buf, int root, bool async_op) -> py::object {
+        TensorView v = comm.rank() == root ? in_view(buf) : out_view(buf);
+        if (async_op) return py::cast(comm.ibroadcast(v, root));
+        check(unlocked([&] { return comm.broadcast(v, root); }));
+        return py::none();
+      }, py::arg("buf"), py::arg("root"), py::arg("async_op") = false)
+      .def("allgather", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        if (async_op) return py::cast(comm.iallgather(i, o));
+        check(unlocked([&] { return comm.allgather(i, o); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("async_op") = false)
+      .def("gather", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        if (async_op) return py::cast(comm.igather(i, o, root));
+        check(unlocked([&] { return comm.gather(i, o, root); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false)
+      .def("scatter", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        if (async_op) return py::cast(comm.iscatter(i, o, root));
+        check(unlocked([&] { return comm.scatter(i, o, root); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false)
+      .def("reduce_scatter", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        ReduceSpec spec = reduce_spec(op);
+        if (async_op) return py::cast(comm.ireduce_scatter(i, o, spec));
+        check(unlocked([&] { return comm.reduce_scatter(i, o, spec); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false)
+      .def("alltoall", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op) -> py::object {
+        TensorView i = in_view(in), o = out_view(out);
+        if (async_op) return py::cast(comm.ialltoall(i, o));
+        check(unlocked([&] { return comm.alltoall(i, o); }));
+        return py::none();
+      }, py::arg("input"), py::arg("output"), py::arg("async_op") = false);
+}
+
+}  // namespace
+
+void bind_collectives(py::module_& module) {
+  bind_request(module);
+  module.attr("ANY_SOURCE") = kAnySource;
+  module.attr("ANY_TAG") = kAnyTag;
+  module.attr("UNDEFINED") = kUndefined;
+  py::class_<Communicator> c(module, "Communicator", "castmesh::Communicator (see castmesh.collectives).");
+  c.def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("id", &Communicator::id)
+      .def_property_readonly("dims", [](const Communicator& comm) {
+        py::dict dims;
+        for (size_t d = 0; d < comm.shape().ndim(); ++d) dims[py::str(comm.shape().labels()[d])] = comm.shape().sizes()[d];
+        return dims;
+      })
+      .def("along", [](const Communicator& comm, const std::vector<std::string>& dims) { return value(comm.along(dims)); })
+      .def("split", [](const Communicator& comm, int color, int key) -> py::object {
+        auto sub = value(unlocked([&] { return comm.split(color, key); }));
+        return sub ? py::cast(*sub) : py::none();
+      }, py::arg("color"), py::arg("key") = 0)
+      .def("dup", [](const Communicator& comm) { return value(unlocked([&] { return comm.dup(); })); });
+  bind_point_to_point(c);
+  bind_collectives(c);
+  module.def("current_communicator", [] { return value(Communicator::current()); },
+             "The communicator of the actor mesh whose endpoint runs on this thread.");
+  module.def("world_communicator", [](const std::string& rendezvous, const std::string& secret, double timeout) {
+    WorldOptions options{rendezvous, secret, absl::Seconds(timeout)};
+    return value(unlocked([&] { return Communicator::world(options); }));
+  }, py::arg("rendezvous") = "", py::arg("secret") = "", py::arg("timeout") = 60.0);
+}
+
+}  // namespace castmesh::python
