@@ -98,18 +98,26 @@ class TensorView {
 
   // The first element's address (base pointer + byte offset); null when empty.
   void* data() const;
+  // The element type.
   DType dtype() const { return dtype_; }
+  // Sizes, outermost first; empty for a 0-d (single element) view.
   const std::vector<int64_t>& shape() const { return shape_; }
   // Strides in elements, one per dimension (filled in for contiguous views).
   const std::vector<int64_t>& strides() const { return strides_; }
+  // Bytes from the base pointer (DLTensor::data) to the first element.
   int64_t byte_offset() const { return byte_offset_; }
+  // Where the memory lives.
   Device device() const { return device_; }
+  // True when nobody may write through this view (DLPack's read-only flag).
   bool read_only() const { return read_only_; }
+  // What keeps the memory alive (may be null for borrowed memory).
   const std::shared_ptr<void>& owner() const { return owner_; }
 
+  // Number of dimensions.
   int64_t ndim() const { return static_cast<int64_t>(shape_.size()); }
   // Number of elements (1 for a 0-d view, 0 if any size is 0).
   int64_t numel() const { return numel_; }
+  // Bytes per element.
   size_t itemsize() const { return dtype_size(dtype_); }
   // numel() * itemsize(): the bytes of the elements, not of the strided span.
   size_t nbytes() const { return static_cast<size_t>(numel_) * itemsize(); }
