@@ -24,8 +24,9 @@ from .errors import ActorError, CastmeshError, ProcError, SupervisionError
 from .future import Future
 from .mesh import (ActorMesh, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream, rendezvous_proc_mesh,
                    this_host, this_proc)
+from .instance import Context, Instance, context, current_actor_name, get_or_spawn_controller
 from .ports import Channel, Port, PortReceiver, send
-from .shape import Point, Shape, ValueMesh
+from .shape import Extent, Point, Shape, ValueMesh
 from .supervision import MeshFailure, unhandled_fault_hook
 # Arrays for the data plane (docs/tensors.md).
 from .tensor import Tensor, empty, from_dlpack, zeros
@@ -38,6 +39,8 @@ __all__ = [
     "Point", "Shape", "ValueMesh",
     "SupervisionError", "MeshFailure", "unhandled_fault_hook",
     "Channel", "Port", "PortReceiver", "send",
+    "Context", "Instance", "context", "current_actor_name", "get_or_spawn_controller",
+    "Extent",
     "Tensor", "from_dlpack", "empty", "zeros",
 ]
 

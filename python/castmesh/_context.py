@@ -16,14 +16,18 @@ _local = threading.local()
 class ActorContext:
     """What an actor knows about its place in its mesh."""
 
-    __slots__ = ("point", "sizes", "name", "address", "proc_rank")
+    __slots__ = ("point", "sizes", "name", "address", "proc_rank", "class_name", "controller", "proc_mesh")
 
-    def __init__(self, point: Any, sizes: Dict[str, int], name: str, address: str, proc_rank: int) -> None:
+    def __init__(self, point: Any, sizes: Dict[str, int], name: str, address: str, proc_rank: int,
+                 class_name: str = "", controller: str = "", proc_mesh: Any = None) -> None:
         self.point = point
         self.sizes = sizes
         self.name = name
         self.address = address
         self.proc_rank = proc_rank
+        self.class_name = class_name  # module.QualifiedName of the actor's class
+        self.controller = controller  # the controller's proc address ("" if unknown)
+        self.proc_mesh = proc_mesh  # the ProcMesh it was spawned on (None: this_proc())
 
 
 def set_current(ctx: Optional[ActorContext]) -> None:

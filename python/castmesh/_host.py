@@ -55,14 +55,16 @@ class ActorHost:
         # by its supervisor with its reason.
         self._pending: Optional[Tuple[Any, tuple, dict]] = None
         try:
-            cls, args, kwargs, name, shape, base_rank_to_position = _serial.loads(spec)
+            cls, args, kwargs, name, shape, base_rank_to_position, extra = _serial.loads(spec)
             from .shape import Point
 
-            position = base_rank_to_position.get(index, index)
+            # A one-point mesh (this_proc().spawn) has its point whatever index
+            # the runtime gave the actor.
+            position = 0 if len(shape) == 1 else base_rank_to_position.get(index, index)
             point = shape.point(position)
             self._context = _context.ActorContext(
-                Point(point.rank, point.coords, point.base_rank), shape.sizes, name, address, index
-            )
+                Point(point.rank, point.coords, point.base_rank), shape.sizes, name, address, index,
+                f"{cls.__module__}.{cls.__qualname__}", extra.get("controller", ""), extra.get("proc_mesh"))
             self._pending = (cls, args, kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
             self._init_error = _error_reply(error)

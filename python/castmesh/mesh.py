@@ -26,14 +26,15 @@ import queue
 import sys
 import threading
 import warnings
-from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Type, TypeVar, Union
+import weakref
+from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
 from .actor import Actor, EndpointDescriptor
 from .errors import ProcError
 from .future import Future, gather, in_thread
-from .shape import Shape, ValueMesh
+from .shape import MeshShapeOps, Shape, ValueMesh
 
 __all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "ResultStream", "Rendezvous", "rendezvous_proc_mesh",
            "this_host", "this_proc"]
@@ -292,7 +293,7 @@ class ResultStream(Generic[R]):
         return value
 
 
-class ActorMesh(Generic[A]):
+class ActorMesh(MeshShapeOps, Generic[A]):
     """One actor of a class per point of a shape (the result of ``procs.spawn``).
 
     Endpoints are attributes (``mesh.incr.broadcast(2)``); ``slice(gpus=1)``
@@ -317,11 +318,21 @@ class ActorMesh(Generic[A]):
         # and each base rank's position in the mesh as spawned.
         self._token: Optional[int] = None
         self._base_position: Dict[int, int] = {}
+        # The dimension names the cmesh view knows (flatten, rename and split
+        # change only the Python view; a slice by new names then talks to the
+        # refs directly).
+        self._cmesh_labels = shape.labels
 
     @property
     def shape(self) -> Shape:
         """The mesh's shape (named dimensions)."""
         return self._shape
+
+    def _with_shape(self, shape: Shape) -> "ActorMesh[A]":
+        """The same members (same order) under another shape."""
+        mesh = ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, self._cmesh)
+        mesh._token, mesh._base_position, mesh._cmesh_labels = self._token, self._base_position, self._cmesh_labels
+        return mesh
 
     @property
     def name(self) -> str:
@@ -350,7 +361,7 @@ class ActorMesh(Generic[A]):
         ``gpus=slice(0, -1)`` keeps the indices ``range(size)[0:-1]``. Errors
         as :meth:`Shape.select`."""
         resolved = self._shape.resolve(selectors)
-        cmesh = self._cmesh
+        cmesh = self._cmesh if self._cmesh_labels == self._shape.labels else None
         if cmesh is not None:
             for name, sel in resolved:
                 if isinstance(sel, int):
@@ -389,12 +400,15 @@ class ActorMesh(Generic[A]):
         return f"<ActorMesh {self._name} of {self._cls.__qualname__} {self._shape}>"
 
 
-def _supervised(mesh: "ActorMesh[A]", refs: List["_castmesh.ActorRef"]) -> "ActorMesh[A]":
+def _supervised(mesh: "ActorMesh[A]", refs: List["_castmesh.ActorRef"], owner: Optional[str] = None) -> "ActorMesh[A]":
     """Registers a mesh this process just spawned with castmesh.supervision:
-    its owner is the actor running this code (None: the controller's code)."""
-    ctx = _context.current()
+    its owner is `owner`, else the actor running this code (None: the
+    controller's code)."""
+    if owner is None:
+        ctx = _context.current()
+        owner = None if ctx is None else ctx.address
     mesh._base_position = {rank: position for position, rank in enumerate(mesh.shape.ranks)}
-    mesh._token = supervision.watch(mesh.name, mesh.shape, refs, None if ctx is None else ctx.address)
+    mesh._token = supervision.watch(mesh.name, mesh.shape, refs, owner)
     # Now that failures are watched, the constructors may run.
     for ref in refs:
         ref.tell(supervision.INIT_ENDPOINT, b"")
@@ -406,35 +420,56 @@ def _rebuild_actor_mesh(cls: type, name: str, addresses: Mapping[int, str], shap
     return ActorMesh(cls, name, refs, shape)
 
 
-def _spec(cls: type, args: tuple, kwargs: dict, name: str, shape: Shape, proc_ranks: Optional[List[int]] = None) -> bytes:
+def _spec(cls: type, args: tuple, kwargs: dict, name: str, shape: Shape, proc_ranks: Optional[List[int]] = None,
+          proc_mesh: Optional["ProcMesh"] = None) -> bytes:
     """What a PyActorHost is created from. `proc_ranks`: the base ranks of
     the procs in the order of `shape`'s points (default: `shape`'s ranks);
-    each host finds its point from the rank in its address."""
+    each host finds its point from the rank in its address. `proc_mesh`:
+    what context().actor_instance.proc_mesh gives inside the actors."""
     if not (isinstance(cls, type) and issubclass(cls, Actor)):
         raise TypeError(f"spawn needs a subclass of castmesh.Actor, got {cls!r}")
     positions = {rank: position for position, rank in enumerate(shape.ranks if proc_ranks is None else proc_ranks)}
     import cloudpickle
 
-    return cloudpickle.dumps((cls, args, kwargs, name, shape, positions))
+    extra = {"controller": _controller_address(), "proc_mesh": proc_mesh}
+    return cloudpickle.dumps((cls, args, kwargs, name, shape, positions, extra))
 
 
-class ProcMesh:
+def _controller_address() -> str:
+    """The controller's proc address, from the controller or any actor."""
+    ctx = _context.current()
+    if ctx is not None and ctx.controller:
+        return ctx.controller
+    if _context.in_worker():
+        return ""
+    return _runtime().address
+
+
+class ProcMesh(MeshShapeOps):
     """Worker procs with a shape, started by :meth:`HostMesh.spawn_procs` (or
     by a launcher, joined through a :class:`Rendezvous`).
 
     Use as a context manager or call :meth:`stop` (also done at exit).
     """
 
-    def __init__(self, impl: "_castmesh.ProcMesh", shape: Shape, root: Optional["ProcMesh"] = None) -> None:
-        # impl: the C++ ProcMesh view of exactly these procs; root: the mesh
-        # as allocated (None: this is it), which owns the procs' lifetime.
+    def __init__(self, impl: Optional["_castmesh.ProcMesh"], shape: Shape, root: Optional["ProcMesh"] = None,
+                 ops: Tuple[Any, ...] = (), remote: Optional[Tuple[str, str]] = None) -> None:
+        # impl: the C++ ProcMesh view of exactly these procs (None for a mesh
+        # unpickled in another process: `remote` is then its controller's
+        # address and the root's key there); root: the mesh as allocated
+        # (None: this is it), which owns the procs' lifetime; ops: the slices
+        # and reshapes that lead from the root to this view.
         self._impl = impl
         self._shape = shape
         self._root = root
+        self._ops = ops
+        self._remote = remote
         self._stopped = False
         self._meshes: List[Optional[int]] = []  # supervision tokens of the actor meshes spawned on it
         self._stop_future: Optional[Future[None]] = None
-        if root is None:
+        if root is None and remote is None:
+            self._key = f"{os.getpid()}-{id(self)}"
+            _proc_meshes_by_key[self._key] = self
             _live_proc_meshes.add(self)
 
     @property
@@ -447,18 +482,38 @@ class ProcMesh:
 
     @property
     def pids(self) -> List[int]:
-        """Operating-system process ids of the procs, in row-major order."""
+        """Operating-system process ids of the procs, in row-major order
+        (in the controller that started them)."""
+        if self._impl is None:
+            raise ProcError("the pids of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
         return list(self._impl.pids)
 
     def slice(self, **selectors: Union[int, slice, range]) -> "ProcMesh":
         """Some of the procs, with Python's indexing rules (as
         :meth:`ActorMesh.slice`); spawning on a slice puts actors on those
-        procs only. Stopping is done on the whole mesh."""
+        procs only. Stopping is done on the whole mesh. A mesh reshaped by
+        flatten/rename/split cannot be sliced (slice first, then reshape)."""
+        if any(op[0] == "shape" for op in self._ops):
+            raise ValueError(f"cannot slice the reshaped proc mesh {self._shape}: slice it before flatten, "
+                             f"rename or split")
         resolved = self._shape.resolve(selectors)
         impl = self._impl
-        for name, sel in resolved:
-            impl = impl.select_index(name, sel) if isinstance(sel, int) else impl.select_range(name, *sel)
-        return ProcMesh(impl, self._shape.apply(resolved), self._root or self)
+        if impl is not None:
+            for name, sel in resolved:
+                impl = impl.select_index(name, sel) if isinstance(sel, int) else impl.select_range(name, *sel)
+        return ProcMesh(impl, self._shape.apply(resolved), self._root or self,
+                        self._ops + (("select", tuple(resolved)),), self._remote)
+
+    def _with_shape(self, shape: Shape) -> "ProcMesh":
+        """The same procs (same order) under another shape; actors spawned on
+        it get that shape."""
+        return ProcMesh(self._impl, shape, self._root or self, self._ops + (("shape", shape),), self._remote)
+
+    def __reduce__(self) -> Any:
+        # Into an actor: a handle that spawns through the controller.
+        root = self._root or self
+        remote = root._remote or (_controller_address(), root._key)
+        return (_rebuild_proc_mesh, (remote, self._ops, self._shape))
 
     def _is_stopped(self) -> bool:
         return (self._root or self)._stopped
@@ -466,19 +521,32 @@ class ProcMesh:
     def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
         """Creates one ``cls(*args, **kwargs)`` per proc, named ``name``.
 
-        Returns once every actor is registered; a constructor that raises makes
-        every call to that actor fail with its ActorError. On a slice, the
-        actor mesh has the slice's sizes (its members numbered 0..n-1)."""
+        Returns once every actor is registered; the constructors run next
+        (one that raises fails its member, see Supervision). The actor mesh
+        has this mesh's sizes (on a slice, its members numbered 0..n-1). In an
+        actor (a proc mesh passed to it), the controller spawns on its behalf
+        and the calling actor supervises the new mesh."""
+        if self._impl is None:
+            from .instance import registry
+
+            ctx = _context.current()
+            owner = None if ctx is None else ctx.address
+            return registry().spawn_on.call_one(self, name, cls, args, kwargs, owner).get()
+        return self._spawn(name, cls, args, kwargs, None)
+
+    def _spawn(self, name: str, cls: Type[A], args: tuple, kwargs: dict, owner: Optional[str]) -> ActorMesh[A]:
+        """spawn() in the controller; `owner`: the supervising actor (None:
+        the actor or code running this)."""
         if self._is_stopped():
             raise ProcError("spawn on a stopped proc mesh", "FAILED_PRECONDITION")
-        shape = self._shape if self._root is None else Shape(self._shape.sizes)
-        spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks)
+        shape = Shape(self._shape.sizes)
+        spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks, self)
         try:
             cmesh = self._impl.spawn_mesh(name, spec, list(shape.sizes.items()))
         except RuntimeError as error:
             raise ProcError(f"spawning {name!r} failed: {error}", "UNKNOWN") from None
         refs = cmesh.refs()
-        mesh = _supervised(ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh), refs)
+        mesh = _supervised(ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh), refs, owner)
         (self._root or self)._meshes.append(mesh._token)
         return mesh
 
@@ -489,6 +557,8 @@ class ProcMesh:
         warned about). Actors on them are stopped, not failed. Idempotent: a
         second call gives the same future. Only the whole mesh can be
         stopped, not a slice of it (ValueError)."""
+        if self._remote is not None:
+            raise ValueError("a proc mesh is stopped by the controller that started it, not from an actor")
         if self._root is not None:
             raise ValueError(f"stop() the whole proc mesh, not the slice {self._shape} of it")
         if self._stop_future is not None:
@@ -635,6 +705,26 @@ _this_proc = _LocalProc()
 _runtime_lock = threading.Lock()
 _runtime_instance: Optional["_castmesh.Runtime"] = None
 _live_proc_meshes: "set[ProcMesh]" = set()
+# Root proc meshes of this controller by key, for ProcMeshes pickled into
+# actors and sent back (a ProcMesh unpickled here is the live one).
+_proc_meshes_by_key: "weakref.WeakValueDictionary[str, ProcMesh]" = weakref.WeakValueDictionary()
+
+
+def _rebuild_proc_mesh(remote: Tuple[str, str], ops: Tuple[Any, ...], shape: Shape) -> ProcMesh:
+    controller, key = remote
+    root = _proc_meshes_by_key.get(key) if not _context.in_worker() and controller == _controller_address() else None
+    if root is None:
+        return ProcMesh(None, shape, None, ops, remote)
+    mesh = root
+    for kind, what in ops:
+        mesh = mesh.slice(**{name: _as_selector(sel) for name, sel in what}) if kind == "select" \
+            else mesh._with_shape(what)
+    return mesh
+
+
+def _as_selector(sel: Any) -> Any:
+    """A selector resolved by Shape.resolve, as slice() takes it again."""
+    return sel if isinstance(sel, int) else slice(*sel)
 
 
 def this_host() -> HostMesh:
@@ -652,6 +742,7 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
     ``listen`` when given, for a Rendezvous; on a private Unix address
     otherwise)."""
     global _runtime_instance
+    made = None
     with _runtime_lock:
         if _runtime_instance is None:
             if _context.in_worker():
@@ -661,6 +752,7 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
             except RuntimeError as error:
                 raise ProcError(f"cannot listen at {listen}: {error}", _status_name(error, "UNAVAILABLE")) from None
             atexit.register(_shutdown)
+            made = _runtime_instance
         elif listen is not None:
             current = _runtime_instance.address
             same = listen == current or (current.startswith("tcp:") and listen.startswith("tcp:")
@@ -673,7 +765,14 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
             if wanted and not _runtime_instance.has_secret(wanted):
                 raise ProcError(f"this controller at {current} already has another mesh secret (a process has one)",
                                 "FAILED_PRECONDITION")
-        return _runtime_instance
+        runtime = _runtime_instance
+    if made is not None:
+        # The registry of controller singletons (get_or_spawn_controller),
+        # at an address any actor can derive from the controller's.
+        from .instance import start_registry
+
+        start_registry(made)
+    return runtime
 
 
 def _shutdown() -> None:

@@ -13,7 +13,7 @@ from . import _castmesh
 
 T = TypeVar("T")
 
-__all__ = ["Shape", "Point", "ValueMesh"]
+__all__ = ["Shape", "Point", "ValueMesh", "Extent"]
 
 
 class Shape:
@@ -80,6 +80,85 @@ class Shape:
                 raise KeyError(f"unknown dimension {name!r} (dimensions: {', '.join(sizes) or 'none'})")
             resolved.append((name, normalize_selector(name, sel, sizes[name])))
         return resolved
+
+    def flatten(self, name: str) -> "Shape":
+        """All points as one dimension ``name`` (same ranks, same order).
+        ValueError when the ranks cannot be viewed so without copying (e.g.
+        a slice with a step on an inner dimension)."""
+        return Shape(self._impl.reshape([(name, len(self))]))
+
+    def rename(self, **names: str) -> "Shape":
+        """Renames dimensions (``rename(hosts="dp", gpus="tp")``); the others
+        keep their names."""
+        for old, new in names.items():
+            if old not in self.sizes:
+                raise ValueError(f"cannot rename {old!r}: no such dimension (dimensions: {', '.join(self.labels)})")
+            if not isinstance(new, str):
+                raise ValueError(f"the new name of {old!r} must be a string, not {new!r}")
+        labels = [names.get(label, label) for label in self.labels]
+        impl = self._impl
+        return Shape(_castmesh.Shape.from_slice(labels, impl.offset, impl.sizes, impl.strides))
+
+    def split(self, **kwargs: Any) -> "Shape":
+        """Splits dimensions into several (Monarch's ``split``): an existing
+        dimension maps to a sequence of new names, and a new name to its
+        size; at most one new name per split may be left without a size (it
+        is inferred), e.g. ``split(hosts=("dp", "pp"), gpus=("tp", "cp"),
+        pp=2, cp=2)``. Dimensions not named stay as they are."""
+        splits: Dict[str, Sequence[str]] = {}
+        sizes_of: Dict[str, int] = {}
+        for key, value in kwargs.items():
+            if key in self.sizes:
+                if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                    raise ValueError(f"{key}= must be a sequence of new dimension names, not {value!r}")
+                splits[key] = tuple(value)
+            elif isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                sizes_of[key] = value
+            else:
+                raise ValueError(f"{key!r} is not a dimension; as a new dimension its size must be a positive int, "
+                                 f"not {value!r}")
+        dims: List[Tuple[str, int]] = []
+        for label, size in self.sizes.items():
+            names = splits.get(label, (label,))
+            known = 1
+            unknown = [n for n in names if n not in sizes_of]
+            if len(unknown) > 1:
+                raise ValueError(f"cannot infer the sizes of {unknown} when splitting {label!r}: give all but one")
+            for n in names:
+                known *= sizes_of.get(n, 1)
+            if unknown:
+                inferred, rest = divmod(size, known)
+                if rest:
+                    raise ValueError(f"dimension {label!r} of size {size} is not divisible into {names} "
+                                     f"(the known sizes multiply to {known})")
+                sizes_of[unknown[0]] = inferred
+            elif known != size and names != (label,):
+                raise ValueError(f"dimension {label!r} of size {size} cannot be split into {names} of sizes "
+                                 f"{[sizes_of[n] for n in names]}")
+            for n in names:
+                dims.append((n, sizes_of.pop(n) if n in sizes_of else size))
+        if sizes_of:
+            raise ValueError(f"sizes given for dimensions no split produces: {sorted(sizes_of)}")
+        return Shape(self._impl.reshape(dims))
+
+    def size(self, dim: Union[None, str, Sequence[str]] = None) -> int:
+        """The number of points (``dim=None``), or the product of the sizes
+        of one dimension or of several."""
+        if dim is None:
+            return len(self)
+        if isinstance(dim, str):
+            if dim not in self.sizes:
+                raise KeyError(f"{self} has no dimension {dim!r}")
+            return self.sizes[dim]
+        total = 1
+        for d in dim:
+            total *= self.size(d)
+        return total
+
+    @property
+    def extent(self) -> "Extent":
+        """The dimensions' names and sizes (without the ranks)."""
+        return Extent(self.labels, list(self.sizes.values()))
 
     def point(self, position: int) -> "Point":
         """The point at a row-major position (0 .. len-1)."""
@@ -163,6 +242,80 @@ def _shape_from_state(labels: Sequence[str], offset: int, sizes: Sequence[int], 
     return Shape(_castmesh.Shape.from_slice(list(labels), offset, list(sizes), list(strides)))
 
 
+class Extent(Mapping[str, int]):
+    """Names and sizes of a mesh's dimensions (Monarch's Extent): a mapping
+    from name to size, with ``labels``, ``sizes`` and ``nelements``."""
+
+    __slots__ = ("labels", "sizes")
+
+    def __init__(self, labels: Sequence[str], sizes: Sequence[int]) -> None:
+        if len(labels) != len(sizes):
+            raise ValueError(f"{len(labels)} names for {len(sizes)} sizes")
+        self.labels = list(labels)
+        self.sizes = list(sizes)
+
+    @property
+    def nelements(self) -> int:
+        """The number of points."""
+        total = 1
+        for size in self.sizes:
+            total *= size
+        return total
+
+    def __getitem__(self, label: str) -> int:
+        try:
+            return self.sizes[self.labels.index(label)]
+        except ValueError:
+            raise KeyError(label) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.labels)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __repr__(self) -> str:
+        return "Extent({" + ", ".join(f"{k!r}: {v}" for k, v in zip(self.labels, self.sizes)) + "})"
+
+
+class MeshShapeOps:
+    """Shape operations every mesh (ActorMesh, ProcMesh, ValueMesh) has, as
+    Monarch's meshes do; the mesh gives ``shape`` and ``_with_shape``."""
+
+    __slots__ = ()
+
+    shape: Shape
+
+    def _with_shape(self, shape: Shape) -> Any:
+        raise NotImplementedError
+
+    def flatten(self, name: str) -> Any:
+        """The same members as one dimension ``name`` (see Shape.flatten)."""
+        return self._with_shape(self.shape.flatten(name))
+
+    def rename(self, **names: str) -> Any:
+        """The same members with renamed dimensions (see Shape.rename)."""
+        return self._with_shape(self.shape.rename(**names))
+
+    def split(self, **kwargs: Any) -> Any:
+        """The same members with split dimensions (see Shape.split)."""
+        return self._with_shape(self.shape.split(**kwargs))
+
+    def size(self, dim: Union[None, str, Sequence[str]] = None) -> int:
+        """The number of members, or the size of one or several dimensions."""
+        return self.shape.size(dim)
+
+    @property
+    def sizes(self) -> Dict[str, int]:
+        """Size of each dimension by name."""
+        return self.shape.sizes
+
+    @property
+    def extent(self) -> Extent:
+        """The dimensions' names and sizes."""
+        return self.shape.extent
+
+
 class Point(Mapping[str, int]):
     """One point of a shape: a mapping from dimension name to coordinate,
     plus ``rank`` (its row-major position in the shape) and ``base_rank``
@@ -205,7 +358,7 @@ class Point(Mapping[str, int]):
         return f"Point({inner}; rank={self.rank})"
 
 
-class ValueMesh(Generic[T]):
+class ValueMesh(MeshShapeOps, Generic[T]):
     """One value per point of a shape: the replies of :meth:`call`.
 
     Index with a :class:`Point`, a mapping of coordinates (``vm[{"gpus": 1}]``),
@@ -247,6 +400,14 @@ class ValueMesh(Generic[T]):
                 raise ValueError(f"item() without coordinates needs a one-point mesh, this one has {len(self)}")
             return self._values[0]
         return self._values[self._shape.position_of(coords)]
+
+    def _with_shape(self, shape: Shape) -> "ValueMesh[T]":
+        return ValueMesh(shape, self._values)
+
+    def get(self, rank: int) -> T:
+        """The value at row-major position ``rank`` (Monarch's
+        ``ValueMesh.get``; negative counts from the end)."""
+        return self[operator.index(rank)]
 
     def slice(self, **selectors: Union[int, slice, range]) -> "ValueMesh[T]":
         """The values of a sub-mesh, selected as :meth:`Shape.select` (an int

@@ -175,6 +175,12 @@ def _deliver(owner: Optional[str], failure: MeshFailure) -> None:
         sys.stderr.write(f"castmesh: mesh failure with no owning actor in worker {os.getpid()}: "
                          f"{failure.report()}\n")
         return
+    deliver_to_controller(failure)
+
+
+def deliver_to_controller(failure: MeshFailure) -> None:
+    """castmesh.unhandled_fault_hook(failure) in the controller; the process
+    exits 1 if the hook raises."""
     import castmesh
 
     hook = getattr(castmesh, "unhandled_fault_hook", unhandled_fault_hook)

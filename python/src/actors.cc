@@ -805,15 +805,19 @@ void bind_actors(py::module_& module) {
            "Waits for procs started by a launcher to join (RendezvousAllocator).")
       .def_property_readonly("address", &PyRuntime::address, "This controller's address (its proc id).")
       .def("has_secret", &PyRuntime::has_secret, py::arg("secret"), "Whether the mesh secret is `secret`.")
-      .def("spawn_local",
-           [](PyRuntime& rt, const std::string& name, std::string spec) {
-             SpawnOptions options;
-             options.name = name;
-             options.dedicated_thread = true;
-             auto ref = rt.runtime().spawn_with<PyActorHost>(std::move(options), std::move(spec));
-             if (!ref.ok()) raise_status(ref.status());
-             return PyActorRef{std::move(*ref)};
-           })
+      .def(
+          "spawn_local",
+          [](PyRuntime& rt, const std::string& name, std::string spec, std::optional<uint64_t> index) {
+            SpawnOptions options;
+            options.name = name;
+            options.index = index;
+            options.dedicated_thread = true;
+            auto ref = rt.runtime().spawn_with<PyActorHost>(std::move(options), std::move(spec));
+            if (!ref.ok()) raise_status(ref.status());
+            return PyActorRef{std::move(*ref)};
+          },
+          py::arg("name"), py::arg("spec"), py::arg("index") = py::none(),
+          "Spawns a Python actor in the controller (a fixed `index` gives it a well-known address).")
       .def("shutdown", &PyRuntime::shutdown);
 
   py::class_<PyChannel>(module, "Channel", "A channel opened here: its port actor and message queue.")

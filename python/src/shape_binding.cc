@@ -61,6 +61,12 @@ void bind_shape(py::module_& module) {
           },
           py::arg("name"), py::arg("start"), py::arg("stop"), py::arg("step"))
       .def(
+          "reshape",
+          [](const Shape& s, std::vector<std::pair<std::string, size_t>> dims) {
+            return value_or_raise(s.reshape(std::move(dims)));
+          },
+          py::arg("dims"), "The same ranks in the same order under new (name, size) dimensions, without copying.")
+      .def(
           "point_at",
           [](const Shape& s, size_t position) {
             Point p = value_or_raise(s.point_at(position));
