@@ -27,7 +27,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
@@ -36,11 +36,12 @@ from .errors import ProcError
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
 
-__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "ResultStream", "Rendezvous", "rendezvous_proc_mesh",
-           "this_host", "this_proc"]
+__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "Endpoint", "Accumulator", "ResultStream", "Rendezvous",
+           "rendezvous_proc_mesh", "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
 R = TypeVar("R")
+T = TypeVar("T")
 
 _STATUS_NAMES = {
     1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
@@ -259,6 +260,35 @@ class EndpointRef(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<endpoint {self._name} of {self._mesh!r}>"
+
+
+# Monarch's name for an endpoint of a mesh: the same class.
+Endpoint = EndpointRef
+
+
+class Accumulator(Generic[R, T]):
+    """Folds the results of an endpoint over a mesh (Monarch's
+    Accumulator): ``Accumulator(mesh.value, 0, lambda acc, v: acc + v)
+    .accumulate(*args)`` is a Future of ``combine(...combine(identity, v0)...)``
+    over every actor's result, in arrival order (so ``combine`` should not
+    care about order). The fold runs in the caller as results arrive."""
+
+    def __init__(self, endpoint: EndpointRef[R], identity: T, combine: Callable[[T, R], T]) -> None:
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future[T]:
+        """Calls every actor now; the future gives the folded value."""
+        stream = self._endpoint.stream(*args, **kwargs)
+
+        def fold() -> T:
+            value = self._identity
+            for result in stream:
+                value = self._combine(value, result)
+            return value
+
+        return in_thread(fold, f"castmesh-accumulate-{self._endpoint._name}")
 
 
 class ResultStream(Generic[R]):

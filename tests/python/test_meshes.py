@@ -195,3 +195,22 @@ def test_pickled_proc_mesh_comes_back_as_the_live_one(procs):
     assert again.pids == [procs.pids[1], procs.pids[3]]
     with pytest.raises(ValueError, match="whole proc mesh"):
         again.stop()
+
+
+class Number(Actor):
+    @endpoint
+    def value(self, scale: int = 1) -> int:
+        return (current_rank().rank + 1) * scale
+
+
+@pytest.mark.timeout(60)
+def test_accumulator_folds_every_result_and_endpoint_is_endpointref(procs, faults):
+    assert castmesh.Endpoint is castmesh.EndpointRef
+    mesh = procs.spawn("numbers", Number)
+    assert isinstance(mesh.value, castmesh.Endpoint)
+    total = castmesh.Accumulator(mesh.value, 0, lambda acc, v: acc + v)
+    assert total.accumulate().get(timeout=30) == 1 + 2 + 3 + 4
+    assert total.accumulate(scale=10).get(timeout=30) == 100
+    seen = castmesh.Accumulator(mesh.slice(gpus=0).value, [], lambda acc, v: sorted(acc + [v]))
+    assert seen.accumulate().get(timeout=30) == [1, 3]
+    mesh.stop().get(timeout=30)
