@@ -211,6 +211,9 @@ def test_accumulator_folds_every_result_and_endpoint_is_endpointref(procs, fault
     total = castmesh.Accumulator(mesh.value, 0, lambda acc, v: acc + v)
     assert total.accumulate().get(timeout=30) == 1 + 2 + 3 + 4
     assert total.accumulate(scale=10).get(timeout=30) == 100
+    future = mesh.slice(hosts=1, gpus=1).value.call_one()
+    assert future.result(timeout=30) == 4 and future.exception() is None and future.done()
+    assert isinstance(this_host(), castmesh.HostMesh)
     seen = castmesh.Accumulator(mesh.slice(gpus=0).value, [], lambda acc, v: sorted(acc + [v]))
     assert seen.accumulate().get(timeout=30) == [1, 3]
     mesh.stop().get(timeout=30)
