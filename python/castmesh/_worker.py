@@ -16,7 +16,28 @@ import os
 import sys
 
 
+def _secret_to_descriptor() -> None:
+    """Moves the mesh secret out of the environment before any user code runs.
+
+    A launcher (srun, mpirun, ...) puts it in ``CASTMESH_SECRET``; a
+    LocalAllocator passes it through an inherited pipe instead
+    (``CASTMESH_SECRET_FD``). Python keeps its own copy of the environment in
+    ``os.environ``, which actors (and their children, e.g. ``subprocess`` with
+    ``env=os.environ.copy()``) would see: the secret leaves it here, and goes to
+    the C++ worker through a pipe of this process. The worker also blanks it in
+    the block ``/proc/<pid>/environ`` shows.
+    """
+    secret = os.environb.pop(b"CASTMESH_SECRET", None)  # also unsetenv()
+    if not secret:
+        return
+    read_end, write_end = os.pipe()  # not inheritable: only this process reads it
+    os.write(write_end, secret)  # far smaller than a pipe's buffer
+    os.close(write_end)
+    os.environ["CASTMESH_SECRET_FD"] = str(read_end)
+
+
 def main() -> None:
+    _secret_to_descriptor()
     os.environ["CASTMESH_PY_WORKER"] = "1"
     # Output of actors reaches the terminal promptly (the proc exits without
     # Python's own shutdown).

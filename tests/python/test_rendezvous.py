@@ -29,6 +29,15 @@ class Where(Actor):
     def who(self) -> tuple:
         return os.getpid(), os.environ.get("SLURM_PROCID"), current_rank().rank
 
+    @endpoint
+    def secret_seen(self) -> tuple:
+        """Whether user code can find the secret: os.environ, /proc/<pid>/environ."""
+        initial = b""
+        if os.path.exists(f"/proc/{os.getpid()}/environ"):
+            with open(f"/proc/{os.getpid()}/environ", "rb") as f:
+                initial = f.read()
+        return "CASTMESH_SECRET" in os.environ, SECRET.encode() in initial
+
 
 def launch(address: str, rank: str, size: str, extra: Optional[Dict[str, str]] = None) -> subprocess.Popen:
     """Starts one worker as srun would (rank and size as the strings srun sets)."""
@@ -115,3 +124,15 @@ def test_a_process_has_one_controller_address(rendezvous: castmesh.Rendezvous) -
     with pytest.raises(ProcError) as raised:
         castmesh.Rendezvous("tcp:127.0.0.1:0", secret="another-secret")
     assert "another mesh secret" in str(raised.value)
+
+
+def test_a_launched_worker_erases_the_secret_before_user_code_runs(rendezvous: castmesh.Rendezvous) -> None:
+    worker = launch(rendezvous.address, "0", "1")
+    try:
+        procs = rendezvous.proc_mesh({"procs": 1}, join_timeout=60)
+        mesh = procs.spawn("secret_seen", Where)
+        assert mesh.secret_seen.call_one().get(timeout=30) == (False, False)
+        procs.stop()
+        assert worker.wait(timeout=20) == 0, worker.communicate()[1]
+    finally:
+        reap(worker)

@@ -18,10 +18,14 @@ class Probe(Actor):
         return os.getpid()
 
     @endpoint
-    def environment(self) -> dict:
-        with open(f"/proc/{os.getpid()}/environ", "rb") as f:
-            raw = f.read() if os.path.exists(f"/proc/{os.getpid()}/environ") else b""
-        return {"os_environ": dict(os.environ), "proc_environ": raw}
+    def environment(self) -> tuple:
+        """What user code can see of the environment: os.environ, and the block /proc/<pid>/environ shows."""
+        path = f"/proc/{os.getpid()}/environ"
+        initial = b""
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                initial = f.read()
+        return dict(os.environ), initial
 
 
 def _alive(pid: int) -> bool:
@@ -56,3 +60,13 @@ def test_procs_spawned_through_asyncio_to_thread_outlive_the_event_loop():
     with procs:
         probes = procs.spawn("probes_to_thread", Probe)
         assert list(probes.pid.call().get(timeout=5).values()) == procs.pids
+
+
+@pytest.mark.timeout(60)
+def test_the_secret_is_not_in_a_workers_environment():
+    with this_host().spawn_procs(per_host={"gpus": 1}) as procs:
+        probes = procs.spawn("env_probes", Probe)
+        environ, initial = probes.environment.call_one().get(timeout=5)
+        assert environ.get("CASTMESH_RANK") == "0"  # the environment was read
+        assert "CASTMESH_SECRET" not in environ
+        assert b"CASTMESH_SECRET=" not in initial

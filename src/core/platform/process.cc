@@ -7,9 +7,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <string_view>
+#include <utility>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/platform/platform.h"
@@ -133,6 +138,54 @@ char** environment() {
 #else
   return environ;
 #endif
+}
+
+namespace {
+
+// Overwrites the value of every "name=value" entry in [begin, end), a block
+// of NUL-separated entries, with NUL bytes.
+void blank_entries(char* begin, char* end, std::string_view name) {
+  for (char* entry = begin; entry < end;) {
+    const std::size_t length = ::strnlen(entry, static_cast<std::size_t>(end - entry));
+    const std::string_view text(entry, length);
+    if (text.size() > name.size() && text.starts_with(name) && text[name.size()] == '=') {
+      std::memset(entry + name.size() + 1, 0, length - name.size() - 1);
+    }
+    entry += length + 1;
+  }
+}
+
+#if CASTMESH_LINUX_FACILITIES
+// The environment block this process was started with ([env_start,
+// env_end) of /proc/self/stat, fields 50 and 51, Linux >= 3.5).
+std::pair<char*, char*> initial_environment_block() {
+  std::ifstream stat("/proc/self/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto close = text.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return {nullptr, nullptr};
+  std::vector<std::string> fields = absl::StrSplit(text.substr(close + 2), ' ', absl::SkipEmpty());
+  // fields[0] is field 3 (state): field N is fields[N - 3].
+  unsigned long long start = 0, end = 0;
+  if (fields.size() < 49 || !absl::SimpleAtoi(fields[47], &start) || !absl::SimpleAtoi(fields[48], &end) ||
+      start == 0 || end <= start) {
+    return {nullptr, nullptr};
+  }
+  return {reinterpret_cast<char*>(start), reinterpret_cast<char*>(end)};
+}
+#endif
+
+}  // namespace
+
+void erase_from_environment(const char* name) {
+  const std::string_view key(name);
+  for (char** e = environment(); *e != nullptr; ++e) {
+    const std::size_t length = std::strlen(*e);
+    blank_entries(*e, *e + length, key);
+  }
+#if CASTMESH_LINUX_FACILITIES
+  if (auto [begin, end] = initial_environment_block(); begin != nullptr) blank_entries(begin, end, key);
+#endif
+  ::unsetenv(name);
 }
 
 OpenFileLimit raise_open_file_limit() {

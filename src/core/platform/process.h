@@ -33,6 +33,13 @@ absl::StatusOr<std::string> executable_path();
 // Read-only use; any thread, as long as nobody calls setenv meanwhile.
 char** environment();
 
+// Removes the variable `name` from this process's environment for good:
+// its value is overwritten in place first (on Linux also in the block the
+// process was started with, which /proc/<pid>/environ shows, even where
+// unsetenv already dropped the pointer to it), then unsetenv. For secrets.
+// Main thread, before other threads read the environment.
+void erase_from_environment(const char* name);
+
 // The open-file limit (RLIMIT_NOFILE) before and after raise_open_file_limit.
 struct OpenFileLimit {
   std::uint64_t before = 0;

@@ -138,6 +138,33 @@ absl::Status choose_listen_address(const EnvLookup& env, WorkerLaunch& launch) {
   return absl::OkStatus();
 }
 
+// The secret from the descriptor named by CASTMESH_SECRET_FD (read to its
+// end, then closed).
+absl::StatusOr<std::string> read_secret_from(const char* fd_text) {
+  absl::StatusOr<int> fd = parse_count(kEnvSecretFd, fd_text);
+  if (!fd.ok()) return fd.status();
+  std::string secret;
+  char buf[256];
+  while (true) {
+    const ssize_t n = ::read(*fd, buf, sizeof(buf));
+    if (n > 0) {
+      secret.append(buf, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      const int error = errno;
+      ::close(*fd);
+      return absl::InvalidArgumentError(
+          absl::StrCat(kEnvSecretFd, "=", fd_text, ": cannot read the mesh secret: ", std::strerror(error)));
+    }
+  }
+  ::close(*fd);
+  if (secret.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(kEnvSecretFd, "=", fd_text, " holds no mesh secret"));
+  }
+  return secret;
+}
+
 }  // namespace
 
 bool worker_requested(const EnvLookup& env) {
@@ -151,7 +178,13 @@ absl::StatusOr<WorkerLaunch> worker_launch_from(const EnvLookup& env) {
     if (!seconds.ok()) return seconds.status();
     launch.join_timeout = absl::Seconds(*seconds);
   }
-  if (const char* secret = lookup(env, kEnvSecret); secret != nullptr) launch.secret = secret;
+  if (const char* secret = lookup(env, kEnvSecret); secret != nullptr) {
+    launch.secret = secret;
+  } else if (const char* secret_fd = lookup(env, kEnvSecretFd); secret_fd != nullptr) {
+    absl::StatusOr<std::string> from_fd = read_secret_from(secret_fd);
+    if (!from_fd.ok()) return from_fd.status();
+    launch.secret = *std::move(from_fd);
+  }
   if (const char* bootstrap = lookup(env, kEnvBootstrap); bootstrap != nullptr) {
     // Started by a LocalAllocator: everything was set by the controller.
     launch.controller = bootstrap;

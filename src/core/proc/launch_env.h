@@ -15,6 +15,13 @@
 
 namespace castmesh::proc {
 
+// Descriptor a LocalAllocator's worker reads the mesh secret from (a pipe
+// holding the secret, then end of file): the secret is never in a worker's
+// environment, so neither /proc/<pid>/environ nor a child started with a
+// copy of the environment sees it. A worker launched with CASTMESH_SECRET
+// in its environment instead (by srun, mpirun, ...) erases it at start.
+inline constexpr char kEnvSecretFd[] = "CASTMESH_SECRET_FD";
+
 // Where a worker's rank and world size were read from, in this order of
 // precedence (the first whose rank variable is set wins; CASTMESH_WORLD_SIZE,
 // when set, overrides the size of any of them).
@@ -51,8 +58,10 @@ using EnvLookup = std::function<const char*(const char* name)>;
 // (CASTMESH_BOOTSTRAP or CASTMESH_RENDEZVOUS set and not empty).
 bool worker_requested(const EnvLookup& env);
 
-// The launch of a worker from its environment. Errors (InvalidArgument,
-// naming the variable and its value): no controller address, a rank or size
+// The launch of a worker from its environment. The secret comes from
+// CASTMESH_SECRET, else from the descriptor CASTMESH_SECRET_FD (read to its
+// end and closed). Errors (InvalidArgument, naming the
+// variable and its value): an unreadable secret descriptor, no controller address, a rank or size
 // that is not a non-negative integer, rank >= size, no world size, no secret
 // for a rendezvous, a rendezvous address that is not tcp: or unix:. For a tcp:
 // rendezvous the proc listens on the local address of the route to the

@@ -1,9 +1,11 @@
 // LocalAllocator: worker procs started on this machine (fork/exec).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "core/platform/process.h"
 #include "core/proc/controller_lifeline.h"
 #include "core/proc/join.h"
+#include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/proc_mesh_state.h"
 #include "core/proc/worker.h"
@@ -31,6 +34,32 @@ absl::StatusOr<std::vector<std::string>> default_worker_argv() {
   if (argv.empty()) argv.push_back("castmesh-worker");
   argv[0] = *std::move(executable);
   return argv;
+}
+
+// A close-on-exec pipe holding `secret` (the write end already closed): its
+// read end, which one worker inherits (CASTMESH_SECRET_FD).
+absl::StatusOr<int> secret_pipe(const std::string& secret) {
+  int fds[2];
+#if defined(__linux__) || defined(__FreeBSD__)
+  const int rc = ::pipe2(fds, O_CLOEXEC);
+#else
+  // No pipe2: a process another thread spawns right now could inherit these
+  // ends (it would hold a copy of the secret, as its parent does).
+  const int rc = ::pipe(fds);
+  if (rc == 0) {
+    ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    ::fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+  }
+#endif
+  if (rc != 0) return absl::UnavailableError(absl::StrCat("cannot pass the mesh secret to a worker: ", std::strerror(errno)));
+  // A secret is far smaller than a pipe's buffer: this write never blocks.
+  const ssize_t written = ::write(fds[1], secret.data(), secret.size());
+  ::close(fds[1]);
+  if (written != static_cast<ssize_t>(secret.size())) {
+    ::close(fds[0]);
+    return absl::UnavailableError("cannot pass the mesh secret to a worker: short write to its pipe");
+  }
+  return fds[0];
 }
 
 // The pids of the workers started so far, by rank: a join must come from
@@ -101,14 +130,14 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
     if (entry.starts_with("CASTMESH_BOOTSTRAP=") || entry.starts_with("CASTMESH_SECRET=") ||
         entry.starts_with("CASTMESH_RANK=") || entry.starts_with("CASTMESH_WORLD_SIZE=") ||
         entry.starts_with("CASTMESH_TRANSPORT=") || entry.starts_with("CASTMESH_PARENT_PID=") ||
-        entry.starts_with("CASTMESH_RENDEZVOUS=") || entry.starts_with("CASTMESH_LIFELINE_FD=")) {
+        entry.starts_with("CASTMESH_RENDEZVOUS=") || entry.starts_with("CASTMESH_LIFELINE_FD=") ||
+        entry.starts_with("CASTMESH_SECRET_FD=")) {
       continue;
     }
     base_env.emplace_back(entry);
   }
   for (const auto& [key, value] : options_.worker_env) base_env.push_back(key + "=" + value);
   base_env.push_back(absl::StrCat(proc::kEnvBootstrap, "=", host->id()));
-  base_env.push_back(absl::StrCat(proc::kEnvSecret, "=", secret));
   base_env.push_back(absl::StrCat(proc::kEnvWorldSize, "=", procs));
   base_env.push_back(absl::StrCat(proc::kEnvTransport, "=", options_.transport));
   base_env.push_back(absl::StrCat(proc::kEnvParentPid, "=", ::getpid()));
@@ -122,7 +151,11 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   for (int rank = 0; rank < procs; ++rank) {
     std::vector<std::string> env = base_env;
     env.push_back(absl::StrCat(proc::kEnvRank, "=", rank));
-    absl::StatusOr<pid_t> pid = proc::spawn_worker_process(argv_strings, env);
+    absl::StatusOr<int> secret_fd = secret_pipe(secret);
+    if (!secret_fd.ok()) return fail(secret_fd.status());
+    env.push_back(absl::StrCat(proc::kEnvSecretFd, "=", *secret_fd));
+    absl::StatusOr<pid_t> pid = proc::spawn_worker_process(argv_strings, env, {*secret_fd});
+    ::close(*secret_fd);
     if (!pid.ok()) {
       return fail(absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " ('", argv_strings[0],
                                                       "'): ", pid.status().message())));

@@ -36,8 +36,10 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   if (!parent_pid.empty() && std::atoll(parent_pid.c_str()) != static_cast<long long>(::getppid())) {
     return 1;  // the controller died before we got here
   }
-  // Neither the secret nor worker mode is inherited by our own children.
-  ::unsetenv(kEnvSecret);
+  // Neither the secret nor worker mode is inherited by our own children,
+  // and the secret is not left in memory that /proc/<pid>/environ shows.
+  platform::erase_from_environment(kEnvSecret);
+  ::unsetenv(kEnvSecretFd);
   ::unsetenv(kEnvBootstrap);
   ::unsetenv(kEnvRendezvous);
   const std::string& bootstrap = launch.controller;

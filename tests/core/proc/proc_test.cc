@@ -11,6 +11,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -49,6 +51,7 @@ struct Relay {
 };
 struct Boom {};
 struct Hang {};
+struct GetEnviron {};
 
 absl::Status encode_int(int64_t v, std::string* out) {
   *out = std::to_string(v);
@@ -70,6 +73,8 @@ absl::Status encode_empty_boom(const Boom&, std::string* out) { return out->clea
 absl::Status decode_empty_boom(std::string_view, Boom*) { return absl::OkStatus(); }
 absl::Status encode_empty_hang(const Hang&, std::string* out) { return out->clear(), absl::OkStatus(); }
 absl::Status decode_empty_hang(std::string_view, Hang*) { return absl::OkStatus(); }
+absl::Status encode_empty_environ(const GetEnviron&, std::string* out) { return out->clear(), absl::OkStatus(); }
+absl::Status decode_empty_environ(std::string_view, GetEnviron*) { return absl::OkStatus(); }
 absl::Status encode_seq(const Seq& m, std::string* out) {
   *out = absl::StrCat(m.sender, ",", m.n);
   return absl::OkStatus();
@@ -103,6 +108,7 @@ CASTMESH_REGISTER_MESSAGE(CheckOrder, "test.CheckOrder", encode_empty_check, dec
 CASTMESH_REGISTER_MESSAGE(Relay, "test.Relay", encode_relay, decode_relay);
 CASTMESH_REGISTER_MESSAGE(Boom, "test.Boom", encode_empty_boom, decode_empty_boom);
 CASTMESH_REGISTER_MESSAGE(Hang, "test.Hang", encode_empty_hang, decode_empty_hang);
+CASTMESH_REGISTER_MESSAGE(GetEnviron, "test.GetEnviron", encode_empty_environ, decode_empty_environ);
 
 // --- actors -------------------------------------------------------------------
 
@@ -117,7 +123,17 @@ class Echo : public castmesh::Actor {
     std::this_thread::sleep_for(std::chrono::seconds(20));  // the test kills this proc meanwhile
     return 0;
   }
-  using Handlers = castmesh::Handlers<&Echo::echo, &Echo::pid, &Echo::tag, &Echo::boom, &Echo::hang>;
+  // What a handler (user code) can see of the environment: each entry of
+  // environ, then (Linux) /proc/self/environ, NUL-separated.
+  std::string environ_seen(const GetEnviron&) {
+    std::string seen;
+    for (char** e = castmesh::platform::environment(); *e != nullptr; ++e) seen.append(*e).push_back('\0');
+    std::ifstream initial("/proc/self/environ", std::ios::binary);
+    seen.append(std::istreambuf_iterator<char>(initial), std::istreambuf_iterator<char>());
+    return seen;
+  }
+  using Handlers =
+      castmesh::Handlers<&Echo::echo, &Echo::pid, &Echo::tag, &Echo::boom, &Echo::hang, &Echo::environ_seen>;
 
  private:
   std::string tag_;
@@ -784,6 +800,22 @@ TEST(LocalAllocator, WorkerThatExitsBeforeJoiningIsReported) {
   auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 1);
   ASSERT_FALSE(mesh.ok());
   EXPECT_NE(mesh.status().message().find("exited before joining"), std::string::npos) << mesh.status();
+}
+
+TEST(LocalAllocator, WorkersNeverHaveTheSecretInTheirEnvironment) {
+  castmesh::LocalAllocatorOptions options = quick_options();
+  options.secret = "proc-test-secret-0123456789";
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<Echo>("echo", std::string("env"));
+  ASSERT_TRUE(echoes.ok()) << echoes.status();
+  auto seen = (*echoes)[0].ask(GetEnviron{}).get(absl::Seconds(5));
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_NE(seen->find("CASTMESH_RANK=0"), std::string::npos);  // the environment was read
+  EXPECT_EQ(seen->find(options.secret), std::string::npos);
+  EXPECT_EQ(seen->find("CASTMESH_SECRET="), std::string::npos);
+  ASSERT_TRUE(mesh->stop().ok());
 }
 
 TEST(LocalAllocator, MeshAllocatedOnAThreadThatExitsKeepsItsProcs) {
