@@ -38,6 +38,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     items.sort(key=lambda item: item.path.name not in _ADDRESS_CHOOSERS)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _failures_do_not_end_the_session() -> Iterator[None]:
+    """A mesh failure nobody handles ends the controller (castmesh's default
+    unhandled_fault_hook); while all suites share one process (the wheel
+    stage), a failure reported after its test ended must not end the rest.
+    Tests that expect failures install their own hook; the default one is
+    tested in a subprocess."""
+    import castmesh
+
+    def report(failure: object) -> None:
+        print(f"unexpected mesh failure outside a test that expects one: {failure}", file=sys.stderr)
+
+    default = castmesh.unhandled_fault_hook
+    castmesh.unhandled_fault_hook = report
+    yield
+    castmesh.unhandled_fault_hook = default
+
+
 class TimeLimitExceeded(Exception):
     """Raised in the test's thread when its time limit passes."""
 

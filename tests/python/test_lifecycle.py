@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import time
 
 import pytest
 
@@ -122,10 +123,13 @@ def test_cleanup_gets_the_exception_an_actor_failed_with(procs, tmp_path, faults
     for _ in range(300):
         if cleanups(tmp_path):
             break
-        import time
-
         time.sleep(0.05)
     assert cleanups(tmp_path) == {"1": "SystemExit 7"}
+    for _ in range(300):
+        if faults:
+            break
+        time.sleep(0.05)
+    assert [dict(f.point) for f in faults] == [{"gpus": 1}]
     mesh.stop().get(timeout=30)
 
 
