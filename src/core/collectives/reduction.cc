@@ -14,6 +14,10 @@
 #include <string_view>
 #include <utility>
 
+#if defined(CASTMESH_REDUCTION_AVX2)
+#include <cpuid.h>
+#endif
+
 #include "core/collectives/reduction_kernels.h"
 #include "core/collectives/reduction_loops.h"
 
@@ -34,11 +38,29 @@ constexpr KernelTable kPortableKernels = make_kernel_table("portable");
 
 const KernelTable& portable_kernels() { return kPortableKernels; }
 
+#if defined(CASTMESH_REDUCTION_AVX2)
+namespace {
+// AVX2 and F16C in CPUID, and the OS saving the YMM registers (XCR0 bits 1
+// and 2). Clang 14's __builtin_cpu_supports does not know "f16c", so ask
+// CPUID directly.
+bool cpu_runs_avx2_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool osxsave = (ecx & bit_OSXSAVE) != 0, avx = (ecx & bit_AVX) != 0, f16c = (ecx & bit_F16C) != 0;
+  if (!osxsave || !avx || !f16c) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0x6u) != 0x6u) return false;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ebx & bit_AVX2) != 0;
+}
+}  // namespace
+#endif
+
 const KernelTable* avx2_kernels() {
 #if defined(CASTMESH_REDUCTION_AVX2)
-  __builtin_cpu_init();
-  // libgcc/compiler-rt also check that the OS saves the AVX registers.
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) return &kAvx2KernelTable;
+  static const bool runs = cpu_runs_avx2_f16c();
+  if (runs) return &kAvx2KernelTable;
 #endif
   return nullptr;
 }

@@ -420,7 +420,7 @@ class Buffer {
  public:
   static constexpr size_t kGuard = 3;
   Buffer(DType t, size_t n, size_t misalign)
-      : t_(t), n_(n), size_(dtype_size(t)), bytes_((n + 2 * kGuard + 1) * size_, 0xa5), start_(kGuard + misalign) {}
+      : n_(n), size_(dtype_size(t)), bytes_((n + 2 * kGuard + 1) * size_, 0xa5), start_(kGuard + misalign) {}
   unsigned char* data() { return bytes_.data() + start_ * size_; }
   const unsigned char* data() const { return bytes_.data() + start_ * size_; }
   unsigned char* at(size_t i) { return data() + i * size_; }
@@ -434,7 +434,6 @@ class Buffer {
   }
 
  private:
-  DType t_;
   size_t n_;
   size_t size_;
   std::vector<unsigned char> bytes_;
