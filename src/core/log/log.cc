@@ -152,8 +152,13 @@ std::string suppressed_suffix(std::uint64_t suppressed) {
 }
 
 spdlog::logger& logger() {
-  static const std::shared_ptr<spdlog::logger> instance = make_logger();
-  return *instance;
+  // Never destroyed: statics of the core and of programs using it (an
+  // Endpoint shut down by a static's destructor) log while the process
+  // exits, after an ordinary function-local static would be gone. Its sink
+  // writes to stderr and flushes every line at warn and above; what it holds
+  // is reclaimed by the system at exit.
+  static const std::shared_ptr<spdlog::logger>* const instance = new std::shared_ptr<spdlog::logger>(make_logger());
+  return **instance;
 }
 
 }  // namespace castmesh::log

@@ -1,7 +1,8 @@
 // Internal logging for the core. Every castmesh log line goes through the one
 // spdlog logger returned here, so its level (CASTMESH_LOG) and format are set
 // in one place. Thread-safe; callable from any thread, including before
-// main() finishes static initialisation.
+// main() finishes static initialisation and during static destruction (the
+// logger is never destroyed).
 #pragma once
 
 #include <spdlog/spdlog.h>

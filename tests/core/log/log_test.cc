@@ -1,8 +1,18 @@
 #include "core/log/log.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern char** environ;
 
 TEST(Log, LevelComesFromEnvironment) {
   // CTest sets CASTMESH_LOG=debug for this test (see CMakeLists.txt).
@@ -44,4 +54,41 @@ TEST(Log, RateLimiterLetsOneLineThroughPerIntervalAndCountsTheRest) {
   EXPECT_EQ(suppressed, 0u);
   EXPECT_EQ(castmesh::log::suppressed_suffix(0), "");
   EXPECT_EQ(castmesh::log::suppressed_suffix(1001), " (1001 more lines like this suppressed)");
+}
+
+TEST(Log, LoggingDuringStaticDestructionIsSafe) {
+  // The probe's statics log after its logger would have been destroyed (a
+  // heap-use-after-free under ASan, a crash or nothing without it).
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDERR_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  std::vector<std::string> env_strings = {"CASTMESH_LOG=debug"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!std::string_view(*e).starts_with("CASTMESH_LOG=")) env_strings.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string probe = CASTMESH_LOG_AT_EXIT_PROBE;
+  char* argv[] = {probe.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, probe.c_str(), &actions, nullptr, argv, envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  std::string output;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) != 0;) {
+    if (n > 0) output.append(buf, static_cast<std::size_t>(n));
+    if (n < 0 && errno != EINTR) break;
+  }
+  ::close(out[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "probe ended with status " << status << ":\n" << output;
+  EXPECT_NE(output.find("logged during static destruction"), std::string::npos) << output;
+  EXPECT_NE(output.find("castmesh-proc local:log-at-exit: endpoint down"), std::string::npos) << output;
 }
