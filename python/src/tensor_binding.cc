@@ -341,6 +341,31 @@ DType dtype_named(const std::string& name) {
   return *dtype;
 }
 
+// Pickled as (dtype name, shape, C-order bytes), so tensors travel as actor
+// arguments and results; the unpickled tensor is a fresh writable copy.
+py::tuple pickled(const TensorView& view) {
+  TensorView dense = view.is_contiguous() ? view : value_or_raise(view.ContiguousCopy());
+  if (!dense.device().is_host_accessible()) {
+    throw py::buffer_error("a castmesh.Tensor on " + dense.device().to_string() + " cannot be pickled");
+  }
+  const char* bytes = dense.numel() > 0 ? static_cast<const char*>(dense.data()) : "";
+  return py::make_tuple(std::string(dtype_name(dense.dtype())), dense.shape(),
+                        py::bytes(bytes, dense.nbytes()));
+}
+
+TensorView unpickled(const py::tuple& state) {
+  if (state.size() != 3) throw py::value_error("castmesh.Tensor pickle state must be (dtype, shape, bytes)");
+  TensorView view = value_or_raise(
+      TensorView::TryAllocate(dtype_named(state[0].cast<std::string>()), state[1].cast<std::vector<int64_t>>()));
+  const std::string_view bytes = state[2].cast<std::string_view>();
+  if (bytes.size() != view.nbytes()) {
+    throw py::value_error("castmesh.Tensor pickle holds " + std::to_string(bytes.size()) + " bytes for " +
+                          std::to_string(view.nbytes()));
+  }
+  if (!bytes.empty()) std::memcpy(view.data(), bytes.data(), bytes.size());
+  return view;
+}
+
 void bind_tensor_class(py::module_& module) {
   py::class_<TensorView>(module, "Tensor", py::buffer_protocol(),
                          "A castmesh-owned or zero-copy array (castmesh::TensorView); a DLPack producer with the "
@@ -369,6 +394,7 @@ void bind_tensor_class(py::module_& module) {
              return v.shape()[0];
            })
       .def("__repr__", &repr)
+      .def(py::pickle(&pickled, &unpickled))
       .def("__dlpack__", &export_dlpack, py::arg("stream") = py::none(), py::kw_only(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
            "A DLPack capsule: 'dltensor_versioned' when max_version >= (1, 0), else the legacy 'dltensor'.")

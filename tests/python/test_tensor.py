@@ -7,6 +7,7 @@ NumPy is not a castmesh dependency: the tests that need it skip without it
 import array
 import ctypes
 import gc
+import pickle
 import weakref
 
 import pytest
@@ -176,6 +177,19 @@ def test_repr():
     assert repr(castmesh.zeros(2, "int8")) == "castmesh.Tensor([0, 0], dtype='int8')"
     assert repr(castmesh.zeros((100, 2))) == "castmesh.Tensor(shape=(100, 2), dtype='float32')"
     assert repr(castmesh.from_dlpack(b"a")) == "castmesh.Tensor([97], dtype='uint8', read_only=True)"
+
+
+def test_pickle_round_trip():
+    t = castmesh.from_dlpack(array.array("i", [1, 2, 3, 4, 5, 6]))
+    back = pickle.loads(pickle.dumps(t))
+    assert (back.dtype, back.shape, back.tolist()) == ("int32", (6,), [1, 2, 3, 4, 5, 6])
+    assert back.data_ptr != t.data_ptr and not back.read_only
+    strided = castmesh.from_dlpack(memoryview(array.array("h", range(6)))[::-2])
+    assert pickle.loads(pickle.dumps(strided)).tolist() == [5, 3, 1]
+    assert pickle.loads(pickle.dumps(castmesh.zeros((0, 3), "bfloat16"))).shape == (0, 3)
+    assert pickle.loads(pickle.dumps(castmesh.zeros([], "float64"))).tolist() == 0.0
+    with pytest.raises(ValueError, match="holds 3 bytes for 8"):
+        castmesh.Tensor.__new__(castmesh.Tensor).__setstate__(("int32", [2], b"abc"))
 
 
 # --- with NumPy ---------------------------------------------------------------------
