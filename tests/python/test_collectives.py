@@ -192,9 +192,9 @@ def test_world_in_processes_started_like_mpirun(tmp_path):
     script = tmp_path / "spmd.py"
     script.write_text(SPMD)
     env = dict(os.environ, OMPI_COMM_WORLD_SIZE="3", CASTMESH_RENDEZVOUS=f"unix:@cm-pytest-{uuid.uuid4().hex}",
-               CASTMESH_SECRET="pytest-secret")
+               CASTMESH_SECRET="pytest-secret", CASTMESH_LOG=os.environ.get("CM_DEBUG_LOG", "warn"))
     ranks = [subprocess.Popen([sys.executable, str(script)], env=dict(env, OMPI_COMM_WORLD_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(3)]
     outputs = [p.communicate(timeout=90)[0] for p in ranks]
-    assert [p.returncode for p in ranks] == [0, 0, 0], outputs
+    assert [p.returncode for p in ranks] == [0, 0, 0], "\n".join(outputs)
     assert all(f"rank {r} of 3 ok" in outputs[r] for r in range(3)), outputs

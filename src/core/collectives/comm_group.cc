@@ -1,10 +1,14 @@
 #include "core/collectives/comm_group.h"
 
+#include <unistd.h>
+
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
+#include "core/collectives/single_copy.h"
 #include "core/proc/proc_host.h"
 
 namespace castmesh::detail {
@@ -26,20 +30,103 @@ CommGroup::CommGroup(Layout layout) : layout_(std::move(layout)) {
 
 CommGroup::~CommGroup() { Exchange::instance().forget(layout_.id, layout_.rank); }
 
+namespace {
+std::atomic<uint64_t> next_token{1};  // process-wide: (proc, token) names a single-copy send
+}  // namespace
+
 absl::Status CommGroup::send(Channel channel, int dest, int64_t tag, const void* data, size_t bytes,
                              const std::string& signature, uint64_t sequence) {
+  return start_send(channel, dest, tag, data, bytes, signature, sequence)->wait(absl::InfiniteDuration()).status();
+}
+
+std::shared_ptr<RequestState> CommGroup::start_send(Channel channel, int dest, int64_t tag, const void* data,
+                                                    size_t bytes, const std::string& signature, uint64_t sequence) {
+  const MessageStatus sent{rank(), static_cast<int>(tag), bytes};
   if (dest < 0 || dest >= size()) {
-    return absl::InvalidArgumentError(absl::StrCat("destination rank ", dest, " is not in 0..", size() - 1));
+    return RequestState::Done(
+        absl::InvalidArgumentError(absl::StrCat("destination rank ", dest, " is not in 0..", size() - 1)));
   }
-  if (absl::Status dead = mailbox_->source_error(dest); !dead.ok()) return dead;
+  if (absl::Status dead = mailbox_->source_error(dest); !dead.ok()) return RequestState::Done(dead);
   const ProcId& proc = layout_.procs[dest];
   if (proc == layout_.self_proc) {
-    collectives::MessageKey key{channel, rank(), tag, signature};
+    collectives::MessageKey key{channel, rank(), tag, signature, nullptr};
     Exchange::instance().mailbox(layout_.id, dest)->deliver(std::move(key), static_cast<const char*>(data), bytes);
-    return absl::OkStatus();
+    return RequestState::Done(sent);
   }
-  std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
-  if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
+  if (bytes >= collectives::kSingleCopyMinBytes && collectives::single_copy_towards(proc)) {
+    return start_single_copy(PendingSend{dest, channel, tag, signature, sequence, data, bytes, nullptr});
+  }
+  v1::CollectiveHeader header = frame_header(channel, dest, tag, signature, sequence);
+  absl::Status st = send_frame(dest, header, data, bytes);
+  return RequestState::Done(st.ok() ? absl::StatusOr<MessageStatus>(sent) : absl::StatusOr<MessageStatus>(st));
+}
+
+std::shared_ptr<RequestState> CommGroup::start_single_copy(PendingSend send) {
+  const uint64_t token = next_token.fetch_add(1, std::memory_order_relaxed);
+  auto request = std::make_shared<RequestState>();
+  send.request = request;
+  v1::CollectiveHeader header = frame_header(send.channel, send.dest, send.tag, send.signature, send.sequence);
+  header.set_token(token);
+  header.set_body_pid(::getpid());
+  header.set_body_address(reinterpret_cast<uint64_t>(send.data));
+  header.set_body_size(send.bytes);
+  header.set_host_identity(collectives::host_identity());
+  const int dest = send.dest;
+  {
+    absl::MutexLock lock(&sends_mu_);
+    pending_sends_.emplace(token, std::move(send));
+  }
+  if (absl::Status st = send_frame(dest, header, nullptr, 0); !st.ok()) {
+    {
+      absl::MutexLock lock(&sends_mu_);
+      pending_sends_.erase(token);
+    }
+    request->complete(st);
+  }
+  return request;
+}
+
+void CommGroup::on_send_done(uint64_t token, bool fallback) {
+  std::optional<PendingSend> send;
+  {
+    absl::MutexLock lock(&sends_mu_);
+    auto it = pending_sends_.find(token);
+    if (it == pending_sends_.end()) return;
+    send = std::move(it->second);
+    pending_sends_.erase(it);
+  }
+  absl::Status st;
+  if (fallback) {  // the receiver could not read our memory: send the bytes
+    v1::CollectiveHeader header = frame_header(send->channel, send->dest, send->tag, send->signature, send->sequence);
+    header.set_token(token);
+    header.set_fallback_body(true);
+    st = send_frame(send->dest, header, send->data, send->bytes);
+  }
+  if (st.ok()) {
+    send->request->complete(MessageStatus{rank(), static_cast<int>(send->tag), send->bytes});
+  } else {
+    send->request->complete(st);
+  }
+}
+
+void CommGroup::fail_sends_to(const ProcId& proc, const absl::Status& why) {
+  std::vector<std::shared_ptr<RequestState>> failed;
+  {
+    absl::MutexLock lock(&sends_mu_);
+    for (auto it = pending_sends_.begin(); it != pending_sends_.end();) {
+      if (layout_.procs[it->second.dest] != proc) {
+        ++it;
+        continue;
+      }
+      failed.push_back(it->second.request);
+      pending_sends_.erase(it++);
+    }
+  }
+  for (auto& request : failed) request->complete(why);
+}
+
+v1::CollectiveHeader CommGroup::frame_header(Channel channel, int dest, int64_t tag, const std::string& signature,
+                                             uint64_t sequence) const {
   v1::CollectiveHeader header;
   header.set_comm(layout_.id);
   header.set_source(static_cast<uint32_t>(rank()));
@@ -49,7 +136,14 @@ absl::Status CommGroup::send(Channel channel, int dest, int64_t tag, const void*
   header.set_tag(tag);
   header.set_sequence(sequence);
   header.set_signature(signature);
-  absl::Status sent = host->send_data(proc, collectives::kCollectiveDataType, collectives::encode_frame(header, data, bytes));
+  return header;
+}
+
+absl::Status CommGroup::send_frame(int dest, v1::CollectiveHeader& header, const void* body, size_t bytes) {
+  std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
+  if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
+  const ProcId& proc = layout_.procs[dest];
+  absl::Status sent = host->send_data(proc, collectives::kCollectiveDataType, collectives::encode_frame(header, body, bytes));
   if (!sent.ok()) {
     return absl::Status(sent.code(), absl::StrCat("sending to rank ", dest, " (proc ", proc, "): ", sent.message()));
   }
@@ -71,22 +165,15 @@ void CommGroup::abort(uint64_t sequence, const absl::Status& why) {
   if (!mailbox_->collective_error(sequence).ok()) return;  // already aborted here
   const absl::Status error(why.code(), absl::StrCat("rank ", rank(), ": ", why.message()));
   mailbox_->abort_collective(sequence, error);
-  std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
   for (int r = 0; r < size(); ++r) {
     if (r == rank()) continue;
     if (layout_.procs[r] == layout_.self_proc) {
       Exchange::instance().mailbox(layout_.id, r)->abort_collective(sequence, error);
       continue;
     }
-    if (host == nullptr) continue;
-    v1::CollectiveHeader header;
-    header.set_comm(layout_.id);
-    header.set_source(static_cast<uint32_t>(rank()));
-    header.set_dest(static_cast<uint32_t>(r));
+    v1::CollectiveHeader header = frame_header(Channel::kCollective, r, 0, std::string(error.message()), sequence);
     header.set_channel(v1::CollectiveHeader::CHANNEL_ABORT);
-    header.set_sequence(sequence);
-    header.set_signature(std::string(error.message()));
-    (void)host->send_data(layout_.procs[r], collectives::kCollectiveDataType, collectives::encode_frame(header, nullptr, 0));
+    (void)send_frame(r, header, nullptr, 0);
   }
 }
 

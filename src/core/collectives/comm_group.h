@@ -14,15 +14,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "castmesh/communicator.h"
 #include "castmesh/runtime.h"
+#include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/rank_mailbox.h"
 #include "core/collectives/request_state.h"
 
 namespace castmesh::proc {
 class ProcHost;
 }
+
 
 namespace castmesh::detail {
 
@@ -52,10 +57,21 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   const Layout& layout() const { return layout_; }
   collectives::RankMailbox& mailbox() { return *mailbox_; }
 
-  // Sends `size` bytes to rank `dest` (eager: the bytes are copied or
-  // written out before this returns).
+  // Starts sending `bytes` bytes to rank `dest`. Small messages, and all
+  // within this process, are copied out before this returns (the request
+  // is complete); a large one to another process of this host stays in
+  // `data` until the receiver has read it (single copy), so `data` must
+  // stay valid and unchanged until the request completes.
+  std::shared_ptr<RequestState> start_send(collectives::Channel channel, int dest, int64_t tag, const void* data,
+                                           size_t bytes, const std::string& signature = {}, uint64_t sequence = 0);
+  // start_send, then waits for it.
   absl::Status send(collectives::Channel channel, int dest, int64_t tag, const void* data, size_t bytes,
                     const std::string& signature = {}, uint64_t sequence = 0);
+  // The receiver of single-copy message `token` has read it, or (fallback)
+  // could not: then the body goes out as a frame now.
+  void on_send_done(uint64_t token, bool fallback);
+  // Proc `proc` is lost: sends waiting for a rank there fail with `why`.
+  void fail_sends_to(const ProcId& proc, const absl::Status& why);
   // Posts a receive of at most `capacity` bytes into `buffer`.
   std::shared_ptr<RequestState> post_recv(collectives::Channel channel, int source, int64_t tag, void* buffer,
                                           size_t capacity, std::string signature = {});
@@ -70,9 +86,29 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   explicit CommGroup(Layout layout);
 
  private:
+  // A single-copy send waiting for its receiver.
+  struct PendingSend {
+    int dest = 0;
+    collectives::Channel channel = collectives::Channel::kP2P;
+    int64_t tag = 0;
+    std::string signature;
+    uint64_t sequence = 0;
+    const void* data = nullptr;
+    size_t bytes = 0;
+    std::shared_ptr<RequestState> request;
+  };
+  // A frame header from this rank to `dest`.
+  wire::v1::CollectiveHeader frame_header(collectives::Channel channel, int dest, int64_t tag,
+                                          const std::string& signature, uint64_t sequence) const;
+  // Sends one frame to rank `dest` of another proc.
+  absl::Status send_frame(int dest, wire::v1::CollectiveHeader& header, const void* body, size_t bytes);
+  std::shared_ptr<RequestState> start_single_copy(PendingSend send);
+
   Layout layout_;
   std::shared_ptr<collectives::RankMailbox> mailbox_;
   std::atomic<uint64_t> next_sequence_{1};
+  absl::Mutex sends_mu_;
+  absl::flat_hash_map<uint64_t, PendingSend> pending_sends_ ABSL_GUARDED_BY(sends_mu_);
 };
 
 }  // namespace castmesh::detail

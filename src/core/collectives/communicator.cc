@@ -295,9 +295,9 @@ absl::Status Communicator::send(const TensorView& data, int dest, int tag) const
 }
 
 Request Communicator::isend(const TensorView& data, int dest, int tag) const {
-  absl::Status st = send(data, dest, tag);
-  if (!st.ok()) return Request(RequestState::Done(st));
-  return Request(RequestState::Done(MessageStatus{rank(), tag, data.nbytes()}));
+  if (absl::Status st = check_buffer(data, "send buffer", false); !st.ok()) return Request(RequestState::Done(st));
+  if (tag < 0) return Request(RequestState::Done(absl::InvalidArgumentError(absl::StrCat("tag ", tag, " is negative"))));
+  return Request(group_->start_send(Channel::kP2P, dest, tag, data.data(), data.nbytes()));
 }
 
 Request Communicator::irecv(const TensorView& out, int source, int tag) const {

@@ -1,10 +1,12 @@
 #include "core/collectives/exchange.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
+#include "core/collectives/single_copy.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
 
@@ -42,8 +44,9 @@ size_t get_varint32(const char* p, const char* end, uint32_t* value) {
 class CollectivesService final : public proc::ProcService {
  public:
   explicit CollectivesService(proc::ProcHost& host) : id_(host.id()) {
-    host.on_data(kCollectiveDataType, [](const ProcId& peer, wire::Payload payload) {
-      Exchange::instance().on_frame(peer, std::move(payload));
+    std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
+    host.on_data(kCollectiveDataType, [weak](const ProcId& peer, wire::Payload payload) {
+      Exchange::instance().on_frame(weak, peer, std::move(payload));
     });
     observer_ = host.add_peer_lost_observer(
         [](const ProcId& peer, const absl::Status& why) { Exchange::instance().on_peer_lost(peer, why); });
@@ -128,7 +131,97 @@ void Exchange::forget(const std::string& comm, int rank) {
   if (it != entries_.end() && it->second.group.expired()) entries_.erase(it);
 }
 
-void Exchange::on_frame(const ProcId& peer, wire::Payload payload) {
+namespace {
+
+// A message whose body is still in the sender's memory on this host.
+class SingleCopyBody final : public RemoteBody {
+ public:
+  SingleCopyBody(std::weak_ptr<proc::ProcHost> host, ProcId peer, const v1::CollectiveHeader& header)
+      : host_(std::move(host)),
+        peer_(std::move(peer)),
+        comm_(header.comm()),
+        sender_(header.source()),
+        receiver_(header.dest()),
+        token_(header.token()),
+        pid_(header.body_pid()),
+        address_(header.body_address()),
+        size_(header.body_size()),
+        same_pids_(header.host_identity() == host_identity()) {}
+
+  size_t size() const override { return size_; }
+
+  void deliver(const PostedRecv& recv, const MessageKey& key, const absl::Status& error) const override {
+    if (!error.ok()) {
+      recv.request->complete(error);
+      return answer(false);
+    }
+    absl::Status read = same_pids_ ? read_process_memory(pid_, address_, recv.buffer, size_)
+                                   : absl::FailedPreconditionError("another pid namespace");
+    if (read.ok()) {
+      recv.request->complete(
+          MessageStatus{key.source, key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0, size_});
+      return answer(false);
+    }
+    if (absl::IsUnavailable(read)) {  // the sender is gone; its loss fails the rest
+      recv.request->complete(absl::UnavailableError(absl::StrCat("rank ", sender_, " is gone: ", read.message())));
+      return;
+    }
+    Exchange::instance().park(peer_, token_, recv, key);
+    answer(true);
+  }
+
+ private:
+  void answer(bool fallback) const {
+    std::shared_ptr<proc::ProcHost> host = host_.lock();
+    if (host == nullptr) return;
+    v1::CollectiveHeader done;
+    done.set_comm(comm_);
+    done.set_source(receiver_);
+    done.set_dest(sender_);
+    done.set_channel(v1::CollectiveHeader::CHANNEL_DONE);
+    done.set_token(token_);
+    done.set_fallback(fallback);
+    (void)host->send_data(peer_, kCollectiveDataType, encode_frame(done, nullptr, 0));
+  }
+
+  std::weak_ptr<proc::ProcHost> host_;
+  ProcId peer_;
+  std::string comm_;
+  uint32_t sender_, receiver_;
+  uint64_t token_;
+  int64_t pid_;
+  uint64_t address_;
+  size_t size_;
+  bool same_pids_;
+};
+
+}  // namespace
+
+std::shared_ptr<detail::CommGroup> Exchange::live_group(const std::string& comm, int rank) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(std::make_pair(comm, rank));
+  return it == entries_.end() ? nullptr : it->second.group.lock();
+}
+
+void Exchange::park(const ProcId& peer, uint64_t token, PostedRecv recv, MessageKey key) {
+  absl::MutexLock lock(&mu_);
+  parked_[std::make_pair(peer, token)] = Parked{std::move(recv), std::move(key)};
+}
+
+void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const char* body, size_t size) {
+  std::optional<Parked> parked;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = parked_.find(std::make_pair(peer, token));
+    if (it == parked_.end()) return;
+    parked = std::move(it->second);
+    parked_.erase(it);
+  }
+  parked->key.remote = nullptr;
+  RankMailbox::fill(parked->recv, parked->key, body, size);
+}
+
+void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, wire::Payload payload) {
   const char* p = payload.data();
   const char* end = p + payload.size();
   uint32_t header_size = 0;
@@ -141,6 +234,11 @@ void Exchange::on_frame(const ProcId& peer, wire::Payload payload) {
   const char* body = p + n + header_size;
   const size_t body_size = static_cast<size_t>(end - body);
   const int dest = static_cast<int>(header.dest());
+  if (header.channel() == v1::CollectiveHeader::CHANNEL_DONE) {
+    if (auto group = live_group(header.comm(), dest)) group->on_send_done(header.token(), header.fallback());
+    return;
+  }
+  if (header.fallback_body()) return deliver_fallback_body(peer, header.token(), body, body_size);
   std::shared_ptr<RankMailbox> box = mailbox(header.comm(), dest);
   if (header.channel() == v1::CollectiveHeader::CHANNEL_ABORT) {
     box->abort_collective(header.sequence(), absl::AbortedError(header.signature()));
@@ -151,15 +249,32 @@ void Exchange::on_frame(const ProcId& peer, wire::Payload payload) {
   key.source = static_cast<int>(header.source());
   key.tag = header.tag();
   key.signature = header.signature();
+  if (header.token() != 0) key.remote = std::make_shared<SingleCopyBody>(host, peer, header);
   box->deliver(std::move(key), body, body_size, std::move(payload));
+}
+
+void Exchange::on_peer_alive(const ProcId& peer) {
+  absl::MutexLock lock(&mu_);
+  lost_.erase(peer);
 }
 
 void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
   std::vector<std::tuple<std::shared_ptr<RankMailbox>, int, absl::Status>> failed;
+  std::vector<std::shared_ptr<detail::CommGroup>> groups;
+  std::vector<Parked> parked;
   {
     absl::MutexLock lock(&mu_);
     lost_.emplace(peer, why);
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (it->first.first != peer) {
+        ++it;
+        continue;
+      }
+      parked.push_back(std::move(it->second));
+      parked_.erase(it++);
+    }
     for (auto& [key, e] : entries_) {
+      if (auto group = e.group.lock()) groups.push_back(std::move(group));
       for (size_t r = 0; r < e.procs.size(); ++r) {
         if (e.procs[r] != peer) continue;
         failed.emplace_back(e.mailbox, static_cast<int>(r),
@@ -169,6 +284,9 @@ void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
     }
   }
   for (auto& [box, r, st] : failed) box->fail_source(r, st);
+  const absl::Status gone = absl::UnavailableError(absl::StrCat("proc ", peer, " is gone: ", why.message()));
+  for (auto& group : groups) group->fail_sends_to(peer, gone);
+  for (auto& p : parked) p.recv.request->complete(gone);
 }
 
 }  // namespace castmesh::collectives

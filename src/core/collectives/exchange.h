@@ -28,6 +28,9 @@ class CollectiveHeader;
 namespace castmesh::detail {
 class CommGroup;
 }
+namespace castmesh::proc {
+class ProcHost;
+}
 
 namespace castmesh::collectives {
 
@@ -54,10 +57,16 @@ class Exchange {
   // The group of (comm, rank) is gone; forget its mailbox.
   void forget(const std::string& comm, int rank);
 
-  // A frame from proc `peer` (ProcHost data handler, I/O thread).
-  void on_frame(const ProcId& peer, wire::Payload payload);
+  // A frame from proc `peer` to proc `host` (ProcHost data handler, I/O thread).
+  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, wire::Payload payload);
+  // A single-copy receive that must wait for the body as a frame (the
+  // kernel refused the read): parked until that frame comes.
+  void park(const ProcId& peer, uint64_t token, PostedRecv recv, MessageKey key);
   // Proc `peer` is lost (ProcHost peer-lost observer, I/O thread).
   void on_peer_lost(const ProcId& peer, const absl::Status& why);
+  // Proc `peer` answered after it was reported lost (e.g. it was not
+  // listening yet when first dialled): groups made from now on trust it.
+  void on_peer_alive(const ProcId& peer);
 
  private:
   struct Entry {
@@ -68,10 +77,18 @@ class Exchange {
     std::shared_ptr<detail::CommGroup> pinned;
   };
   Entry& entry(const std::string& comm, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<detail::CommGroup> live_group(const std::string& comm, int rank);
+  void deliver_fallback_body(const ProcId& peer, uint64_t token, const char* body, size_t size);
+
+  struct Parked {
+    PostedRecv recv;
+    MessageKey key;
+  };
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, int>, Entry> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ProcId, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<ProcId, uint64_t>, Parked> parked_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace castmesh::collectives

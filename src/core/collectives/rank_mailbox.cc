@@ -15,17 +15,27 @@ bool RankMailbox::matches(const PostedRecv& recv, const MessageKey& key) {
 
 uint64_t RankMailbox::sequence_of(const PostedRecv& recv) { return static_cast<uint64_t>(recv.tag) >> 24; }
 
-void RankMailbox::fill(const PostedRecv& recv, const MessageKey& key, const char* data, size_t size) {
+namespace {
+absl::Status fill_error(const PostedRecv& recv, const MessageKey& key, size_t size) {
   if (recv.channel == Channel::kCollective && recv.signature != key.signature) {
-    recv.request->complete(absl::FailedPreconditionError(absl::StrCat(
-        "mismatched collective: rank ", key.source, " called ", key.signature, ", this rank called ",
-        recv.signature)));
-    return;
+    return absl::FailedPreconditionError(absl::StrCat("mismatched collective: rank ", key.source, " called ",
+                                                      key.signature, ", this rank called ", recv.signature));
   }
   if (size > recv.capacity) {
-    recv.request->complete(absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", key.source,
-                                                              " (tag ", key.tag, ") does not fit the receive buffer of ",
-                                                              recv.capacity, " bytes")));
+    return absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", key.source, " (tag ",
+                                              key.tag, ") does not fit the receive buffer of ", recv.capacity,
+                                              " bytes"));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+void RankMailbox::fill(const PostedRecv& recv, const MessageKey& key, const char* data, size_t size) {
+  if (key.remote != nullptr) size = key.remote->size();
+  absl::Status error = fill_error(recv, key, size);
+  if (key.remote != nullptr) return key.remote->deliver(recv, key, error);
+  if (!error.ok()) {
+    recv.request->complete(std::move(error));
     return;
   }
   if (size > 0) std::memcpy(recv.buffer, data, size);
@@ -60,7 +70,9 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
     }
     if (!matched) {
       wire::Payload bytes;
-      if (payload.empty()) {
+      if (key.remote != nullptr) {
+        // the body stays with the sender until a receive matches
+      } else if (payload.empty()) {
         bytes = wire::Payload::copy_of(std::string_view(data, size));
       } else {
         auto owner = std::make_shared<wire::Payload>(std::move(payload));
@@ -116,7 +128,8 @@ absl::StatusOr<MessageStatus> RankMailbox::probe(int source, int64_t tag, absl::
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const Queued& q : unexpected_) {
       if (matches(pattern, q.key)) {
-        found = MessageStatus{q.key.source, static_cast<int>(q.key.tag), q.bytes.size()};
+        const size_t bytes = q.key.remote != nullptr ? q.key.remote->size() : q.bytes.size();
+        found = MessageStatus{q.key.source, static_cast<int>(q.key.tag), bytes};
         return true;
       }
     }

@@ -35,12 +35,16 @@ namespace castmesh::collectives {
 
 enum class Channel : uint8_t { kP2P = 0, kCollective = 1 };
 
+class RemoteBody;
+
 // Everything that identifies an incoming message for matching.
 struct MessageKey {
   Channel channel = Channel::kP2P;
   int source = 0;
   int64_t tag = 0;
   std::string signature;  // collectives: what the sender called
+  // Set when the body is still in the sender's memory (single copy).
+  std::shared_ptr<const RemoteBody> remote;
 };
 
 // One posted receive.
@@ -52,6 +56,17 @@ struct PostedRecv {
   void* buffer = nullptr;
   size_t capacity = 0;
   std::shared_ptr<detail::RequestState> request;
+};
+
+// The body of a message that stayed in the sender's memory
+// (core/collectives/single_copy.h): it moves when a receive matches.
+class RemoteBody {
+ public:
+  virtual ~RemoteBody() = default;
+  virtual size_t size() const = 0;
+  // Reads the body into `recv` and completes it (or fails it with `error`
+  // when that is not OK), and tells the sender it may reuse its buffer.
+  virtual void deliver(const PostedRecv& recv, const MessageKey& key, const absl::Status& error) const = 0;
 };
 
 class RankMailbox {
@@ -85,8 +100,13 @@ class RankMailbox {
   };
   static bool matches(const PostedRecv& recv, const MessageKey& key);
   static uint64_t sequence_of(const PostedRecv& recv);
-  // Copies into `recv`'s buffer and completes it (no lock held).
+
+ public:
+  // Copies a matched message into `recv`'s buffer and completes it (a
+  // remote body moves now). Call with no mailbox lock held.
   static void fill(const PostedRecv& recv, const MessageKey& key, const char* data, size_t size);
+
+ private:
   absl::Status failure_for(const PostedRecv& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;

@@ -15,6 +15,7 @@
 #include "castmesh/communicator.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
+#include "core/collectives/exchange.h"
 #include "core/log/log.h"
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
@@ -174,9 +175,12 @@ absl::StatusOr<std::vector<ProcId>> join_rank_zero(proc::ProcHost& host, const p
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
+    // Dialled before rank 0 listened, it was reported lost: it is not.
+    collectives::Exchange::instance().on_peer_alive(launch.controller);
     v1::WorldRoster roster;
     if (!roster.ParseFromString(*answer)) return absl::InternalError("world: malformed roster from rank 0");
     if (roster.error_code() != 0) return wire::status_from_wire(roster.error_code(), roster.error_message());
+    if (roster.procs_size() > 0) collectives::Exchange::instance().on_peer_alive(roster.procs(0));
     return std::vector<ProcId>(roster.procs().begin(), roster.procs().end());
   }
   return absl::DeadlineExceededError(absl::StrCat("world: rank ", launch.rank, " could not join rank 0 at ",
