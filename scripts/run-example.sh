@@ -20,6 +20,14 @@ example=$(find build/dev/examples -type f -name "${EXAMPLE_TARGET}" -perm -u+x |
 echo "=== running ${example} ${EXAMPLE_ARGS[*]}"
 "${example}" "${EXAMPLE_ARGS[@]}"
 
+# The data plane (examples/collectives/): an MPI-style SPMD program on the
+# Communicator, 4 processes started the way mpirun would start them.
+if [ -z "${CASTMESH_EXAMPLE_TARGET:-}" ]; then
+  cmake --build --preset dev -j"${JOBS}" --target castmesh_spmd_allreduce
+  echo "=== running examples/collectives/run_spmd.sh build/dev/examples/collectives/castmesh_spmd_allreduce 4"
+  sh examples/collectives/run_spmd.sh build/dev/examples/collectives/castmesh_spmd_allreduce 4
+fi
+
 # The single-controller model (examples/mesh/): 8 worker procs as a 2x4 mesh,
 # one actor each; cast, slices, call -> ValueMesh, reductions, a failing
 # member, a killed proc.
