@@ -112,11 +112,24 @@ class Ranks(Actor):
 
 
 @pytest.fixture(scope="module")
-def mesh():
-    procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
-    m = procs.spawn("ranks", Ranks)
-    yield m
-    procs.stop().get()
+def procs():
+    p = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    yield p
+    p.stop().get()
+
+
+@pytest.fixture(scope="module")
+def mesh(procs):
+    return procs.spawn("ranks", Ranks)
+
+
+@pytest.mark.timeout(120)
+def test_mesh_on_a_proc_mesh_slice_has_its_own_communicator(procs):
+    second_host = procs.slice(hosts=1).spawn("sliced", Ranks)
+    infos = sorted(second_host.info.call().get().values())
+    assert infos == [(0, 2, {"gpus": 2}), (1, 2, {"gpus": 2})]
+    results = list(second_host.sums.call(3).get().values())
+    assert results == [(2.0 + 3.0, 2.0)] * 2  # last of arange(3) + rank, summed over ranks 0 and 1
 
 
 @pytest.mark.timeout(120)
