@@ -163,20 +163,18 @@ std::vector<std::pair<PostedRecv, absl::Status>> take_failed(std::deque<PostedRe
 }  // namespace
 
 void RankMailbox::fail_source(int rank, const absl::Status& why) {
-  std::vector<std::pair<PostedRecv, absl::Status>> failed;
-  {
-    absl::MutexLock lock(&mu_);
-    dead_sources_.emplace(rank, why);
-    failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
-  }
-  for (auto& [recv, st] : failed) recv.request->complete(st);
+  record_failure([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { dead_sources_.emplace(rank, why); });
 }
 
 void RankMailbox::abort_collective(uint64_t sequence, const absl::Status& why) {
+  record_failure([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { aborted_.emplace(sequence, why); });
+}
+
+void RankMailbox::record_failure(const std::function<void()>& record) {
   std::vector<std::pair<PostedRecv, absl::Status>> failed;
   {
     absl::MutexLock lock(&mu_);
-    aborted_.emplace(sequence, why);
+    record();
     failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
   }
   for (auto& [recv, st] : failed) recv.request->complete(st);
@@ -197,13 +195,9 @@ absl::Status RankMailbox::source_error(int rank) {
 }
 
 void RankMailbox::close(const absl::Status& why) {
-  std::vector<std::pair<PostedRecv, absl::Status>> failed;
-  {
-    absl::MutexLock lock(&mu_);
+  record_failure([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (closed_.ok()) closed_ = why;
-    failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
-  }
-  for (auto& [recv, st] : failed) recv.request->complete(st);
+  });
 }
 
 }  // namespace castmesh::collectives

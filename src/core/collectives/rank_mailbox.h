@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -108,6 +109,9 @@ class RankMailbox {
 
  private:
   absl::Status failure_for(const PostedRecv& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `record` (which notes a failure) under the lock, then fails every
+  // posted receive that the failure now covers.
+  void record_failure(const std::function<void()>& record);
 
   absl::Mutex mu_;
   std::deque<PostedRecv> posted_ ABSL_GUARDED_BY(mu_);
