@@ -518,6 +518,8 @@ std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& n
   return out;
 }
 
+// The runtime of the calling process (the controller's or the worker's);
+// a Python RuntimeError where there is none.
 Runtime& current_runtime() {
   Runtime* runtime = Runtime::current();
   if (runtime == nullptr) throw std::runtime_error("no castmesh runtime in this process");
