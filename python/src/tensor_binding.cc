@@ -24,6 +24,8 @@ constexpr const char* kUsedVersionedName = "used_dltensor_versioned";
 constexpr const char* kLegacyName = "dltensor";
 constexpr const char* kUsedLegacyName = "used_dltensor";
 
+// Status -> the exceptions array consumers expect: ValueError for bad values,
+// MemoryError, and BufferError for what castmesh cannot import or export.
 [[noreturn]] void raise_status(const absl::Status& status) {
   const std::string message(status.message());
   switch (status.code()) {
@@ -41,6 +43,7 @@ T value_or_raise(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
+// "ndarray", "bytes": names the offending object in messages.
 std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).attr("__qualname__")); }
 
 // --- owners that hold Python references ------------------------------------
