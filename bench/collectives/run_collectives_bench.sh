@@ -3,12 +3,15 @@
 # other, under the same mpirun settings, for each rank count, and prints one
 # table per op: size, castmesh us, MPI us, their ratio (castmesh/MPI: above 1
 # means castmesh is slower), the bus bandwidth of each and a memcpy floor
-# measured in the same castmesh run.
+# measured in the same castmesh run. One sitting runs everything.
 #
 # usage: bench/collectives/run_collectives_bench.sh [BUILD_DIR] [--ranks="2 4"] [BENCH ARGS...]
 #   BUILD_DIR   a build with CASTMESH_BUILD_BENCHMARKS=ON in which CMake found
 #               MPI (default: build/release)
-#   --ranks     the rank counts to run, one mpirun each per program (default "2 4")
+#   --ranks     the rank counts to run (default "2 4")
+#   --rounds    runs of each program per rank count, castmesh and MPI
+#               alternating; every figure is the median over them (default 3:
+#               on a shared machine the load moves between runs)
 #   BENCH ARGS  passed to both programs: --quick, --max-bytes=16M, --ops=allreduce,...
 # MPIRUN_ARGS in the environment adds mpirun flags (to both programs alike).
 set -euo pipefail
@@ -19,10 +22,12 @@ if [[ $# -gt 0 && $1 != --* ]]; then
   shift
 fi
 ranks="2 4"
+rounds=3
 bench_args=()
 for arg in "$@"; do
   case $arg in
     --ranks=*) ranks=${arg#--ranks=} ;;
+    --rounds=*) rounds=${arg#--rounds=} ;;
     *) bench_args+=("$arg") ;;
   esac
 done
@@ -32,6 +37,10 @@ mpi_bin=$build_dir/bench/collectives/mpi_collectives_bench
 if ! command -v mpirun >/dev/null || ! mpirun --version 2>/dev/null | grep -q 'Open MPI'; then
   echo "error: this script runs Open MPI's mpirun; install it with: apt-get install openmpi-bin libopenmpi-dev" >&2
   exit 1
+fi
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: --rounds wants a positive count, not '$rounds'" >&2
+  exit 2
 fi
 for bin in "$castmesh_bin" "$mpi_bin"; do
   if [[ ! -x $bin ]]; then
@@ -52,10 +61,13 @@ trap 'rm -rf "$work"' EXIT
 
 cores=$(nproc)
 echo "collectives benchmark: castmesh vs Open MPI, $(date -u '+%Y-%m-%d %H:%M UTC')"
+checkout="(not a git checkout)"
 if commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null); then
   dirty=$(git -C "$(dirname "$0")" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
-  echo "source: main at $commit$([[ $dirty -gt 0 ]] && echo " + $dirty modified tracked files")"
+  checkout="$commit$([[ $dirty -gt 0 ]] && echo " + $dirty modified tracked files")"
 fi
+# The build may be of another tree than this script's checkout: both are named.
+echo "build: $build_dir; this script's checkout: $checkout"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $cores cores," \
      "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "mpirun: $(mpirun --version 2>/dev/null | head -1); flags: ${mpirun_args[*]} -n N"
@@ -68,25 +80,40 @@ for n in $ranks; do
   [[ $n -gt $cores ]] && oversubscribed=" (oversubscribed: $n ranks on $cores cores)"
   echo
   echo "=============== $n ranks$oversubscribed"
-  mpirun "${mpirun_args[@]}" -n "$n" "$castmesh_bin" --tsv "${bench_args[@]}" >"$work/castmesh.tsv"
-  mpirun "${mpirun_args[@]}" -n "$n" "$mpi_bin" --tsv "${bench_args[@]}" >"$work/mpi.tsv"
-  awk -F'\t' '
+  for ((round = 1; round <= rounds; ++round)); do
+    mpirun "${mpirun_args[@]}" -n "$n" "$castmesh_bin" --tsv "${bench_args[@]}" >"$work/castmesh.$round.tsv"
+    mpirun "${mpirun_args[@]}" -n "$n" "$mpi_bin" --tsv "${bench_args[@]}" >"$work/mpi.$round.tsv"
+  done
+  awk -F'\t' -f - lib=1 "$work"/castmesh.*.tsv lib=2 "$work"/mpi.*.tsv <<'AWK'
     function label(b) {
       if (b == 0) return "-"
       if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) " MiB"
       if (b >= 1024 && b % 1024 == 0) return (b / 1024) " KiB"
       return b " B"
     }
-    FNR == 1 { file++ }
-    $1 == "info" && $2 == "setup" { setup[file] = setup[file] "  " $3 "\n" }
-    $1 == "note" { notes = notes "  note (" (file == 1 ? "castmesh" : "MPI") "): " $2 "\n" }
+    # The median of a space-separated list of numbers ("" for none).
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      if (n == 0) return ""
+      for (i = 2; i <= n; ++i) {
+        t = a[i] + 0
+        for (j = i - 1; j >= 1 && a[j] + 0 > t; --j) a[j + 1] = a[j]
+        a[j + 1] = t
+      }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function fmt(v, f) { return v == "" ? "-" : sprintf(f, v) }
+    FNR == 1 { files[lib]++ }
+    $1 == "info" && $2 == "setup" && files[lib] == 1 { setup[lib] = setup[lib] "  " $3 "\n" }
+    $1 == "note" && files[lib] == 1 { notes = notes "  note (" (lib == 1 ? "castmesh" : "MPI") "): " $2 "\n" }
     $1 == "row" {
       key = $2 SUBSEP $3
       if (!(key in seen)) { seen[key] = 1; order[++rows] = key; op[key] = $2; bytes[key] = $3 }
-      us[file, key] = $4; bw[file, key] = $5
+      us[lib, key] = us[lib, key] " " $4; bw[lib, key] = bw[lib, key] " " $5
     }
     END {
       printf "castmesh:\n%sMPI:\n%s", setup[1], setup[2]
+      if (files[1] > 1) printf "each figure: the median over %d rounds (castmesh and MPI runs alternating)\n", files[1]
       titles["allreduce"] = "allreduce (float32 sum)"
       titles["broadcast"] = "broadcast (root 0)"
       titles["allgather"] = "allgather (size = gathered buffer)"
@@ -106,23 +133,22 @@ for n in $ranks; do
                    (o == "pingpong" ? "castmesh GB/s" : "cm busbw GB/s"),
                    (o == "pingpong" ? "MPI GB/s" : "MPI busbw GB/s"), "memcpy GB/s"
         }
-        c = ((1, k) in us) ? us[1, k] : ""; m = ((2, k) in us) ? us[2, k] : ""
+        c = median(us[1, k]); m = median(us[2, k])
+        cb = median(bw[1, k]); mb = median(bw[2, k])
         if (o == "memcpy") {
-          printf "%9s | %11s %11s | %13s %13s\n", label(bytes[k]), (c != "" ? sprintf("%.1f", c * 1e3) : "-"),
-                 (m != "" ? sprintf("%.1f", m * 1e3) : "-"), (c != "" ? sprintf("%.2f", bw[1, k]) : "-"),
-                 (m != "" ? sprintf("%.2f", bw[2, k]) : "-")
+          printf "%9s | %11s %11s | %13s %13s\n", label(bytes[k]), fmt(c == "" ? "" : c * 1e3, "%.1f"),
+                 fmt(m == "" ? "" : m * 1e3, "%.1f"), fmt(cb, "%.2f"), fmt(mb, "%.2f")
           continue
         }
         ratio = (c != "" && m != "" && m > 0) ? sprintf("%.2f", c / m) : "-"
-        floor = ("memcpy" SUBSEP bytes[k]) in seen && (1, "memcpy" SUBSEP bytes[k]) in bw ? sprintf("%.2f", bw[1, "memcpy" SUBSEP bytes[k]]) : "-"
-        if (o == "barrier") floor = "-"
-        printf "%9s | %11s %11s %7s | %13s %13s | %11s\n", label(bytes[k]),
-               (c != "" ? sprintf("%.2f", c) : "-"), (m != "" ? sprintf("%.2f", m) : "-"), ratio,
-               (c != "" && o != "barrier" ? sprintf("%.3f", bw[1, k]) : "-"),
-               (m != "" && o != "barrier" ? sprintf("%.3f", bw[2, k]) : "-"), floor
+        floor = o == "barrier" ? "" : median(bw[1, "memcpy" SUBSEP bytes[k]])
+        if (o == "barrier") { cb = ""; mb = "" }
+        printf "%9s | %11s %11s %7s | %13s %13s | %11s\n", label(bytes[k]), fmt(c, "%.2f"), fmt(m, "%.2f"), ratio,
+               fmt(cb, "%.3f"), fmt(mb, "%.3f"), fmt(floor, "%.2f")
       }
       printf "%s", notes
-    }' "$work/castmesh.tsv" "$work/mpi.tsv"
+    }
+AWK
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
