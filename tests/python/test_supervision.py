@@ -160,21 +160,25 @@ SCRIPT = textwrap.dedent(
         def die(self):
             raise SystemExit(5)
 
+    import threading
+    handled = threading.Event()
     mode = sys.argv[1]
     if mode == "raising-hook":
         def hook(failure):
             raise RuntimeError("not handled: " + failure.mesh_name)
         castmesh.unhandled_fault_hook = hook
     elif mode == "quiet-hook":
-        castmesh.unhandled_fault_hook = lambda failure: print("HANDLED", failure.mesh_name, flush=True)
+        def hook(failure):
+            print("HANDLED", failure.mesh_name, flush=True)
+            handled.set()
+        castmesh.unhandled_fault_hook = hook
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     doomed = procs.spawn("doomed", Doomed)
     try:
         doomed.die.call_one().get(timeout=30)
     except Exception as error:
         print("CALL FAILED", type(error).__name__, flush=True)
-    import time
-    time.sleep(3)           # the unhandled failure ends the process before this
+    handled.wait(60)        # an unhandled failure ends the process before this returns
     print("STILL ALIVE", flush=True)
     procs.stop().get()
     """
