@@ -115,6 +115,26 @@ class _Controllers(Actor):
         (a ProcMesh pickled into it), which supervises the new mesh."""
         return proc_mesh._spawn(name, cls, args, kwargs, owner)
 
+    @endpoint
+    def spawn_procs(self, dims: Dict[str, int], join_timeout: float, owner: str) -> Any:
+        """Starts procs for an actor elsewhere (this_host().spawn_procs in an
+        actor); they are stopped when that actor stops."""
+        from .mesh import this_host
+
+        procs = this_host().spawn_procs(dims, join_timeout=join_timeout)
+        stopped = _castmesh.watch_stopped([_castmesh.ActorRef.from_address(owner)])
+        stopped.add_callback(procs.stop)
+        return procs
+
+    @endpoint
+    def stop_procs(self, key: str) -> None:
+        """Stops a proc mesh of this controller for an actor that holds it."""
+        from .mesh import _proc_meshes_by_key
+
+        procs = _proc_meshes_by_key.get(key)
+        if procs is not None:
+            procs.stop().get()
+
     def __supervise__(self, failure: Any) -> bool:
         # A controller singleton failed: the controller's code decides.
         from . import supervision

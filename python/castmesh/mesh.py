@@ -587,11 +587,16 @@ class ProcMesh(MeshShapeOps):
         warned about). Actors on them are stopped, not failed. Idempotent: a
         second call gives the same future. Only the whole mesh can be
         stopped, not a slice of it (ValueError)."""
-        if self._remote is not None:
-            raise ValueError("a proc mesh is stopped by the controller that started it, not from an actor")
         if self._root is not None:
             raise ValueError(f"stop() the whole proc mesh, not the slice {self._shape} of it")
         if self._stop_future is not None:
+            return self._stop_future
+        if self._remote is not None:
+            # Unpickled in an actor: the controller stops it.
+            from .instance import registry
+
+            done = registry().stop_procs.call_one(self._remote[1])
+            self._stop_future = gather([done], lambda values: None)
             return self._stop_future
         self._stopped = True
         for token in self._meshes:
@@ -651,7 +656,18 @@ class HostMesh:
 
     def spawn_procs(self, per_host: Optional[Mapping[str, int]] = None, *, join_timeout: float = 60.0) -> ProcMesh:
         """Starts worker procs on this host: the product of ``per_host``'s sizes,
-        shaped by its names (e.g. ``{"gpus": 4}``). Returns once all joined."""
+        shaped by its names (e.g. ``{"gpus": 4}``). Returns once all joined.
+
+        Inside an actor, the controller starts them on its behalf: the actor
+        can spawn on them and stop them, supervises the actor meshes it
+        spawns there, and the procs are stopped when the actor stops."""
+        if _context.in_worker():
+            from .instance import registry
+
+            ctx = _context.current()
+            if ctx is None:
+                raise RuntimeError("only actors can start procs in a worker proc")
+            return registry().spawn_procs.call_one(_mesh_dims(per_host), join_timeout, ctx.address).get()
         shape = Shape(_mesh_dims(per_host))
         env = [("CASTMESH_PY_PATH", os.pathsep.join(p for p in sys.path if p))]
         argv = [sys.executable, "-m", "castmesh._worker"]
