@@ -148,6 +148,7 @@ def test_proc_mesh_stop_is_a_future_awaitable_and_idempotent(tmp_path, faults):
 
     asyncio.run(main())
     assert not any(_alive(pid) for pid in pids)  # gone once the future completed
+    assert cleanups(tmp_path) == {"0": "None", "1": "None"}  # each actor cleaned up as its proc stopped
     with pytest.raises(castmesh.ProcError):
         procs.spawn("late", Journal, str(tmp_path))
     with pytest.raises(SupervisionError):
