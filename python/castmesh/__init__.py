@@ -23,7 +23,7 @@ from .actor import Actor, current_rank, current_size, endpoint
 from .errors import ActorError, CastmeshError, ProcError, SupervisionError
 from .future import Future
 from .mesh import (Accumulator, ActorMesh, Endpoint, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream,
-                   rendezvous_proc_mesh, this_host, this_proc)
+                   as_endpoint, rendezvous_proc_mesh, this_host, this_proc)
 from .instance import Context, Instance, context, current_actor_name, get_or_spawn_controller
 from .ports import Channel, Port, PortReceiver, send
 from .shape import Extent, Point, Shape, ValueMesh
@@ -40,7 +40,7 @@ __all__ = [
     "SupervisionError", "MeshFailure", "unhandled_fault_hook",
     "Channel", "Port", "PortReceiver", "send",
     "Context", "Instance", "context", "current_actor_name", "get_or_spawn_controller",
-    "Extent", "Endpoint", "Accumulator",
+    "Extent", "Endpoint", "Accumulator", "as_endpoint",
     "Tensor", "from_dlpack", "empty", "zeros",
 ]
 

@@ -177,6 +177,17 @@ class ActorHost:
         if fn is None:
             from .actor import EndpointDescriptor
 
+            from .actor import AS_ENDPOINT, AS_ENDPOINT_WITH_PORT
+
+            for prefix, explicit in ((AS_ENDPOINT, False), (AS_ENDPOINT_WITH_PORT, True)):
+                if name.startswith(prefix):
+                    # A plain method called through castmesh.as_endpoint.
+                    method = inspect.getattr_static(type(self._instance), name[len(prefix):], None)
+                    if not inspect.isfunction(method):
+                        raise AttributeError(f"{type(self._instance).__qualname__} has no method "
+                                             f"{name[len(prefix):]!r}")
+                    fn = self._endpoints[name] = EndpointDescriptor(method, explicit)
+                    return fn
             attr = inspect.getattr_static(type(self._instance), name, None)
             if not isinstance(attr, EndpointDescriptor):
                 raise AttributeError(f"{type(self._instance).__qualname__} has no endpoint {name!r}")

@@ -14,6 +14,11 @@ __all__ = ["Actor", "endpoint", "EndpointDescriptor", "current_rank", "current_s
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
 
+# How a call names a plain method made callable by castmesh.as_endpoint (its
+# answer returned, or sent through an explicit response port).
+AS_ENDPOINT = "castmesh.as_endpoint:"
+AS_ENDPOINT_WITH_PORT = "castmesh.as_endpoint_port:"
+
 
 class Actor:
     """Base class of Python actors.

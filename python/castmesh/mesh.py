@@ -36,8 +36,8 @@ from .errors import ProcError
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
 
-__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "Endpoint", "Accumulator", "ResultStream", "Rendezvous",
-           "rendezvous_proc_mesh", "this_host", "this_proc"]
+__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "Endpoint", "Accumulator", "as_endpoint", "ResultStream",
+           "Rendezvous", "rendezvous_proc_mesh", "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
 R = TypeVar("R")
@@ -107,12 +107,14 @@ class EndpointRef(Generic[R]):
 
     __slots__ = ("_mesh", "_name", "_explicit")
 
-    def __init__(self, mesh: "ActorMesh[Any]", name: str) -> None:
+    def __init__(self, mesh: "ActorMesh[Any]", name: str, explicit: Optional[bool] = None) -> None:
         self._mesh = mesh
-        self._name = name
+        self._name = name  # what calls name (as_endpoint's carry a prefix)
         # @endpoint(explicit_response_port=True): answers come through a port.
-        attr = inspect.getattr_static(mesh._cls, name, None)
-        self._explicit = bool(getattr(attr, "explicit_response_port", False))
+        if explicit is None:
+            attr = inspect.getattr_static(mesh._cls, name, None)
+            explicit = bool(getattr(attr, "explicit_response_port", False))
+        self._explicit = explicit
 
     def _payload(self, args: tuple, kwargs: dict) -> bytes:
         return _serial.dumps((args, kwargs))
@@ -208,7 +210,7 @@ class EndpointRef(Generic[R]):
         if mesh._cmesh is not None or self._explicit:
             # Through the mesh (cast tree) so it stays ordered after broadcasts.
             one = mesh.slice(**mesh.shape.point(position).coords)
-            return EndpointRef(one, self._name).call_one(*args, **kwargs)
+            return EndpointRef(one, self._name, self._explicit).call_one(*args, **kwargs)
         ref = mesh._ordered_refs()[position]
         return _call_future(ref, self._name, self._payload(args, kwargs))
 
@@ -264,6 +266,38 @@ class EndpointRef(Generic[R]):
 
 # Monarch's name for an endpoint of a mesh: the same class.
 Endpoint = EndpointRef
+
+
+class NotAnEndpoint:
+    """A method of an actor mesh's class not marked ``@endpoint``: it has no
+    adverbs, but :func:`as_endpoint` makes it callable."""
+
+    __slots__ = ("_mesh", "_name")
+
+    def __init__(self, mesh: "ActorMesh[Any]", name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise AttributeError(f"{self._mesh._cls.__qualname__} has no endpoint {self._name!r} (mark it with "
+                             f"@endpoint, or call it through castmesh.as_endpoint)")
+
+    def __repr__(self) -> str:
+        return f"<method {self._name} of {self._mesh!r}, not an endpoint>"
+
+
+def as_endpoint(method: NotAnEndpoint, *, propagate: Any = None, explicit_response_port: bool = False) -> Endpoint[Any]:
+    """An endpoint for a method not marked ``@endpoint`` (``as_endpoint(mesh.method)``),
+    with every adverb; ``explicit_response_port=True``: the method takes the
+    response port first, as ``@endpoint(explicit_response_port=True)``."""
+    from .actor import AS_ENDPOINT, AS_ENDPOINT_WITH_PORT
+
+    if propagate is not None:
+        raise NotImplementedError("as_endpoint(propagate=...) is not supported by castmesh")
+    if not isinstance(method, NotAnEndpoint):
+        raise ValueError(f"as_endpoint needs a method of an actor mesh that is not an endpoint, got {method!r}")
+    prefix = AS_ENDPOINT_WITH_PORT if explicit_response_port else AS_ENDPOINT
+    return EndpointRef(method._mesh, prefix + method._name, explicit_response_port)
 
 
 class Accumulator(Generic[R, T]):
@@ -376,13 +410,15 @@ class ActorMesh(MeshShapeOps, Generic[A]):
             self._ordered = [self._refs[rank] for rank in self._shape.ranks]
         return self._ordered
 
-    def __getattr__(self, name: str) -> EndpointRef[Any]:
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
         attr = inspect.getattr_static(self._cls, name, None)
         if isinstance(attr, EndpointDescriptor):
             ref: EndpointRef[Any] = EndpointRef(self, name)
             return ref
+        if inspect.isfunction(attr):
+            return NotAnEndpoint(self, name)
         raise AttributeError(f"{self._cls.__qualname__} has no endpoint {name!r} (mark it with @endpoint)")
 
     def slice(self, **selectors: Union[int, slice, range]) -> "ActorMesh[A]":

@@ -229,7 +229,7 @@ def test_unknown_endpoint_and_non_endpoint(counters):
     with pytest.raises(AttributeError, match="no endpoint"):
         counters.missing
     with pytest.raises(AttributeError, match="no endpoint"):
-        counters.not_an_endpoint
+        counters.not_an_endpoint.call()
 
 
 def test_constructor_failure_fails_the_member_and_reaches_callers(procs, faults):

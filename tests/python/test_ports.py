@@ -149,3 +149,29 @@ def test_send_with_a_port_collects_every_result(relays):
 @pytest.mark.timeout(60)
 def test_a_channel_opened_inside_an_actor(relays):
     assert relays.slice(gpus=0).listen_and_forward.call_one(relays.slice(gpus=1)).get(timeout=30) == ["x", "y"]
+
+
+class Plain(Actor):
+    def double(self, x: int) -> int:  # not an endpoint
+        return 2 * x + current_rank().rank
+
+    def answer_through(self, port: Port, x: int) -> None:
+        port.send(-x)
+
+
+@pytest.mark.timeout(60)
+def test_as_endpoint_makes_a_plain_method_callable(relays):
+    procs = relays._proc_mesh
+    plain = procs.spawn("plain", Plain)
+    with pytest.raises(AttributeError, match="as_endpoint"):
+        plain.double.call(1)
+    double = castmesh.as_endpoint(plain.double)
+    assert isinstance(double, castmesh.Endpoint)
+    assert list(double.call(5).get(timeout=30).values()) == [10, 11]
+    assert castmesh.as_endpoint(plain.slice(gpus=1).double).call_one(1).get(timeout=30) == 3
+    answer = castmesh.as_endpoint(plain.answer_through, explicit_response_port=True)
+    assert list(answer.call(4).get(timeout=30).values()) == [-4, -4]
+    assert answer.choose(1).get(timeout=30) == -1
+    with pytest.raises(ValueError):
+        castmesh.as_endpoint(relays.square)  # already an endpoint
+    plain.stop().get(timeout=30)
