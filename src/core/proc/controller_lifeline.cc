@@ -91,7 +91,16 @@ int spawn_inheriting(pid_t* pid, char* const argv[], char* const envp[], const s
   // serialised on this thread, so no other worker inherits them.
   for (int fd : inherit_fds) ::fcntl(fd, F_SETFD, 0);
 #endif
-  const int rc = ::posix_spawnp(pid, argv[0], &actions, nullptr, argv, envp);
+  // Workers start with no signal blocked, whatever the mask of the thread
+  // that first allocated (the spawner thread inherited it).
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+  const int rc = ::posix_spawnp(pid, argv[0], &actions, &attributes, argv, envp);
+  posix_spawnattr_destroy(&attributes);
 #if !(defined(__GLIBC__) || defined(__FreeBSD__))
   for (int fd : inherit_fds) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
 #endif
