@@ -210,9 +210,11 @@ inline void elementwise(const void* lhs, const void* rhs, void* out, size_t n, F
   }
 }
 
-// Elements of a 16-bit float widened per block: big enough to amortise the
-// loop set-up, small enough that the three float32 blocks stay in L1.
-inline constexpr size_t kBlock = 256;
+// Elements of a 16-bit float widened per block (the two float32 blocks are
+// 512 bytes). Measured on the reduction benchmark (bench/RESULTS.md): 64 gave
+// float16 with F16C 35 GB/s where 256 gave 11 and 128 gave 30; bfloat16 was
+// within noise of 128 and 256.
+inline constexpr size_t kBlock = 64;
 
 template <typename F>
 inline void decode_block(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
