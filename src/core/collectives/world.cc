@@ -6,6 +6,7 @@
 // own world() call.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -75,11 +76,15 @@ class WorldService final : public proc::ProcService {
                                           "world: rank ", rank, " was started for ", join.size(),
                                           " ranks but rank 0 for ", size_)));
     }
-    if (rank <= 0 || joined_.contains(rank)) {
-      return reply(peer, correlation, absl::InvalidArgumentError(absl::StrCat("world: rank ", rank,
-                                                                              " joined twice or is not a joining rank")));
+    if (rank <= 0) return reply(peer, correlation, absl::InvalidArgumentError(absl::StrCat("world: rank ", rank, " cannot join")));
+    if (auto it = joined_.find(rank); it != joined_.end() && it->second.peer != peer) {
+      return reply(peer, correlation, absl::InvalidArgumentError(absl::StrCat(
+                                          "world: rank ", rank, " joined twice, from ", it->second.peer, " and ", peer)));
     }
+    // A joiner asks again until answered (its first try may have come while
+    // this proc was not ready); the latest request is the one it waits on.
     joined_[rank] = Joined{peer, correlation};
+    if (answered_) return reply(peer, correlation, absl::OkStatus());
     answer_if_complete();
   }
 
@@ -168,9 +173,13 @@ absl::StatusOr<std::vector<ProcId>> join_rank_zero(proc::ProcHost& host, const p
   join.set_pid(::getpid());
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status last;
+  // Rank 0 answers once everyone is in; asking again every few seconds
+  // covers a request it never saw (sent before it was ready).
+  constexpr absl::Duration kRetry = absl::Seconds(2);
   while (absl::Now() < deadline) {
-    absl::StatusOr<std::string> answer = host.request(launch.controller, join, deadline - absl::Now());
-    if (!answer.ok()) {  // rank 0 not up yet, or gone: try again until the deadline
+    absl::StatusOr<std::string> answer =
+        host.request(launch.controller, join, std::min(kRetry, deadline - absl::Now()));
+    if (!answer.ok()) {  // rank 0 not up yet, busy waiting for others, or gone: try again until the deadline
       last = answer.status();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
