@@ -5,11 +5,11 @@
 #   ctest (the portable code paths macOS/BSD use, forced on Linux; C++ and
 #   pytest, no backends) -> asan and tsan ctest ->
 #   the three wheels, auditwheel, fresh-venv installs -> HIP compile check ->
-#   aarch64 cross build + qemu tests.
+#   libFuzzer harnesses (clang, ASan/UBSan, 45 s each) -> aarch64 cross build + qemu tests.
 # Each stage prints its duration; a table of all of them is printed at the end.
 #
 # Environment: CASTMESH_JOBS (default 2); CASTMESH_SKIP="posix-fallbacks asan
-# tsan wheels hip aarch64" skips stages for a quicker local run (CI skips nothing).
+# tsan wheels hip fuzz aarch64" skips stages for a quicker local run (CI skips nothing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -61,6 +61,7 @@ fi
 debian_packages() {
   local extra=()
   skipped_quiet hip || extra+=(hipcc libamdhip64-dev)
+  skipped_quiet fuzz || extra+=(clang libclang-rt-14-dev)
   bash scripts/install-deps.sh "${extra[@]}"
 }
 skipped_quiet() { [[ "${SKIP}" == *" $1 "* ]]; }
@@ -235,6 +236,8 @@ if ! skipped wheels; then
   stage "wheels: fresh venv installs + checks" check_wheel_installs
 fi
 skipped hip || stage "HIP tensor_engine compile" hip_compile
+# Every harness under tests/fuzz for a bounded time (2 x 45 s + the clang build).
+skipped fuzz || stage "fuzz (libFuzzer, clang, ASan/UBSan)" env CASTMESH_FUZZ_SECONDS=45 bash scripts/fuzz.sh
 # The aarch64 stage runs last and only while CI's 90-minute limit leaves room
 # (CASTMESH_AARCH64_START_BY seconds into the run, default 55 minutes).
 if ! skipped aarch64; then
