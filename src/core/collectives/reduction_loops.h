@@ -44,15 +44,18 @@ namespace {
 // normal, inf/NaN) has its own candidate, then two selects pick one.
 inline float half_to_float_inline(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t mag = h & 0x7fffu;
+  // Magnitudes are compared as int32 (they fit): SSE2 and AVX2 have signed
+  // 32-bit compares only, an unsigned one costs extra instructions.
+  const int32_t mag = h & 0x7fff;
+  const uint32_t bits = static_cast<uint32_t>(mag) << 13;
   // Exponent bias 15 -> 127: shift into place and add 112 << 23.
-  const uint32_t normal = (mag << 13) + 0x38000000u;
+  const uint32_t normal = bits + 0x38000000u;
   // Exponent all ones stays all ones; the payload keeps its position.
-  const uint32_t special = (mag << 13) | 0x7f800000u;
+  const uint32_t special = bits | 0x7f800000u;
   // A subnormal half is mantissa * 2^-24, a normal float32 (exact).
-  const uint32_t subnormal = __builtin_bit_cast(uint32_t, static_cast<float>(static_cast<int32_t>(mag)) * 0x1p-24f);
-  uint32_t r = mag >= 0x7c00u ? special : normal;
-  r = mag < 0x0400u ? subnormal : r;
+  const uint32_t subnormal = __builtin_bit_cast(uint32_t, static_cast<float>(mag) * 0x1p-24f);
+  uint32_t r = mag >= 0x7c00 ? special : normal;
+  r = mag < 0x0400 ? subnormal : r;
   return __builtin_bit_cast(float, r | sign);
 }
 
@@ -61,19 +64,20 @@ inline float half_to_float_inline(uint16_t h) {
 inline uint16_t float_to_half_inline(float f) {
   const uint32_t u = __builtin_bit_cast(uint32_t, f);
   const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t mag = u & 0x7fffffffu;
+  const uint32_t umag = u & 0x7fffffffu;
+  const int32_t mag = static_cast<int32_t>(umag);  // compared signed, as above
   // Normal result: rebias (-112 << 23), then drop 13 bits rounding to nearest
   // even (add 0xfff plus the bit that will become the last one kept). A carry
   // into the exponent is the correct result, up to and including infinity.
-  const uint32_t normal = (mag - 0x38000000u + 0x0fffu + ((mag >> 13) & 1u)) >> 13;
+  const uint32_t normal = (umag - 0x38000000u + 0x0fffu + ((umag >> 13) & 1u)) >> 13;
   // Below 2^-14 the result is subnormal, a multiple of 2^-24. Adding 0.5,
   // whose ulp is 2^-24, makes the FPU do that rounding (to nearest even); the
   // bits above 0.5's are the half's mantissa (0x400 = the smallest normal).
-  const uint32_t subnormal = __builtin_bit_cast(uint32_t, __builtin_bit_cast(float, mag) + 0.5f) - 0x3f000000u;
-  const uint32_t nan = 0x7e00u | ((mag >> 13) & 0x03ffu);
-  uint32_t r = mag < 0x38800000u ? subnormal : normal;
-  r = mag >= 0x47800000u ? 0x7c00u : r;  // 2^16 and above (inf included)
-  r = mag > 0x7f800000u ? nan : r;
+  const uint32_t subnormal = __builtin_bit_cast(uint32_t, __builtin_bit_cast(float, umag) + 0.5f) - 0x3f000000u;
+  const uint32_t nan = 0x7e00u | ((umag >> 13) & 0x03ffu);
+  uint32_t r = mag < 0x38800000 ? subnormal : normal;
+  r = mag >= 0x47800000 ? 0x7c00u : r;  // 2^16 and above (inf included)
+  r = mag > 0x7f800000 ? nan : r;
   return static_cast<uint16_t>(r | sign);
 }
 
@@ -81,12 +85,14 @@ inline uint16_t float_to_half_inline(float f) {
 inline float bfloat16_to_float_inline(uint16_t b) { return __builtin_bit_cast(float, static_cast<uint32_t>(b) << 16); }
 
 // binary32 -> bfloat16, round to nearest, ties to even; NaN -> quiet NaN with
-// sign and top payload bits (the rounding add could carry a NaN into inf).
+// sign and top payload bits. A NaN is truncated instead of rounded (the
+// rounding add could carry it into inf or the sign), with the quiet bit set;
+// written with masks rather than a select, which vectorises better.
 inline uint16_t float_to_bfloat16_inline(float f) {
   const uint32_t u = __builtin_bit_cast(uint32_t, f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x0040u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  const uint32_t is_nan = static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000 ? ~0u : 0u;
+  const uint32_t bias = (0x7fffu + ((u >> 16) & 1u)) & ~is_nan;
+  return static_cast<uint16_t>(((u + bias) >> 16) | (is_nan & 0x0040u));
 }
 
 // A 16-bit float format: how to widen, narrow, and what 1 and "nonzero" are.
@@ -216,21 +222,19 @@ inline void elementwise(const void* lhs, const void* rhs, void* out, size_t n, F
 // within noise of 128 and 256.
 inline constexpr size_t kBlock = 64;
 
-template <typename F>
-inline void decode_block(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = F::decode(src[i]);
-}
-template <typename F>
-inline void encode_block(const float* __restrict src, uint16_t* __restrict dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = F::encode(src[i]);
-}
+// The length of a block: FullBlock (a compile-time constant, so the loops
+// below are compiled for exactly that trip count, without epilogues, whether
+// or not the compiler inlines them) or a size_t for the last, partial block.
+using FullBlock = std::integral_constant<size_t, kBlock>;
 
 #if defined(__F16C__) && defined(__AVX__)
 // With F16C the CPU converts 8 halves per instruction (vcvtph2ps/vcvtps2ph,
-// round to nearest even: the same results as the code above). A partial last
-// group goes through an 8-lane scratch register too.
-template <>
-inline void decode_block<Half>(const uint16_t* __restrict src, float* __restrict dst, size_t n) {
+// round to nearest even: the same results as the portable code). A partial
+// last group goes through an 8-lane scratch register too.
+inline constexpr bool kHardwareHalf = true;
+
+template <typename N>
+inline void decode_halves(const uint16_t* __restrict src, float* __restrict dst, N n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -244,8 +248,9 @@ inline void decode_block<Half>(const uint16_t* __restrict src, float* __restrict
     __builtin_memcpy(dst + i, f, (n - i) * sizeof(float));
   }
 }
-template <>
-inline void encode_block<Half>(const float* __restrict src, uint16_t* __restrict dst, size_t n) {
+
+template <typename N>
+inline void encode_halves(const float* __restrict src, uint16_t* __restrict dst, N n) {
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -259,16 +264,37 @@ inline void encode_block<Half>(const float* __restrict src, uint16_t* __restrict
     __builtin_memcpy(dst + i, h, (n - i) * sizeof(uint16_t));
   }
 }
+#else
+inline constexpr bool kHardwareHalf = false;
 #endif
-template <ReduceOp kOp>
-inline void apply_block(const float* __restrict a, float* __restrict b, size_t n) {
+
+template <typename F, typename N>
+inline void decode_block(const uint16_t* __restrict src, float* __restrict dst, N n) {
+  if constexpr (kHardwareHalf && std::is_same_v<F, Half>) {
+    decode_halves(src, dst, n);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = F::decode(src[i]);
+  }
+}
+
+template <typename F, typename N>
+inline void encode_block(const float* __restrict src, uint16_t* __restrict dst, N n) {
+  if constexpr (kHardwareHalf && std::is_same_v<F, Half>) {
+    encode_halves(src, dst, n);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = F::encode(src[i]);
+  }
+}
+
+template <ReduceOp kOp, typename N>
+inline void apply_block(const float* __restrict a, float* __restrict b, N n) {
   for (size_t i = 0; i < n; ++i) b[i] = apply<kOp, float>(a[i], b[i]);
 }
 
 // One block of a 16-bit float kernel. Both inputs are read in full before
 // `out` is written, so `out` may be either input.
-template <ReduceOp kOp, typename F>
-inline void fp16_block(const uint16_t* a, const uint16_t* b, uint16_t* out, size_t n) {
+template <ReduceOp kOp, typename F, typename N>
+inline void fp16_block(const uint16_t* a, const uint16_t* b, uint16_t* out, N n) {
   alignas(64) float fa[kBlock];
   alignas(64) float fb[kBlock];
   decode_block<F>(a, fa, n);
@@ -293,7 +319,7 @@ void fp16_kernel(const void* lhs, const void* rhs, void* out, size_t n) {
     const auto* b = static_cast<const uint16_t*>(rhs);
     auto* o = static_cast<uint16_t*>(out);
     size_t i = 0;
-    for (; i + kBlock <= n; i += kBlock) fp16_block<kOp, F>(a + i, b + i, o + i, kBlock);
+    for (; i + kBlock <= n; i += kBlock) fp16_block<kOp, F>(a + i, b + i, o + i, FullBlock{});
     if (i < n) fp16_block<kOp, F>(a + i, b + i, o + i, n - i);
   }
 }
@@ -312,12 +338,14 @@ void fp16_divide(void* data, size_t n, int contributions) {
   auto* p = static_cast<uint16_t*>(data);
   const float d = static_cast<float>(contributions);
   alignas(64) float buf[kBlock];
-  for (size_t i = 0; i < n; i += kBlock) {
-    const size_t m = n - i < kBlock ? n - i : kBlock;
-    decode_block<F>(p + i, buf, m);
+  auto divide_block = [&](uint16_t* block, auto m) {
+    decode_block<F>(block, buf, m);
     for (size_t j = 0; j < m; ++j) buf[j] = buf[j] / d;
-    encode_block<F>(buf, p + i, m);
-  }
+    encode_block<F>(buf, block, m);
+  };
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) divide_block(p + i, FullBlock{});
+  if (i < n) divide_block(p + i, n - i);
 }
 
 // ---- the table ------------------------------------------------------------------
