@@ -17,8 +17,12 @@ class Steps {
   int size() const { return size_; }
 
   absl::Status send(int dest, uint32_t step, const void* data, size_t bytes) const {
-    return call_.group->send(Channel::kCollective, dest, collective_tag(call_.sequence, step), data, bytes,
-                             call_.signature, call_.sequence);
+    return wait(start_send(dest, step, data, bytes));
+  }
+  // A send that may still be in flight (single copy: until the receiver read it).
+  std::shared_ptr<detail::RequestState> start_send(int dest, uint32_t step, const void* data, size_t bytes) const {
+    return call_.group->start_send(Channel::kCollective, dest, collective_tag(call_.sequence, step), data, bytes,
+                                   call_.signature, call_.sequence);
   }
   std::shared_ptr<detail::RequestState> post(int source, uint32_t step, void* data, size_t bytes) const {
     return call_.group->post_recv(Channel::kCollective, source, collective_tag(call_.sequence, step), data, bytes,
@@ -26,6 +30,14 @@ class Steps {
   }
   static absl::Status wait(const std::shared_ptr<detail::RequestState>& request) {
     return request->wait(absl::InfiniteDuration()).status();
+  }
+  // Waits for every request; the first error, else OK.
+  static absl::Status wait_all(const std::vector<std::shared_ptr<detail::RequestState>>& requests) {
+    absl::Status first;
+    for (const auto& request : requests) {
+      if (absl::Status st = wait(request); !st.ok() && first.ok()) first = st;
+    }
+    return first;
   }
   absl::Status recv(int source, uint32_t step, void* data, size_t bytes) const {
     return wait(post(source, step, data, bytes));
@@ -253,19 +265,19 @@ absl::Status run_gather(const CollectiveCall& call, const void* in, void* out, s
     if (r != root) incoming.push_back(s.post(r, 0, at(out, r * bytes), bytes));
   }
   if (in != at(out, root * bytes) && bytes > 0) std::memmove(at(out, root * bytes), in, bytes);
-  for (auto& request : incoming) CASTMESH_RETURN_IF_ERROR(Steps::wait(request));
-  return absl::OkStatus();
+  return Steps::wait_all(incoming);
 }
 
 absl::Status run_scatter(const CollectiveCall& call, const void* in, void* out, size_t bytes, int root) {
   Steps s(call);
   if (s.rank() != root) return s.recv(root, 0, out, bytes);
+  std::vector<std::shared_ptr<detail::RequestState>> outgoing;
   for (int i = 1; i < s.size(); ++i) {
     const int r = mod(root + i, s.size());
-    CASTMESH_RETURN_IF_ERROR(s.send(r, 0, at(in, r * bytes), bytes));
+    outgoing.push_back(s.start_send(r, 0, at(in, r * bytes), bytes));
   }
   if (out != at(in, root * bytes) && bytes > 0) std::memmove(out, at(in, root * bytes), bytes);
-  return absl::OkStatus();
+  return Steps::wait_all(outgoing);
 }
 
 absl::Status run_reduce_scatter(const CollectiveCall& call, const void* in, void* out, size_t count,
@@ -301,13 +313,20 @@ absl::Status run_alltoall(const CollectiveCall& call, const void* in, void* out,
     const int from = mod(r - i, p);
     incoming.push_back(s.post(from, 0, at(out, from * bytes), bytes));
   }
+  std::vector<std::shared_ptr<detail::RequestState>> outgoing;
   for (int i = 1; i < p; ++i) {
     const int to = mod(r + i, p);
-    CASTMESH_RETURN_IF_ERROR(s.send(to, 0, at(in, to * bytes), bytes));
+    outgoing.push_back(s.start_send(to, 0, at(in, to * bytes), bytes));
   }
   if (bytes > 0) std::memmove(at(out, r * bytes), at(in, r * bytes), bytes);
-  for (auto& request : incoming) CASTMESH_RETURN_IF_ERROR(Steps::wait(request));
-  return absl::OkStatus();
+  // A send refused at once (not a peer that is gone, which fails its
+  // receive too) would leave the receives waiting: stop now.
+  for (const auto& send : outgoing) {
+    if (auto done = send->test(); done && !done->ok()) return done->status();
+  }
+  absl::Status received = Steps::wait_all(incoming);
+  absl::Status sent = Steps::wait_all(outgoing);
+  return received.ok() ? sent : received;
 }
 
 }  // namespace castmesh::collectives
