@@ -29,9 +29,11 @@ class CollectiveLibrary {
   virtual std::string name() const = 0;
   // Lines describing the library's setup (version, transports), printed once.
   virtual std::vector<std::string> describe() const = 0;
+  // This rank (0..size-1) and the number of ranks.
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
+  // Returns once every rank has entered it.
   virtual void barrier() = 0;
   // out[i] = sum over ranks of in[i]; in and out do not overlap.
   virtual void allreduce_sum(const float* in, float* out, size_t count) = 0;

@@ -24,6 +24,7 @@ TensorView bytes_view(const void* data, size_t bytes) {
   return TensorView::Contiguous(const_cast<void*>(data), DType::kUInt8, {static_cast<int64_t>(bytes)});
 }
 
+// The suite's calls on a castmesh communicator (blocking calls; any failure ends the job).
 class CastmeshLibrary final : public castmesh_bench::CollectiveLibrary {
  public:
   explicit CastmeshLibrary(Communicator comm) : comm_(std::move(comm)) {}

@@ -16,6 +16,7 @@
 
 namespace {
 
+// The suite's calls on MPI_COMM_WORLD (between MPI_Init and MPI_Finalize; any failure aborts the job).
 class MpiLibrary final : public castmesh_bench::CollectiveLibrary {
  public:
   MpiLibrary() {
