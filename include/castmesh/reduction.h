@@ -50,7 +50,8 @@ class Reduction {
   static absl::StatusOr<Reduction> Builtin(ReduceOp op, DType dtype);
 
   // A user-defined reduction called `name`. `commutative` = false makes the
-  // Communicator keep the rank order of operands (MPI_Op_create's flag).
+  // Communicator keep the rank order of operands (MPI_Op_create's flag). `fn`
+  // must not be empty; it is never given one buffer as both `in` and `inout`.
   static Reduction Custom(std::string name, ReduceFn fn, bool commutative, DType dtype);
 
   // The element type this reduction runs on.

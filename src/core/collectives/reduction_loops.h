@@ -225,7 +225,11 @@ inline constexpr size_t kBlock = 64;
 // The length of a block: FullBlock (a compile-time constant, so the loops
 // below are compiled for exactly that trip count, without epilogues, whether
 // or not the compiler inlines them) or a size_t for the last, partial block.
-using FullBlock = std::integral_constant<size_t, kBlock>;
+// Our own type rather than std::integral_constant, whose conversion operator
+// would be an inline function shared with other translation units.
+struct FullBlock {
+  constexpr operator size_t() const { return kBlock; }
+};
 
 #if defined(__F16C__) && defined(__AVX__)
 // With F16C the CPU converts 8 halves per instruction (vcvtph2ps/vcvtps2ph,
