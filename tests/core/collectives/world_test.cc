@@ -1,8 +1,8 @@
 // Communicator::world(): SPMD processes started the way a launcher starts
 // them (this binary re-executed with Open MPI's or Slurm's rank variables),
 // which find each other through rank 0 and then run collectives; a rank
-// that never comes makes rank 0 fail naming it; and the real `mpirun`
-// when Open MPI is installed.
+// that never comes makes rank 0 fail naming it. (world() under the real
+// `mpirun` runs in the CTest test bench.collectives.vs_mpi.smoke.)
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
