@@ -64,7 +64,8 @@ echo "collectives benchmark: castmesh vs Open MPI, $(date -u '+%Y-%m-%d %H:%M UT
 checkout="(not a git checkout)"
 if commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null); then
   dirty=$(git -C "$(dirname "$0")" status --porcelain --untracked-files=no 2>/dev/null | wc -l)
-  checkout="$commit$([[ $dirty -gt 0 ]] && echo " + $dirty modified tracked files")"
+  checkout="$commit"
+  if [[ $dirty -gt 0 ]]; then checkout+=" + $dirty modified tracked files"; fi
 fi
 # The build may be of another tree than this script's checkout: both are named.
 echo "build: $build_dir; this script's checkout: $checkout"
