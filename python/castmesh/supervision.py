@@ -16,11 +16,13 @@ handled; raise, ``SystemExit`` included: unhandled, the process exits 1).
 Failures are seen through the runtime's monitors of the members (across
 procs too); one Python thread per process (``castmesh-supervision``) turns
 them into MeshFailures and delivers them. Members stopped on purpose
-(``mesh.stop()``, ``procs.stop()``, exit) are not failures.
+(``mesh.stop()``, ``procs.stop()``, exit) are not failures. At exit that
+thread is ended and joined before Python finalizes (:func:`shutting_down`).
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import sys
@@ -100,6 +102,9 @@ _records: Dict[int, _Watched] = {}
 _tokens = itertools.count(1)
 _thread: Optional[threading.Thread] = None
 _shutting_down = False
+# How long exit waits for the supervision thread: it only outlives the wait
+# while a user's hook (unhandled_fault_hook) is still running.
+_JOIN_TIMEOUT_S = 10.0
 
 
 def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
@@ -110,9 +115,12 @@ def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
     with _lock:
         token = next(_tokens)
         _records[token] = _Watched(name, shape, owner)
-        if _thread is None:
+        if _thread is None and not _shutting_down:
             _thread = threading.Thread(target=_deliver_forever, name="castmesh-supervision", daemon=True)
             _thread.start()
+            # Also where castmesh.mesh's exit hook (which calls it too; the
+            # second call does nothing) is not registered, e.g. in a worker.
+            atexit.register(shutting_down)
     _castmesh.watch_failures(refs, token)
     return token
 
@@ -139,13 +147,29 @@ def failures_of(token: Optional[int]) -> List[str]:
 
 
 def shutting_down() -> None:
-    """The process is exiting: nothing that stops from now on is a failure."""
+    """The process is exiting: nothing that stops from now on is a failure.
+
+    Ends the supervision thread and waits for it. Called at exit (atexit),
+    while Python still runs threads: a daemon thread left waiting in
+    ``next_failure`` would take the GIL back after finalization has begun,
+    and Python ends such a thread with pthread_exit, whose unwinding through
+    the binding's GIL guard (a noexcept destructor) aborts the process."""
     global _shutting_down
-    _shutting_down = True
+    with _lock:
+        _shutting_down = True
+        thread = _thread
+    _castmesh.close_failures()  # next_failure() returns at once from now on
+    if thread is None or thread is threading.current_thread():
+        return
+    thread.join(_JOIN_TIMEOUT_S)
+    if thread.is_alive():
+        sys.stderr.write(f"castmesh: the supervision thread is still running a fault hook after "
+                         f"{_JOIN_TIMEOUT_S:g} s at exit\n")
+        sys.stderr.flush()
 
 
 def _deliver_forever() -> None:
-    while True:
+    while not _shutting_down:
         item = _castmesh.next_failure(1.0)
         if item is None or _shutting_down:
             continue

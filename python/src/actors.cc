@@ -79,12 +79,6 @@ absl::Status decode_py_call(std::string_view bytes, PyCall* call) {
   return absl::OkStatus();
 }
 
-// Cleared when the interpreter is finalizing: runtime threads must then no
-// longer take the GIL (they would block forever or crash).
-std::atomic<bool> g_python_alive{true};
-
-bool python_usable() { return g_python_alive.load(std::memory_order_acquire) && Py_IsInitialized(); }
-
 }  // namespace
 
 CASTMESH_REGISTER_MESSAGE(PyCall, "castmesh.python.PyCall", encode_py_call, decode_py_call);
@@ -630,24 +624,27 @@ struct FailureReport {
 // destroyed: runtime threads may push while the interpreter exits.
 class FailureQueue {
  public:
-  // Any thread; never blocks on Python.
+  // Any thread; never blocks on Python. Dropped once the queue is closed.
   void push(FailureReport report) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
       reports_.push_back(std::move(report));
     }
     cv_.notify_one();
   }
 
   // The next report as (token, position, actor, reason), or None after
-  // `timeout` seconds. Waits with the GIL released.
+  // `timeout` seconds or at once when the queue is closed. Waits with the
+  // GIL released.
   py::object next(double timeout) {
     std::optional<FailureReport> report;
     {
       py::gil_scoped_release release;
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::duration<double>(timeout), [this] { return !reports_.empty(); });
-      if (!reports_.empty()) {
+      cv_.wait_for(lock, std::chrono::duration<double>(timeout),
+                   [this] { return closed_ || !reports_.empty(); });
+      if (!closed_ && !reports_.empty()) {
         report = std::move(reports_.front());
         reports_.pop_front();
       }
@@ -656,10 +653,24 @@ class FailureQueue {
     return py::make_tuple(report->token, report->position, report->actor, report->reason);
   }
 
+  // The process is exiting: wakes the waiting thread so that it can be
+  // joined while Python still runs threads (a thread that takes the GIL back
+  // after finalization has begun is ended by pthread_exit, whose unwinding
+  // through pybind11's noexcept gil_scoped_release ends in std::terminate).
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      reports_.clear();
+    }
+    cv_.notify_all();
+  }
+
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<FailureReport> reports_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 FailureQueue& failure_queue() {
@@ -704,9 +715,6 @@ std::shared_ptr<CallFuture> watch_stopped(const std::vector<PyActorRef>& refs) {
 }  // namespace
 
 void bind_actors(py::module_& module) {
-  // Runtime threads stop touching Python once the interpreter begins to exit.
-  py::module_::import("atexit").attr("register")(py::cpp_function([] { g_python_alive.store(false); }));
-
   py::class_<CallFuture, std::shared_ptr<CallFuture>>(module, "CallFuture",
                                                       "Pending answer of one call (use castmesh.Future).")
       .def("wait", &CallFuture::wait, py::arg("timeout") = -1.0,
@@ -834,6 +842,9 @@ void bind_actors(py::module_& module) {
   module.def(
       "next_failure", [](double timeout) { return failure_queue().next(timeout); }, py::arg("timeout"),
       "(token, position, actor address, reason) of the next failed watched actor, or None after `timeout` s.");
+  module.def(
+      "close_failures", [] { failure_queue().close(); },
+      "At exit: next_failure() returns None at once from now on, and later failures are dropped.");
   module.def("watch_stopped", &watch_stopped, py::arg("refs"),
              "A CallFuture completed once every one of these actors has stopped.");
   module.def(

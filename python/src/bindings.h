@@ -7,6 +7,14 @@
 
 namespace castmesh::python {
 
+// Whether a castmesh thread may still take the GIL: false once the
+// interpreter has begun to exit (the atexit hook registered at import has
+// run; castmesh's own exit hooks, which stop the runtime, run before it).
+// A thread that takes the GIL after finalization has begun is ended by
+// pthread_exit, which aborts the process when it unwinds through a noexcept
+// frame (any destructor): callers leak Python objects instead. Any thread.
+bool python_usable();
+
 // castmesh.backends(), castmesh.load_backend(), BackendInfo, DeviceInfo.
 void bind_backends(pybind11::module_& module);
 // Shape (castmesh.Shape's algebra).

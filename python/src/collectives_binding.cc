@@ -76,6 +76,11 @@ ReduceSpec reduce_spec(const py::object& op) {
   const std::string name = py::str(op.attr("name"));
   // Holds `fn` for as long as the op is in use; released under the GIL.
   auto holder = std::shared_ptr<py::object>(new py::object(fn), [](py::object* o) {
+    if (!python_usable()) {  // exiting: leak the reference (see python_usable)
+      (void)o->release();
+      delete o;
+      return;
+    }
     py::gil_scoped_acquire gil;
     delete o;
   });

@@ -60,9 +60,10 @@ struct PythonHold {
 std::shared_ptr<void> hold(PythonHold* held) {
   return std::shared_ptr<void>(held, [](void* p) {
     auto* h = static_cast<PythonHold*>(p);
-    // After interpreter shutdown the Python memory is gone anyway; touching
-    // the objects would crash, so leak them.
-    if (!Py_IsInitialized()) return;
+    // Once the interpreter exits the Python memory is gone anyway, and
+    // taking the GIL during finalization would end this thread (see
+    // python_usable): leak them.
+    if (!python_usable()) return;
     py::gil_scoped_acquire gil;
     h->dlpack.reset();
     if (h->buffer) PyBuffer_Release(&*h->buffer);

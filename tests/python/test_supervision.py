@@ -199,3 +199,43 @@ def test_unhandled_fault_hook_decides_the_controllers_fate(tmp_path, mode, statu
     else:
         assert "CALL FAILED" in out.stdout
         assert "HANDLED doomed" in out.stdout and "STILL ALIVE" in out.stdout
+
+
+# Exits while Python finalizes slowly: an object freed with __main__ sleeps
+# past the supervision thread's wake-up period (1 s). A thread that takes the
+# GIL back after finalization has begun is ended by pthread_exit, which
+# unwinds through pybind11's noexcept gil_scoped_release and aborts the
+# process ("terminate called without an active exception"); the thread must
+# have been joined at exit instead.
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import time
+    from castmesh import Actor, endpoint, this_proc
+
+    class Echo(Actor):
+        @endpoint
+        def echo(self, x):
+            return x
+
+    class SlowToFree:
+        sleep = staticmethod(time.sleep)
+
+        def __del__(self):
+            self.sleep(2.5)
+
+    mesh = this_proc().spawn("echo", Echo)  # starts the supervision thread
+    assert mesh.echo.call_one(7).get(timeout=30) == 7
+    slow = SlowToFree()
+    print("EXITING", flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_exit_joins_the_supervision_thread_before_python_finalizes(tmp_path):
+    script = tmp_path / "slow_exit.py"
+    script.write_text(EXIT_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "EXITING" in out.stdout
+    assert "terminate called" not in out.stderr, out.stderr
