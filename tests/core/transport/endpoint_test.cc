@@ -690,7 +690,7 @@ TEST(Endpoint, KeepsAnsweringWhileFloodedWithUnauthenticatedConnections) {
                                      << log.head();
 }
 
-TEST(Endpoint, UnauthenticatedConnectionsAreCappedPerPeerAndPerProc) {
+TEST(Endpoint, UnauthenticatedConnectionsAreCappedPerPeer) {
   EndpointOptions options = options_for(listen_url("unix", "cap"));
   options.handshake_timeout = absl::Seconds(60);  // only the caps close connections here
   options.max_unauthenticated = 6;
@@ -721,6 +721,55 @@ TEST(Endpoint, UnauthenticatedConnectionsAreCappedPerPeerAndPerProc) {
   std::string challenge;
   EXPECT_TRUE(fits_again->read_body(challenge));
   EXPECT_FALSE(fits_again->closed_by_peer(200ms));
+}
+
+TEST(Endpoint, UnauthenticatedConnectionsAreCappedPerProc) {
+  EndpointOptions options = options_for(listen_url("unix", "proc-cap"));
+  options.handshake_timeout = absl::Seconds(60);
+  options.max_unauthenticated = 3;
+  options.max_unauthenticated_per_peer = 2;
+  // Another process (forked before any thread exists) takes two places,
+  // its per-peer cap, once told to, and keeps them.
+  int go[2], ready[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t other = ::fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    char byte = 0;
+    if (::read(go[0], &byte, 1) != 1) ::_exit(1);
+    std::vector<std::unique_ptr<RawPeer>> mine;
+    for (int i = 0; i < 2; ++i) {
+      mine.push_back(RawPeer::connect_to(options.listen));
+      std::string body;
+      if (!mine.back()->read_body(body)) ::_exit(2);
+    }
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(3);
+    while (true) ::pause();
+  }
+  ::close(go[0]);
+  ::close(ready[1]);
+  Inbox inbox;
+  auto a = start(options, inbox);
+  char byte = 1;
+  bool other_ready = a != nullptr && ::write(go[1], &byte, 1) == 1;
+  pollfd p{ready[0], POLLIN, 0};
+  other_ready = other_ready && ::poll(&p, 1, 10000) == 1 && ::read(ready[0], &byte, 1) == 1;
+  ::close(go[1]);
+  ::close(ready[0]);
+  if (other_ready) {
+    // This process: the third place, then one beyond the proc's cap (while
+    // still under its own per-peer cap of 2).
+    auto third = RawPeer::connect_to(a->id());
+    std::string body;
+    EXPECT_TRUE(third->read_body(body));
+    auto fourth = RawPeer::connect_to(a->id());
+    EXPECT_TRUE(fourth->closed_by_peer());
+    EXPECT_FALSE(fourth->read_body(body));
+  }
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
+  ASSERT_TRUE(other_ready) << "the other process could not connect";
 }
 
 // What this process writes to stderr (the core's log) while it lives.
