@@ -51,6 +51,9 @@ constexpr std::size_t kReadBufferSize = 64 * 1024;
 // A large payload is read into its final buffer at most this much per read,
 // so a slow multi-GiB transfer counts as traffic (heartbeat) as it goes.
 constexpr std::size_t kPayloadChunk = std::size_t{8} << 20;
+// Out of descriptors, at most this many pending connections are accepted and
+// closed at once (through the reserve descriptor) before accepting pauses.
+constexpr int kRefusedPerRound = 256;
 // A frame sent at least this long after the previous one on an idle
 // connection is written at once by the sending thread (latency); frames that
 // follow each other faster are coalesced by the I/O thread (throughput).
@@ -109,8 +112,8 @@ std::string admission_key(int fd) {
   return colon == std::string::npos ? remote : remote.substr(0, colon);
 }
 
-// A descriptor held in reserve: closed to accept (and refuse) one pending
-// connection when the process is out of descriptors, then taken again.
+// A descriptor held in reserve: closed to accept (and refuse) pending
+// connections when the process is out of descriptors, then taken again.
 int open_reserve_descriptor() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 void set_no_delay(Socket& socket) {
@@ -194,7 +197,7 @@ class Endpoint::Impl {
   absl::Status listen(const ChannelAddress& address);
   void accept_next();
   void on_accept_error(const std::error_code& ec);
-  void refuse_one_pending();
+  void refuse_pending();
   void admit(Socket socket);
   void release_admission(Connection& connection);
   void arm_heartbeat();
@@ -827,13 +830,13 @@ void Endpoint::Impl::on_accept_error(const std::error_code& ec) {
   const bool out_of_descriptors = ec.value() == EMFILE || ec.value() == ENFILE;
   if (out_of_descriptors) {
     out_of_descriptors_until_ = Clock::now() + std::chrono::seconds(10);
-    refuse_one_pending();
+    refuse_pending();
   }
   accept_backoff_ = std::clamp(accept_backoff_ * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
   CASTMESH_LOG_WARN_LIMITED("castmesh-proc {}: accept failed: {}{}; accepting again in {} ms", id_, ec.message(),
                             out_of_descriptors
                                 ? absl::StrCat(" (open-file limit ", platform::raise_open_file_limit().after,
-                                               "; the oldest pending connection was refused)")
+                                               "; pending connections were refused)")
                                 : "",
                             accept_backoff_.count());
   accept_timer_.expires_after(accept_backoff_);
@@ -842,10 +845,15 @@ void Endpoint::Impl::on_accept_error(const std::error_code& ec) {
   });
 }
 
-void Endpoint::Impl::refuse_one_pending() {
+void Endpoint::Impl::refuse_pending() {
   if (reserve_fd_ >= 0) ::close(reserve_fd_);
-  const int fd = ::accept(acceptor_->native_handle(), nullptr, nullptr);
-  if (fd >= 0) ::close(fd);
+  // Up to a backlog's worth per round: a flood is refused at once instead of
+  // waiting in the backlog for descriptors (and the pause) to free up.
+  for (int refused = 0; refused < kRefusedPerRound; ++refused) {
+    const int fd = ::accept(acceptor_->native_handle(), nullptr, nullptr);
+    if (fd < 0) break;
+    ::close(fd);
+  }
   reserve_fd_ = open_reserve_descriptor();
 }
 
