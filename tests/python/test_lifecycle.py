@@ -16,6 +16,15 @@ import castmesh
 from castmesh import Actor, Future, SupervisionError, current_rank, endpoint, this_host
 
 
+def _record(path: pathlib.Path, text: str) -> None:
+    """Writes a record the test polls for all at once: write_text creates the
+    file before writing it, so a test polling from another process could read
+    it empty. Names starting with "." do not match the test's globs."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 class Journal(Actor):
     """Writes what happened to it into a folder shared with the test."""
 
@@ -32,7 +41,7 @@ class Journal(Actor):
 
     def __cleanup__(self, exc) -> None:
         text = "None" if exc is None else f"{type(exc).__name__} {exc}"
-        (self.folder / f"cleanup-{current_rank().rank}-{os.getpid()}").write_text(text)
+        _record(self.folder / f"cleanup-{current_rank().rank}-{os.getpid()}", text)
 
 
 class AsyncJournal(Actor):
@@ -45,7 +54,7 @@ class AsyncJournal(Actor):
 
     async def __cleanup__(self, exc) -> None:
         await asyncio.sleep(0)
-        (self.folder / f"async-cleanup-{current_rank().rank}").write_text(repr(exc))
+        _record(self.folder / f"async-cleanup-{current_rank().rank}", repr(exc))
 
 
 def _alive(pid: int) -> bool:
@@ -55,6 +64,14 @@ def _alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _wait_for(condition, timeout: float = 30.0) -> None:
+    """Polls until condition() is truthy or the deadline passes (the assert
+    that follows then says what is missing)."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def cleanups(folder: pathlib.Path, prefix: str = "cleanup-") -> dict:
@@ -120,15 +137,11 @@ def test_cleanup_gets_the_exception_an_actor_failed_with(procs, tmp_path, faults
     mesh = procs.spawn("failing", Journal, str(tmp_path))
     with pytest.raises(castmesh.ActorError, match="SystemExit"):
         mesh.slice(gpus=1).exit.call_one(7).get(timeout=30)
-    for _ in range(300):
-        if cleanups(tmp_path):
-            break
-        time.sleep(0.05)
+    # The caller hears of the failure before the actor has run __cleanup__;
+    # wait for its (atomically written) record.
+    _wait_for(lambda: cleanups(tmp_path))
     assert cleanups(tmp_path) == {"1": "SystemExit 7"}
-    for _ in range(300):
-        if faults:
-            break
-        time.sleep(0.05)
+    _wait_for(lambda: faults)
     assert [dict(f.point) for f in faults] == [{"gpus": 1}]
     mesh.stop().get(timeout=30)
 
