@@ -29,7 +29,7 @@ bool enabled() {
   return on && !refused.load(std::memory_order_relaxed);
 }
 
-void stop_offering(const std::string& why) {
+[[maybe_unused]] void stop_offering(const std::string& why) {  // Linux only
   if (!refused.exchange(true)) {
     CASTMESH_LOG_INFO("castmesh-collectives: same-host single copy refused by the kernel ({}); large messages "
                       "between processes of this host go through the transport instead",
