@@ -46,6 +46,8 @@ const char* const kControlTypes[] = {
     "castmesh.wire.v1.CastMeshDrop",  "castmesh.wire.v1.CastHop",       "castmesh.wire.v1.CastPiece",
     "castmesh.wire.v1.CastReply",     "castmesh.wire.v1.CollectiveHeader", "castmesh.wire.v1.WorldJoin",
     "castmesh.wire.v1.WorldRoster",
+    // Data messages (envelope flag 2, ProcHost::send_data): communicator frames, header + raw body.
+    "castmesh.collectives.v1",
 };
 constexpr std::size_t kControlCount = sizeof(kControlTypes) / sizeof(kControlTypes[0]);
 
