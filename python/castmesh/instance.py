@@ -77,7 +77,9 @@ def context() -> Context:
     """The calling actor's context (inside an actor), or the controller's."""
     ctx = _context.current()
     if ctx is not None:
-        proc_id = ctx.address.split("/", 1)[0]
+        # The last "/" ends the proc: actor names never hold one, proc
+        # addresses may ("unix:/tmp/...", where there are no abstract sockets).
+        proc_id = ctx.address.rsplit("/", 1)[0]
         return Context(Instance(ctx.point, ctx.name, ctx.address, proc_id, ctx.class_name, ctx.proc_mesh))
     from .mesh import _runtime
 
