@@ -8,7 +8,8 @@ set -u
 program=$1
 n=${2:-4}
 export CASTMESH_WORLD_SIZE="$n"
-export CASTMESH_RENDEZVOUS="unix:@castmesh-spmd-$$"
+# A socket file: abstract "unix:@" names exist only on Linux.
+export CASTMESH_RENDEZVOUS="unix:${TMPDIR:-/tmp}/castmesh-spmd-$$.sock"
 export CASTMESH_SECRET="spmd-$$-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 pids=""
 rank=0

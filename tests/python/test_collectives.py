@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import pytest
 
@@ -204,7 +203,7 @@ SPMD = textwrap.dedent("""
 def test_world_in_processes_started_like_mpirun(tmp_path):
     script = tmp_path / "spmd.py"
     script.write_text(SPMD)
-    env = dict(os.environ, OMPI_COMM_WORLD_SIZE="3", CASTMESH_RENDEZVOUS=f"unix:@cm-pytest-{uuid.uuid4().hex}",
+    env = dict(os.environ, OMPI_COMM_WORLD_SIZE="3", CASTMESH_RENDEZVOUS=f"unix:{tmp_path}/rendezvous.sock",
                CASTMESH_SECRET="pytest-secret", CASTMESH_LOG=os.environ.get("CM_DEBUG_LOG", "warn"))
     ranks = [subprocess.Popen([sys.executable, str(script)], env=dict(env, OMPI_COMM_WORLD_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(3)]

@@ -20,6 +20,7 @@
 #include "core/log/log.h"
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
+#include "core/transport/unix_socket_names.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh {
@@ -146,14 +147,26 @@ std::string job_key() {
   return absl::StrCat("ppid", ::getppid());  // ranks started by one launcher process
 }
 
+// A single-host job's rendezvous: an abstract Unix name where they exist,
+// else a socket file in this user's private socket folder.
+absl::StatusOr<std::string> default_rendezvous(const std::string& key) {
+  if (transport::abstract_unix_sockets_supported()) return absl::StrCat("unix:@castmesh-world-", key);
+  absl::StatusOr<std::string> folder = transport::private_socket_folder();
+  if (!folder.ok()) return folder.status();
+  return absl::StrCat("unix:", *folder, "/world-", key);
+}
+
 // The worker-launch view of this process's environment, with the world's
 // defaults for the rendezvous address and the secret.
 absl::StatusOr<proc::WorkerLaunch> world_launch(const WorldOptions& options) {
   const std::string key = job_key();
-  const std::string rendezvous =
-      !options.rendezvous.empty() ? options.rendezvous
-      : std::getenv(proc::kEnvRendezvous) != nullptr ? std::string(std::getenv(proc::kEnvRendezvous))
-                                                     : absl::StrCat("unix:@castmesh-world-", key);
+  std::string rendezvous = options.rendezvous;
+  if (rendezvous.empty() && std::getenv(proc::kEnvRendezvous) != nullptr) rendezvous = std::getenv(proc::kEnvRendezvous);
+  if (rendezvous.empty()) {
+    absl::StatusOr<std::string> address = default_rendezvous(key);
+    if (!address.ok()) return address.status();
+    rendezvous = *std::move(address);
+  }
   const std::string secret = !options.secret.empty() ? options.secret
                              : std::getenv(proc::kEnvSecret) != nullptr ? std::string(std::getenv(proc::kEnvSecret))
                                                                         : absl::StrCat("castmesh-world-", key);

@@ -83,8 +83,12 @@ std::vector<int> run_ranks(int n, int started, const std::vector<std::pair<std::
   return codes;
 }
 
+// A socket file (abstract names exist only on Linux; the portable path is
+// tested too).
 std::string fresh_rendezvous() {
-  return absl::StrCat("unix:@castmesh-world-test-", ::getpid(), "-", std::random_device()());
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat("unix:", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/cm-world-test-", ::getpid(), "-",
+                      std::random_device()() % 100000);
 }
 
 TEST(World, OpenMpiVariablesFourRanks) {
