@@ -98,7 +98,8 @@ std::string describe_remote(int fd) {
 }
 
 // Whom the caps on unauthenticated connections count against: the process
-// on the other end of a Unix socket, the IP address of a TCP peer.
+// on the other end of a Unix socket (all Unix peers together where the
+// system does not tell the pid), the IP address of a TCP peer.
 std::string admission_key(int fd) {
   sockaddr_storage storage{};
   socklen_t size = sizeof(storage);

@@ -72,7 +72,8 @@ struct EndpointOptions {
   absl::Duration handshake_timeout = absl::Seconds(5);
   // At most this many accepted connections may be in their handshake at
   // once, and at most max_unauthenticated_per_peer of them from one peer
-  // (one process for Unix sockets, one IP address for TCP); a connection
+  // (one process for Unix sockets, one IP address for TCP; where the system
+  // does not tell a Unix peer's pid, all Unix peers count as one); a connection
   // beyond either is closed as soon as it is accepted (docs/security.md).
   std::size_t max_unauthenticated = 512;
   std::size_t max_unauthenticated_per_peer = 64;
