@@ -24,10 +24,18 @@ def _secret_to_descriptor() -> None:
     (``CASTMESH_SECRET_FD``). Python keeps its own copy of the environment in
     ``os.environ``, which actors (and their children, e.g. ``subprocess`` with
     ``env=os.environ.copy()``) would see: the secret leaves it here, and goes to
-    the C++ worker through a pipe of this process. The worker also blanks it in
-    the block ``/proc/<pid>/environ`` shows.
+    the C++ worker through a pipe of this process. Its value is blanked in place
+    first, while the process environment still points at it: then also in the
+    block the process was started with (what ``ps`` and ``/proc/<pid>/environ``
+    show), on systems without Linux's /proc/self/stat to find that block by.
     """
-    secret = os.environb.pop(b"CASTMESH_SECRET", None)  # also unsetenv()
+    secret = os.environb.get(b"CASTMESH_SECRET")
+    if secret is not None:
+        from castmesh import _castmesh  # loaded already (by the package)
+
+        # Before any unsetenv: after one, nothing points at the value any more.
+        _castmesh.erase_from_environment("CASTMESH_SECRET")
+        del os.environb[b"CASTMESH_SECRET"]  # Python's copy (its unsetenv finds nothing left)
     if not secret:
         return
     read_end, write_end = os.pipe()  # not inheritable: only this process reads it

@@ -38,6 +38,7 @@
 #include "castmesh/runtime.h"
 #include "castmesh/shape.h"
 #include "castmesh/value_mesh.h"
+#include "core/platform/process.h"
 #include "core/proc/proc_host.h"
 #include "core/wire/handshake.h"
 
@@ -861,6 +862,12 @@ void bind_actors(py::module_& module) {
       },
       py::arg("name"), py::arg("spec"), "Spawns a Python actor in the proc running the caller (workers).");
 
+  module.def(
+      "erase_from_environment",
+      [](const std::string& name) { castmesh::platform::erase_from_environment(name.c_str()); },
+      py::arg("name"),
+      "Blanks the variable's value in place (the block ps and /proc/<pid>/environ show) and unsets it; for the "
+      "worker's secret, main thread, before other threads read the environment.");
   module.def(
       "run_worker",
       [](std::vector<std::string> args) {
