@@ -118,6 +118,7 @@ TEST_F(CommunicatorTest, EveryBuiltinOpAndAvg) {
     got.push_back(avg);
     return Outcome{"", got};
   });
+  ASSERT_EQ(outcomes.size(), 4u);
   expect_ok(outcomes);
   // ranks contribute 1, 2, 3, 4
   EXPECT_EQ(outcomes[3].values, (std::vector<double>{10, 24, 1, 4, 0, 7, 4, 1, 1, 0, 1.5}));
@@ -148,8 +149,10 @@ TEST_F(CommunicatorTest, NonCommutativeCustomOpKeepsRankOrder) {
         return fail(st);
       return Outcome{"", {double(all), double(root_only)}};
     });
+    ASSERT_EQ(outcomes.size(), static_cast<size_t>(n));
     expect_ok(outcomes);
     const double want = n == 3 ? 123 : 1234;
+    for (int r = 0; r < n; ++r) ASSERT_EQ(outcomes[r].values.size(), 2u) << "rank " << r;
     for (int r = 0; r < n; ++r) EXPECT_EQ(outcomes[r].values[0], want);
     EXPECT_EQ(outcomes[1].values[1], want);
     EXPECT_EQ(outcomes[0].values[1], 0);  // only the root's output is written
@@ -187,6 +190,7 @@ TEST_F(CommunicatorTest, BroadcastGatherScatterAllgatherAlltoallReduceScatter) {
       got.push_back(reduced.front() + reduced.back());
       return Outcome{"", got};
     });
+    ASSERT_EQ(outcomes.size(), static_cast<size_t>(n));
     expect_ok(outcomes);
     for (int r = 0; r < n; ++r) {
       const auto& v = outcomes[r].values;
@@ -237,6 +241,7 @@ TEST_F(CommunicatorTest, PointToPointTagsAnySourceOrderAndProbe) {
     got.push_back(late.status().code() == absl::StatusCode::kDeadlineExceeded ? 1 : 0);
     return Outcome{"", got};
   });
+  ASSERT_EQ(outcomes.size(), 3u);
   expect_ok(outcomes);
   EXPECT_EQ(outcomes[0].values, (std::vector<double>{200, 2, 201, 2, 202, 2, 4, 100, 101, 102, 1}));
 }
@@ -267,8 +272,10 @@ TEST_F(CommunicatorTest, AlongSplitAndDup) {
     got.push_back(c.along({"nope"}).status().code() == absl::StatusCode::kInvalidArgument ? 1 : 0);
     return Outcome{"", got};
   });
+  ASSERT_EQ(outcomes.size(), 6u);
   expect_ok(outcomes);
   // rank = host*3 + gpu: along gpus sums host*3*3 + 0+1+2
+  for (int r = 0; r < 6; ++r) ASSERT_EQ(outcomes[r].values.size(), 6u) << "rank " << r;
   for (int r = 0; r < 6; ++r) {
     const int host = r / 3;
     EXPECT_EQ(outcomes[r].values[0], 3);
