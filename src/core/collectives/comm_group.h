@@ -11,13 +11,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "castmesh/communicator.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/collectives.pb.h"
@@ -107,7 +107,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   Layout layout_;
   std::shared_ptr<collectives::RankMailbox> mailbox_;
   std::atomic<uint64_t> next_sequence_{1};
-  absl::Mutex sends_mu_;
+  std::mutex sends_mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
   absl::flat_hash_map<uint64_t, PendingSend> pending_sends_ ABSL_GUARDED_BY(sends_mu_);
 };
 

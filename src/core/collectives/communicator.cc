@@ -59,9 +59,9 @@ absl::StatusOr<size_t> Request::wait_any(const std::vector<Request>& requests, a
   auto waiter = std::make_shared<detail::AnyWaiter>();
   for (const Request& r : requests) r.state_->add_waiter(waiter);
   {
-    absl::MutexLock lock(&waiter->mu);
-    auto fired = [&waiter]() ABSL_SHARED_LOCKS_REQUIRED(waiter->mu) { return waiter->fired; };
-    if (!waiter->mu.AwaitWithTimeout(absl::Condition(&fired), timeout)) {
+    std::unique_lock lock(waiter->mu);
+    auto fired = [&waiter]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return waiter->fired; };
+    if (!detail::wait_for(waiter->cv, lock, timeout, fired)) {
       return absl::DeadlineExceededError(
           absl::StrCat("none of ", requests.size(), " requests completed within ", absl::FormatDuration(timeout)));
     }

@@ -90,18 +90,18 @@ Exchange::Entry& Exchange::entry(const std::string& comm, int rank) {
 }
 
 std::shared_ptr<RankMailbox> Exchange::mailbox(const std::string& comm, int rank) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return entry(comm, rank).mailbox;
 }
 
 std::shared_ptr<detail::CommGroup> Exchange::group(const std::string& comm, int rank, bool pin,
                                                    const std::function<std::shared_ptr<detail::CommGroup>()>& make) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     if (auto live = entry(comm, rank).group.lock()) return live;
   }
   std::shared_ptr<detail::CommGroup> made = make();  // may call watch()/mailbox(): no lock held
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   Entry& e = entry(comm, rank);
   if (auto live = e.group.lock()) return live;  // another thread won
   e.group = made;
@@ -113,7 +113,7 @@ void Exchange::watch(const std::string& comm, int rank, std::vector<ProcId> proc
   std::vector<std::pair<int, absl::Status>> already_lost;
   std::shared_ptr<RankMailbox> box;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     Entry& e = entry(comm, rank);
     e.procs = std::move(procs);
     e.description = std::move(description);
@@ -126,7 +126,7 @@ void Exchange::watch(const std::string& comm, int rank, std::vector<ProcId> proc
 }
 
 void Exchange::forget(const std::string& comm, int rank) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   auto it = entries_.find(std::make_pair(comm, rank));
   if (it != entries_.end() && it->second.group.expired()) entries_.erase(it);
 }
@@ -198,20 +198,20 @@ class SingleCopyBody final : public RemoteBody {
 }  // namespace
 
 std::shared_ptr<detail::CommGroup> Exchange::live_group(const std::string& comm, int rank) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   auto it = entries_.find(std::make_pair(comm, rank));
   return it == entries_.end() ? nullptr : it->second.group.lock();
 }
 
 void Exchange::park(const ProcId& peer, uint64_t token, PostedRecv recv, MessageKey key) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   parked_[std::make_pair(peer, token)] = Parked{std::move(recv), std::move(key)};
 }
 
 void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const char* body, size_t size) {
   std::optional<Parked> parked;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     auto it = parked_.find(std::make_pair(peer, token));
     if (it == parked_.end()) return;
     parked = std::move(it->second);
@@ -254,7 +254,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
 }
 
 void Exchange::on_peer_alive(const ProcId& peer) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   lost_.erase(peer);
 }
 
@@ -263,7 +263,7 @@ void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
   std::vector<std::shared_ptr<detail::CommGroup>> groups;
   std::vector<Parked> parked;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     lost_.emplace(peer, why);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (it->first.first != peer) {

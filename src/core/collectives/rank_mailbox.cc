@@ -60,7 +60,7 @@ absl::Status RankMailbox::failure_for(const PostedRecv& recv) {
 void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::Payload payload) {
   std::optional<PostedRecv> matched;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     for (auto it = posted_.begin(); it != posted_.end(); ++it) {
       if (matches(*it, key)) {
         matched = std::move(*it);
@@ -79,6 +79,7 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
         bytes = wire::Payload::share(owner, data, size);
       }
       unexpected_.push_back(Queued{std::move(key), std::move(bytes)});
+      changed_.notify_all();
       return;
     }
   }
@@ -88,7 +89,7 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
 void RankMailbox::post(PostedRecv recv) {
   std::optional<Queued> queued;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
       if (matches(recv, it->key)) {
         queued = std::move(*it);
@@ -109,7 +110,7 @@ void RankMailbox::post(PostedRecv recv) {
 }
 
 bool RankMailbox::cancel(const std::shared_ptr<detail::RequestState>& request) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (it->request == request) {
       posted_.erase(it);
@@ -136,8 +137,8 @@ absl::StatusOr<MessageStatus> RankMailbox::probe(int source, int64_t tag, absl::
     failed = failure_for(pattern);
     return !failed.ok();
   };
-  absl::MutexLock lock(&mu_);
-  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+  std::unique_lock lock(mu_);
+  if (!detail::wait_for(changed_, lock, timeout, ready)) {
     return absl::DeadlineExceededError(absl::StrCat("no matching message within ", absl::FormatDuration(timeout)));
   }
   if (found) return *found;
@@ -173,22 +174,23 @@ void RankMailbox::abort_collective(uint64_t sequence, const absl::Status& why) {
 void RankMailbox::record_failure(const std::function<void()>& record) {
   std::vector<std::pair<PostedRecv, absl::Status>> failed;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     record();
     failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
   }
+  changed_.notify_all();
   for (auto& [recv, st] : failed) recv.request->complete(st);
 }
 
 absl::Status RankMailbox::collective_error(uint64_t sequence) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   if (!closed_.ok()) return closed_;
   auto it = aborted_.find(sequence);
   return it == aborted_.end() ? absl::OkStatus() : it->second;
 }
 
 absl::Status RankMailbox::source_error(int rank) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   if (!closed_.ok()) return closed_;
   auto it = dead_sources_.find(rank);
   return it == dead_sources_.end() ? absl::OkStatus() : it->second;

@@ -15,11 +15,13 @@
 // Thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +29,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "castmesh/communicator.h"
 #include "core/collectives/request_state.h"
 #include "core/wire/payload.h"
@@ -113,7 +114,9 @@ class RankMailbox {
   // posted receive that the failure now covers.
   void record_failure(const std::function<void()>& record);
 
-  absl::Mutex mu_;
+  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  // Signalled when a message is queued or a failure recorded (probe waits).
+  std::condition_variable changed_;
   std::deque<PostedRecv> posted_ ABSL_GUARDED_BY(mu_);
   std::deque<Queued> unexpected_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, absl::Status> dead_sources_ ABSL_GUARDED_BY(mu_);

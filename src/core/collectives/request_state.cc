@@ -11,31 +11,39 @@ std::shared_ptr<RequestState> RequestState::Done(absl::StatusOr<MessageStatus> r
   return state;
 }
 
+void AnyWaiter::fire() {
+  {
+    std::lock_guard lock(mu);
+    fired = true;
+  }
+  cv.notify_all();
+}
+
 bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
   std::vector<std::weak_ptr<AnyWaiter>> waiters;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     if (done_) return false;
     done_ = true;
     result_ = std::move(result);
     waiters.swap(waiters_);
   }
+  cv_.notify_all();
   for (auto& weak : waiters) {
-    if (auto waiter = weak.lock()) {
-      absl::MutexLock lock(&waiter->mu);
-      waiter->fired = true;
-    }
+    if (auto waiter = weak.lock()) waiter->fire();
   }
   return true;
 }
 
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock lock(mu_);
   if (!done_) {
-    // A pooled actor about to block hands its queued work to other workers.
+    // A pooled actor about to block hands its queued work to other workers
+    // (with mu_ released: that takes the scheduler's locks).
+    lock.unlock();
     Scheduler::before_blocking_on_this_thread();
-    auto is_done = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return done_; };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&is_done), timeout)) {
+    lock.lock();
+    if (!wait_for(cv_, lock, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
       return absl::DeadlineExceededError(
           absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
     }
@@ -44,26 +52,25 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
 }
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   if (!done_) return std::nullopt;
   return result_;
 }
 
 bool RequestState::done() {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard lock(mu_);
   return done_;
 }
 
 void RequestState::add_waiter(const std::shared_ptr<AnyWaiter>& waiter) {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard lock(mu_);
     if (!done_) {
       waiters_.push_back(waiter);
       return;
     }
   }
-  absl::MutexLock lock(&waiter->mu);
-  waiter->fired = true;
+  waiter->fire();
 }
 
 }  // namespace castmesh::detail
