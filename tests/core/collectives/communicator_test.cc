@@ -48,8 +48,10 @@ std::vector<double> as_doubles(const std::vector<T>& v) {
 
 class CommunicatorTest : public ::testing::Test {
  protected:
-  // Members run blocking collectives: one worker per member.
-  CommunicatorTest() : runtime_(RuntimeOptions{.workers = 6}) {}
+  // Members run blocking collectives on pooled workers: more workers than
+  // the largest mesh (6), so the mesh's forwarders always find one free
+  // (docs/collectives.md, "Progress and threads").
+  CommunicatorTest() : runtime_(RuntimeOptions{.workers = 10}) {}
 
   std::vector<Outcome> run_on(const Shape& shape, Scenario scenario) {
     auto mesh = ActorMesh<Member>::Spawn(runtime_, shape, MeshOptions{.name = "member" + std::to_string(meshes_++)});
