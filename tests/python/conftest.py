@@ -81,3 +81,14 @@ def _time_limit(request: pytest.FixtureRequest) -> Iterator[None]:
         signal.alarm(0)
         faulthandler.cancel_dump_traceback_later()
         signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture()
+def faults(monkeypatch: pytest.MonkeyPatch) -> List[object]:
+    """Failures reach castmesh.unhandled_fault_hook; record them instead of exiting."""
+    import castmesh  # noqa: PLC0415 - the suites' own import; conftest loads before them
+
+    seen: List[object] = []
+    monkeypatch.setattr(castmesh, "unhandled_fault_hook", seen.append)
+    return seen
+

@@ -72,13 +72,6 @@ def wait_until(predicate, seconds: float = 30.0) -> bool:
     return predicate()
 
 
-@pytest.fixture()
-def faults(monkeypatch):
-    seen = []
-    monkeypatch.setattr(castmesh, "unhandled_fault_hook", seen.append)
-    return seen
-
-
 @pytest.mark.timeout(120)
 def test_an_actor_starts_procs_spawns_supervises_and_stops_them(faults):
     with this_host().spawn_procs(per_host={"gpus": 1}) as procs:

@@ -84,13 +84,6 @@ def procs():
         yield mesh
 
 
-@pytest.fixture()
-def faults(monkeypatch):
-    """Failures reach castmesh.unhandled_fault_hook; record them instead of exiting."""
-    seen = []
-    monkeypatch.setattr(castmesh, "unhandled_fault_hook", seen.append)
-    return seen
-
 
 @pytest.mark.timeout(60)
 def test_actor_mesh_stop_is_a_future_and_runs_cleanup(procs, tmp_path, faults):

@@ -115,12 +115,6 @@ def procs():
         yield mesh
 
 
-@pytest.fixture()
-def faults(monkeypatch):
-    seen = []
-    monkeypatch.setattr(castmesh, "unhandled_fault_hook", seen.append)
-    return seen
-
 
 @pytest.mark.timeout(60)
 def test_actor_mesh_flatten_rename_split(procs, faults):

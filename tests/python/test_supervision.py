@@ -77,12 +77,6 @@ def procs():
         yield mesh
 
 
-@pytest.fixture()
-def faults(monkeypatch):
-    seen = []
-    monkeypatch.setattr(castmesh, "unhandled_fault_hook", seen.append)
-    return seen
-
 
 def test_error_classes():
     assert issubclass(SupervisionError, RuntimeError)
