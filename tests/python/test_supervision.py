@@ -156,6 +156,11 @@ SCRIPT = textwrap.dedent(
 
     import threading
     handled = threading.Event()
+
+    def say(*words):  # one write per line: print() writes words and newline separately, so threads interleave
+        sys.stdout.write(" ".join(map(str, words)) + "\\n")
+        sys.stdout.flush()
+
     mode = sys.argv[1]
     if mode == "raising-hook":
         def hook(failure):
@@ -163,7 +168,7 @@ SCRIPT = textwrap.dedent(
         castmesh.unhandled_fault_hook = hook
     elif mode == "quiet-hook":
         def hook(failure):
-            print("HANDLED", failure.mesh_name, flush=True)
+            say("HANDLED", failure.mesh_name)
             handled.set()
         castmesh.unhandled_fault_hook = hook
     procs = this_host().spawn_procs(per_host={"gpus": 1})
@@ -171,9 +176,9 @@ SCRIPT = textwrap.dedent(
     try:
         doomed.die.call_one().get(timeout=30)
     except Exception as error:
-        print("CALL FAILED", type(error).__name__, flush=True)
+        say("CALL FAILED", type(error).__name__)
     handled.wait(60)        # an unhandled failure ends the process before this returns
-    print("STILL ALIVE", flush=True)
+    say("STILL ALIVE")
     procs.stop().get()
     """
 )
