@@ -98,6 +98,7 @@ static const castmesh_backend_v1 kCudaBackend = {
     &cuda_init,
     &cuda_shutdown,
     &cuda_query_devices,
+    NULL,  /* rdma: none (ABI 1.1) */
 };
 
 CASTMESH_BACKEND_EXPORT const castmesh_backend_v1* castmesh_backend_init_v1(const castmesh_host_api_v1* host) {

@@ -86,6 +86,7 @@ const castmesh_backend_v1 kHipBackend = {
     &hip_init,
     &hip_shutdown,
     &hip_query_devices,
+    nullptr,  /* rdma: none (ABI 1.1) */
 };
 
 }  // namespace

@@ -77,6 +77,14 @@ class Backend {
   virtual const castmesh_backend_v1& table() const = 0;
 };
 
+// The backend's one-sided RDMA table (ABI 1.1), or nullptr when the backend
+// has none: a 1.0 backend (its struct_size ends before the field), a NULL
+// field, or a table too short for the 1.1 functions or missing one of them.
+// Any thread; the table lives as long as the backend.
+const castmesh_rdma_table_v1* rdma_table(const Backend& backend);
+// The same for a raw backend table (what the overload above reads).
+const castmesh_rdma_table_v1* rdma_table(const castmesh_backend_v1& table);
+
 // Loads the backend named `name_or_path` (a backend name such as "rdma", or a
 // path to a library file, which is loaded even if it is in no search folder).
 // Errors: NotFound (library missing), FailedPrecondition (ABI mismatch,

@@ -18,6 +18,9 @@
  * from any thread at any time between init and shutdown; backends must make it
  * thread-safe. The host API functions may be called by the backend from any
  * thread between castmesh_backend_init_v1 and the return of shutdown.
+ *
+ * History: 1.0 init/shutdown/query_devices. 1.1 appends castmesh_backend_v1.rdma
+ * (one-sided RDMA through the rdma backend) and status codes 6..10.
  */
 #ifndef CASTMESH_BACKEND_ABI_H_
 #define CASTMESH_BACKEND_ABI_H_
@@ -30,7 +33,7 @@ extern "C" {
 #endif
 
 #define CASTMESH_BACKEND_ABI_MAJOR 1
-#define CASTMESH_BACKEND_ABI_MINOR 0
+#define CASTMESH_BACKEND_ABI_MINOR 1
 
 /* The one symbol a backend library exports. */
 #define CASTMESH_BACKEND_ENTRY_SYMBOL "castmesh_backend_init_v1"
@@ -45,7 +48,19 @@ typedef enum castmesh_status_v1 {
   CASTMESH_STATUS_NO_DEVICE = 2,
   CASTMESH_STATUS_INVALID_ARGUMENT = 3,
   CASTMESH_STATUS_UNIMPLEMENTED = 4,
-  CASTMESH_STATUS_INTERNAL = 5
+  CASTMESH_STATUS_INTERNAL = 5,
+  /* 1.1: a queue or a resource is full (send queue, memory registration
+   * limits); retry after completions were polled or memory was released. */
+  CASTMESH_STATUS_RESOURCE_EXHAUSTED = 6,
+  /* 1.1: the object is not in a state that allows the call (posting on an
+   * endpoint that is not connected or has failed, releasing a handle twice). */
+  CASTMESH_STATUS_FAILED_PRECONDITION = 7,
+  /* 1.1: the peer refused access (rkey or range not registered for it). */
+  CASTMESH_STATUS_PERMISSION_DENIED = 8,
+  /* 1.1: the peer did not answer (retries exhausted, timeout). */
+  CASTMESH_STATUS_UNAVAILABLE = 9,
+  /* 1.1: the operation was cancelled because an earlier one failed. */
+  CASTMESH_STATUS_ABORTED = 10
 } castmesh_status_v1;
 
 /* Error details a backend writes into a buffer the core owns. message is
@@ -100,6 +115,128 @@ typedef struct castmesh_device_info_v1 {
   char detail[256];
 } castmesh_device_info_v1;
 
+/* ---- ABI 1.1: one-sided RDMA over a NIC (the rdma backend) ----
+ *
+ * The core opens one device per NIC it uses, registers the memory it exposes
+ * (getting an rkey for the peer and an lkey for itself), creates one reliable
+ * connection (RC) endpoint per peer, exchanges the endpoints' connection blobs
+ * inside its own messages, connects, then posts READ/WRITE lists and polls
+ * their completions. Nothing here blocks.
+ *
+ * Threads: every function may be called from any thread; calls on one device
+ * are serialised by the backend (one lock per device). A device must not be
+ * used during or after close_device. */
+
+/* An open NIC port with its protection domain. Opaque; from open_device. */
+typedef struct castmesh_rdma_device_v1 castmesh_rdma_device_v1;
+
+/* Access a registration grants (bit flags, values of the ABI). */
+enum {
+  CASTMESH_RDMA_ACCESS_LOCAL_WRITE = 1u,  /* the NIC may write it (needed for READ's destination) */
+  CASTMESH_RDMA_ACCESS_REMOTE_READ = 2u,  /* peers may READ it with the rkey */
+  CASTMESH_RDMA_ACCESS_REMOTE_WRITE = 4u  /* peers may WRITE it with the rkey (implies LOCAL_WRITE) */
+};
+
+/* A memory registration. MR and endpoint handles are never 0 and never
+ * reused within a device, so a stale handle gets FAILED_PRECONDITION. */
+typedef struct castmesh_rdma_mr_info_v1 {
+  size_t struct_size; /* set by the caller */
+  uint64_t handle;    /* for deregister_memory */
+  uint64_t addr;      /* the registration's whole range, which may */
+  uint64_t length;    /* exceed the requested one on a cache hit */
+  uint32_t lkey;
+  uint32_t rkey;
+  uint32_t access;    /* CASTMESH_RDMA_ACCESS_* the registration grants */
+  uint32_t refs;      /* references after this call (1 = new registration) */
+} castmesh_rdma_mr_info_v1;
+
+/* An endpoint's connection data, sent to the peer by the core. Fixed layout,
+ * multi-byte integers big-endian:
+ *   0 magic "CMRC" | 4 u16 version (1) | 6 u8 path MTU (IBV_MTU_* 1..5)
+ *   7 u8 link layer (1 InfiniBand, 2 Ethernet/RoCE) | 8 u16 LID | 10 u16 0
+ *   12 u32 QP number (< 2^24) | 16 u32 first PSN (< 2^24) | 20 16-byte GID */
+#define CASTMESH_RDMA_ENDPOINT_BLOB_SIZE 36
+
+/* Operation kinds and flags of castmesh_rdma_op_v1. */
+enum {
+  CASTMESH_RDMA_OP_READ = 1,  /* remote -> local */
+  CASTMESH_RDMA_OP_WRITE = 2, /* local -> remote */
+  CASTMESH_RDMA_OP_SIGNALED = 1u /* flags: this op gets its own completion */
+};
+
+/* One READ or WRITE. Fixed layout in 1.x (a later op kind gets a new struct
+ * and a new function). */
+typedef struct castmesh_rdma_op_v1 {
+  uint64_t wr_id;       /* the caller's id, returned in its completion */
+  uint32_t opcode;      /* CASTMESH_RDMA_OP_READ or _WRITE */
+  uint32_t flags;       /* CASTMESH_RDMA_OP_SIGNALED or 0 */
+  uint64_t local_addr;  /* inside a registration of this device */
+  uint64_t remote_addr; /* inside the peer's registration named by rkey */
+  uint64_t length;      /* bytes; at most the port's max message size */
+  uint32_t lkey;
+  uint32_t rkey;
+} castmesh_rdma_op_v1;
+
+/* One completion. status is a castmesh_status_v1: OK, PERMISSION_DENIED
+ * (remote access), UNAVAILABLE (peer unreachable), ABORTED (flushed because
+ * an earlier op failed), INVALID_ARGUMENT (a local key/range/length error) or
+ * INTERNAL (NIC or protocol fault). Fixed layout in 1.x. */
+typedef struct castmesh_rdma_completion_v1 {
+  uint64_t wr_id;
+  int32_t status;
+  uint32_t opcode;     /* CASTMESH_RDMA_OP_*, 0 when the NIC did not say (errors) */
+  int32_t wc_status;   /* the raw enum ibv_wc_status, for logs */
+  uint32_t vendor_err; /* the NIC's own error code, for logs */
+  char message[192];   /* NUL-terminated; what happened and what to check */
+} castmesh_rdma_completion_v1;
+
+/* The rdma backend's operations (castmesh_backend_v1.rdma). Every function
+ * returns a castmesh_status_v1 and fills *error unless it returns OK. */
+typedef struct castmesh_rdma_table_v1 {
+  size_t struct_size;
+  /* Opens port `port` (0 means 1) of the NIC named `name` (NULL or "" means
+   * the first NIC whose port is active) with GID table entry gid_index, and
+   * allocates its protection domain. NO_DEVICE if there is no such NIC or
+   * its port is not active. */
+  int32_t (*open_device)(const char* name, uint32_t port, uint32_t gid_index, castmesh_rdma_device_v1** device,
+                         castmesh_error_v1* error);
+  /* Destroys the device's endpoints and registrations still alive, then the
+   * device. NULL is a no-op. */
+  void (*close_device)(castmesh_rdma_device_v1* device);
+  /* Registers [addr, addr+length) with `access` (CASTMESH_RDMA_ACCESS_*), or
+   * takes another reference on a live registration that covers the range
+   * and grants at least that access. info->struct_size must be set. */
+  int32_t (*register_memory)(castmesh_rdma_device_v1* device, void* addr, uint64_t length, uint32_t access,
+                             castmesh_rdma_mr_info_v1* info, castmesh_error_v1* error);
+  /* Drops one reference; the last one deregisters. FAILED_PRECONDITION for a
+   * handle that is not live. */
+  int32_t (*deregister_memory)(castmesh_rdma_device_v1* device, uint64_t handle, castmesh_error_v1* error);
+  /* Creates an RC endpoint (queue pair + completion queue) with room for
+   * send_queue_depth outstanding ops (0: 128) and writes its connection blob
+   * (CASTMESH_RDMA_ENDPOINT_BLOB_SIZE bytes) into blob. */
+  int32_t (*create_endpoint)(castmesh_rdma_device_v1* device, uint32_t send_queue_depth, uint64_t* endpoint,
+                             uint8_t* blob, castmesh_error_v1* error);
+  /* Connects to the peer whose blob the core received (RESET->INIT->RTR->RTS).
+   * INVALID_ARGUMENT for a malformed blob (the endpoint stays usable);
+   * a failed transition leaves the endpoint failed. */
+  int32_t (*connect_endpoint)(castmesh_rdma_device_v1* device, uint64_t endpoint, const uint8_t* peer_blob,
+                              size_t peer_blob_size, castmesh_error_v1* error);
+  /* Destroys an endpoint; its unpolled completions are dropped. */
+  int32_t (*destroy_endpoint)(castmesh_rdma_device_v1* device, uint64_t endpoint, castmesh_error_v1* error);
+  /* Posts count ops as one list. Only the last op and those flagged
+   * SIGNALED produce a completion (an op that fails always does, and the ops
+   * after it complete ABORTED). All or nothing when the send queue is full:
+   * RESOURCE_EXHAUSTED, nothing posted, poll and retry (the backend never
+   * queues). *posted says how many ops reached the NIC. */
+  int32_t (*post)(castmesh_rdma_device_v1* device, uint64_t endpoint, const castmesh_rdma_op_v1* ops,
+                  uint32_t count, uint32_t* posted, castmesh_error_v1* error);
+  /* Writes up to capacity completions and their number into *count, without
+   * blocking. The first failed completion leaves the endpoint failed: later
+   * posts get FAILED_PRECONDITION naming that failure. */
+  int32_t (*poll)(castmesh_rdma_device_v1* device, uint64_t endpoint, castmesh_rdma_completion_v1* completions,
+                  uint32_t capacity, uint32_t* count, castmesh_error_v1* error);
+} castmesh_rdma_table_v1;
+
 /* The table a backend returns. Static storage in the backend; never freed. */
 typedef struct castmesh_backend_v1 {
   size_t struct_size;
@@ -121,6 +258,11 @@ typedef struct castmesh_backend_v1 {
    * that needs a device returns NO_DEVICE with *error saying so. */
   int32_t (*query_devices)(castmesh_device_info_v1* devices, uint32_t capacity, uint32_t* count,
                            castmesh_error_v1* error);
+
+  /* ---- 1.1 ---- */
+  /* One-sided RDMA; NULL for a backend without it. A reader touches this
+   * field only if struct_size reaches past it (a 1.0 table ends above). */
+  const struct castmesh_rdma_table_v1* rdma;
 } castmesh_backend_v1;
 
 #if defined(__GNUC__)

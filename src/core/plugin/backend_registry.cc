@@ -475,6 +475,22 @@ SearchTiers default_search_tiers() {
 
 std::vector<BackendInfo> backends() { return plugin::process_registry().backends(); }
 
+const castmesh_rdma_table_v1* rdma_table(const castmesh_backend_v1& table) {
+  // The struct_size rule: a 1.0 writer's table ends before the rdma field.
+  if (table.struct_size < offsetof(castmesh_backend_v1, rdma) + sizeof table.rdma) return nullptr;
+  const castmesh_rdma_table_v1* rdma = table.rdma;
+  if (rdma == nullptr || rdma->struct_size < offsetof(castmesh_rdma_table_v1, poll) + sizeof rdma->poll) {
+    return nullptr;
+  }
+  const bool complete = rdma->open_device != nullptr && rdma->close_device != nullptr &&
+                        rdma->register_memory != nullptr && rdma->deregister_memory != nullptr &&
+                        rdma->create_endpoint != nullptr && rdma->connect_endpoint != nullptr &&
+                        rdma->destroy_endpoint != nullptr && rdma->post != nullptr && rdma->poll != nullptr;
+  return complete ? rdma : nullptr;
+}
+
+const castmesh_rdma_table_v1* rdma_table(const Backend& backend) { return rdma_table(backend.table()); }
+
 absl::StatusOr<const Backend*> load_backend(std::string_view name_or_path) {
   return plugin::process_registry().load(name_or_path);
 }

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
+#include <cstddef>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -131,6 +134,46 @@ TEST(BackendRegistry, TruncatedTableIsRejected) {
   const BackendInfo info = find(registry.backends(), "test_smalltable");
   EXPECT_EQ(info.state, BackendState::kAbiMismatch);
   EXPECT_THAT(info.message, HasSubstr("backend table of 8 bytes"));
+}
+
+TEST(BackendRegistry, AnAbi10BackendStillLoadsAndHasNoRdmaTable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("abi10")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_abi10");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const castmesh_backend_v1& table = (*loaded)->table();
+  EXPECT_EQ(table.abi_minor, 0u);
+  EXPECT_EQ(table.struct_size, offsetof(castmesh_backend_v1, rdma));
+  EXPECT_EQ((*loaded)->info().devices.size(), 1u);
+  // The field lies past the 1.0 table: the accessor must not read it.
+  EXPECT_EQ(rdma_table(**loaded), nullptr);
+}
+
+TEST(BackendRegistry, AnAbi11BackendWithoutRdmaHasNoRdmaTable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("good")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_good");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->table().abi_minor, static_cast<uint32_t>(CASTMESH_BACKEND_ABI_MINOR));
+  EXPECT_EQ(rdma_table(**loaded), nullptr);
+}
+
+TEST(BackendRegistry, AnAbi11BackendOffersItsRdmaTable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("withrdma")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_withrdma");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const castmesh_rdma_table_v1* rdma = rdma_table(**loaded);
+  ASSERT_NE(rdma, nullptr);
+  castmesh_rdma_device_v1* device = nullptr;
+  castmesh_error_v1 error{};
+  EXPECT_EQ(rdma->open_device(nullptr, 1, 0, &device, &error), CASTMESH_STATUS_UNIMPLEMENTED);
+  EXPECT_STREQ(error.message, "test_withrdma has no NIC");
+}
+
+TEST(BackendRegistry, AnRdmaTableTooShortForAbi11IsIgnored) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("shortrdma")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_shortrdma");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_NE((*loaded)->table().rdma, nullptr);
+  EXPECT_EQ(rdma_table(**loaded), nullptr);
 }
 
 TEST(BackendRegistry, LibraryWithoutEntrySymbolIsRejected) {
@@ -265,12 +308,42 @@ TEST(ProcessBackends, RdmaBackendBuiltHereIsFoundAndReportsDevicesOrNoDevice) {
   if (rdma.state == BackendState::kLoaded) {
     EXPECT_FALSE(rdma.devices.empty());
     for (const DeviceInfo& device : rdma.devices) EXPECT_EQ(device.kind, CASTMESH_DEVICE_KIND_RDMA_NIC);
+    absl::StatusOr<const Backend*> loaded = load_backend("rdma");
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_NE(rdma_table(**loaded), nullptr);
   } else {
     // Machines without an RDMA NIC (CI): a clean "no device" with the reason.
     EXPECT_EQ(rdma.state, BackendState::kNoDevice) << rdma.message;
     EXPECT_THAT(rdma.message, HasSubstr("no RDMA device"));
     EXPECT_EQ(load_backend("rdma").status().code(), absl::StatusCode::kUnavailable);
   }
+}
+#endif
+
+#ifdef CASTMESH_TEST_HAVE_RDMA
+// Whether or not a NIC exists, the rdma library built here offers a whole 1.1
+// rdma table (read straight from its entry point, since without a NIC the
+// registry does not hand the backend out).
+TEST(ProcessBackends, RdmaBackendBuiltHereOffersAnAbi11RdmaTable) {
+  const std::string path = core_library_folder() + "/castmesh/backends/libcastmesh_rdma.so";
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto entry = reinterpret_cast<castmesh_backend_init_v1_fn>(dlsym(library, CASTMESH_BACKEND_ENTRY_SYMBOL));
+  ASSERT_NE(entry, nullptr);
+  castmesh_host_api_v1 host{};
+  host.struct_size = sizeof host;
+  host.abi_major = CASTMESH_BACKEND_ABI_MAJOR;
+  host.abi_minor = CASTMESH_BACKEND_ABI_MINOR;
+  host.core_version = CASTMESH_VERSION_STRING;
+  host.host_alloc = [](size_t size, size_t alignment) { return std::aligned_alloc(alignment, size); };
+  host.host_free = [](void* ptr) { std::free(ptr); };
+  const castmesh_backend_v1* table = entry(&host);
+  ASSERT_NE(table, nullptr);
+  EXPECT_EQ(table->abi_minor, 1u);
+  const castmesh_rdma_table_v1* rdma = rdma_table(*table);
+  ASSERT_NE(rdma, nullptr);
+  EXPECT_EQ(rdma->struct_size, sizeof(castmesh_rdma_table_v1));
+  // Libraries stay loaded, as the registry keeps them.
 }
 #endif
 

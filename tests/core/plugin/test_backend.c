@@ -2,7 +2,10 @@
  * times with different macros:
  *   TEST_BACKEND_NAME    backend name (file is libcastmesh_<name>.so)
  *   TEST_ABI_MAJOR       abi_major it claims (default: the real one)
+ *   TEST_ABI_MINOR       abi_minor it claims (default: the real one)
  *   TEST_TABLE_SIZE      struct_size it claims (default: the real one)
+ *   TEST_RDMA_TABLE_SIZE define to offer an rdma table (1.1) of this struct_size,
+ *                        whose functions answer UNIMPLEMENTED naming this backend
  *   TEST_INIT_STATUS     what init returns (default OK)
  *   TEST_DEVICE_COUNT    devices its query reports (default 1)
  *   TEST_NO_ENTRY        define to export no entry symbol at all
@@ -13,6 +16,9 @@
 
 #ifndef TEST_ABI_MAJOR
 #define TEST_ABI_MAJOR CASTMESH_BACKEND_ABI_MAJOR
+#endif
+#ifndef TEST_ABI_MINOR
+#define TEST_ABI_MINOR CASTMESH_BACKEND_ABI_MINOR
 #endif
 #ifndef TEST_TABLE_SIZE
 #define TEST_TABLE_SIZE sizeof(castmesh_backend_v1)
@@ -65,9 +71,69 @@ static int32_t test_query_devices(castmesh_device_info_v1* devices, uint32_t cap
   return CASTMESH_STATUS_OK;
 }
 
+#ifdef TEST_RDMA_TABLE_SIZE
+/* Lets the loader's test see that the table it gets is this library's. */
+static int32_t test_rdma_open(const char* name, uint32_t port, uint32_t gid_index, castmesh_rdma_device_v1** device,
+                              castmesh_error_v1* error) {
+  (void)name;
+  (void)port;
+  (void)gid_index;
+  *device = NULL;
+  error->code = CASTMESH_STATUS_UNIMPLEMENTED;
+  snprintf(error->message, sizeof error->message, "%s has no NIC", TEST_BACKEND_NAME);
+  return CASTMESH_STATUS_UNIMPLEMENTED;
+}
+static void test_rdma_close(castmesh_rdma_device_v1* device) { (void)device; }
+static int32_t test_rdma_unimplemented(castmesh_error_v1* error) {
+  error->code = CASTMESH_STATUS_UNIMPLEMENTED;
+  snprintf(error->message, sizeof error->message, "%s has no NIC", TEST_BACKEND_NAME);
+  return CASTMESH_STATUS_UNIMPLEMENTED;
+}
+static int32_t test_rdma_register(castmesh_rdma_device_v1* d, void* a, uint64_t l, uint32_t x,
+                                  castmesh_rdma_mr_info_v1* i, castmesh_error_v1* error) {
+  (void)d, (void)a, (void)l, (void)x, (void)i;
+  return test_rdma_unimplemented(error);
+}
+static int32_t test_rdma_deregister(castmesh_rdma_device_v1* d, uint64_t h, castmesh_error_v1* error) {
+  (void)d, (void)h;
+  return test_rdma_unimplemented(error);
+}
+static int32_t test_rdma_create(castmesh_rdma_device_v1* d, uint32_t q, uint64_t* e, uint8_t* b,
+                                castmesh_error_v1* error) {
+  (void)d, (void)q, (void)e, (void)b;
+  return test_rdma_unimplemented(error);
+}
+static int32_t test_rdma_connect(castmesh_rdma_device_v1* d, uint64_t e, const uint8_t* b, size_t n,
+                                 castmesh_error_v1* error) {
+  (void)d, (void)e, (void)b, (void)n;
+  return test_rdma_unimplemented(error);
+}
+static int32_t test_rdma_destroy(castmesh_rdma_device_v1* d, uint64_t e, castmesh_error_v1* error) {
+  (void)d, (void)e;
+  return test_rdma_unimplemented(error);
+}
+static int32_t test_rdma_post(castmesh_rdma_device_v1* d, uint64_t e, const castmesh_rdma_op_v1* o, uint32_t c,
+                              uint32_t* p, castmesh_error_v1* error) {
+  (void)d, (void)e, (void)o, (void)c, (void)p;
+  return test_rdma_unimplemented(error);
+}
+static int32_t test_rdma_poll(castmesh_rdma_device_v1* d, uint64_t e, castmesh_rdma_completion_v1* c, uint32_t n,
+                              uint32_t* k, castmesh_error_v1* error) {
+  (void)d, (void)e, (void)c, (void)n, (void)k;
+  return test_rdma_unimplemented(error);
+}
+static const castmesh_rdma_table_v1 kRdmaTable = {
+    TEST_RDMA_TABLE_SIZE, &test_rdma_open,    &test_rdma_close,   &test_rdma_register, &test_rdma_deregister,
+    &test_rdma_create,    &test_rdma_connect, &test_rdma_destroy, &test_rdma_post,     &test_rdma_poll,
+};
+#define TEST_RDMA_TABLE (&kRdmaTable)
+#else
+#define TEST_RDMA_TABLE NULL
+#endif
+
 static const castmesh_backend_v1 kTable = {
-    TEST_TABLE_SIZE, TEST_ABI_MAJOR, CASTMESH_BACKEND_ABI_MINOR, TEST_BACKEND_NAME, "9.9.9",
-    &test_init,      &test_shutdown, &test_query_devices,
+    TEST_TABLE_SIZE, TEST_ABI_MAJOR, TEST_ABI_MINOR,      TEST_BACKEND_NAME, "9.9.9",
+    &test_init,      &test_shutdown, &test_query_devices, TEST_RDMA_TABLE,
 };
 
 #ifndef TEST_NO_ENTRY
