@@ -503,11 +503,12 @@ static void write_blob(const castmesh_rdma_device_v1* device, const rdma_endpoin
 }
 
 /* A 24-bit starting PSN that differs between QPs and between runs, so
- * packets of an earlier connection with the same QP number are rejected. */
-static uint32_t first_psn(uint32_t qp_num) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return ((uint32_t)now.tv_nsec * 2654435761u ^ qp_num * 40503u) & 0xFFFFFFu;
+ * packets of an earlier connection with the same QP number are rejected.
+ * (time() rather than clock_gettime keeps the plugin's glibc floor at 2.2.5,
+ * its manylinux_2_5 wheel tag.) */
+static uint32_t first_psn(uint32_t qp_num, const void* endpoint) {
+  const uint64_t mix = (uint64_t)time(NULL) * 2654435761u ^ (uint64_t)(uintptr_t)endpoint ^ qp_num * 40503u;
+  return (uint32_t)(mix ^ (mix >> 24) ^ (mix >> 48)) & 0xFFFFFFu;
 }
 
 static int32_t create_locked(castmesh_rdma_device_v1* device, uint32_t depth, uint64_t* handle, uint8_t* blob,
@@ -544,7 +545,7 @@ static int32_t create_locked(castmesh_rdma_device_v1* device, uint32_t depth, ui
     return fail(error, err == ENOMEM ? CASTMESH_STATUS_RESOURCE_EXHAUSTED : CASTMESH_STATUS_INTERNAL,
                 "ibv_create_qp(%s, RC, %u send slots) failed: %s", device->name, depth, strerror(err));
   }
-  endpoint->psn = first_psn(endpoint->qp->qp_num);
+  endpoint->psn = first_psn(endpoint->qp->qp_num, endpoint);
   endpoint->handle = device->next_handle++;
   endpoint->state = kCreated;
   if (append((void***)&device->endpoints, &device->endpoint_count, &device->endpoint_capacity, endpoint) != 0) {

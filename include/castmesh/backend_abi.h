@@ -157,11 +157,14 @@ typedef struct castmesh_rdma_mr_info_v1 {
  *   12 u32 QP number (< 2^24) | 16 u32 first PSN (< 2^24) | 20 16-byte GID */
 #define CASTMESH_RDMA_ENDPOINT_BLOB_SIZE 36
 
-/* Operation kinds and flags of castmesh_rdma_op_v1. */
+/* castmesh_rdma_op_v1.opcode */
 enum {
-  CASTMESH_RDMA_OP_READ = 1,  /* remote -> local */
-  CASTMESH_RDMA_OP_WRITE = 2, /* local -> remote */
-  CASTMESH_RDMA_OP_SIGNALED = 1u /* flags: this op gets its own completion */
+  CASTMESH_RDMA_OP_READ = 1, /* remote -> local */
+  CASTMESH_RDMA_OP_WRITE = 2 /* local -> remote */
+};
+/* castmesh_rdma_op_v1.flags */
+enum {
+  CASTMESH_RDMA_OP_SIGNALED = 1u /* this op gets its own completion */
 };
 
 /* One READ or WRITE. Fixed layout in 1.x (a later op kind gets a new struct
@@ -227,7 +230,9 @@ typedef struct castmesh_rdma_table_v1 {
    * SIGNALED produce a completion (an op that fails always does, and the ops
    * after it complete ABORTED). All or nothing when the send queue is full:
    * RESOURCE_EXHAUSTED, nothing posted, poll and retry (the backend never
-   * queues). *posted says how many ops reached the NIC. */
+   * queues); a list longer than the queue is INVALID_ARGUMENT. *posted says
+   * how many ops reached the NIC. An op's memory stays in use until the
+   * completion of that op or of a later op of the endpoint is polled. */
   int32_t (*post)(castmesh_rdma_device_v1* device, uint64_t endpoint, const castmesh_rdma_op_v1* ops,
                   uint32_t count, uint32_t* posted, castmesh_error_v1* error);
   /* Writes up to capacity completions and their number into *count, without
