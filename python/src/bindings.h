@@ -25,6 +25,8 @@ void bind_tensor(pybind11::module_& module);
 // Communicator, Request, current_communicator, world_communicator
 // (castmesh.collectives wraps them).
 void bind_collectives(pybind11::module_& module);
+// RdmaHandle, RdmaPending, rdma_submit_batch (castmesh.rdma wraps them).
+void bind_rdma(pybind11::module_& module);
 // Python actors: Runtime, ProcMesh, ActorRef, CallFuture, run_worker.
 void bind_actors(pybind11::module_& module);
 

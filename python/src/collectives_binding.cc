@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
+#include "status_binding.h"
 #include "castmesh/communicator.h"
 #include "tensor_binding.h"
 
@@ -16,32 +17,10 @@ namespace castmesh::python {
 namespace py = pybind11;
 namespace {
 
-// The Python exception for a failed operation: ValueError for bad
-// arguments, TimeoutError, NotImplementedError, else CommunicatorError
-// (castmesh.collectives) carrying the status code's name as `.code`.
+// The Python exception for a failed operation (status_binding.h); the
+// catch-all is castmesh.collectives.CommunicatorError carrying the code.
 [[noreturn]] void raise(const absl::Status& st) {
-  const std::string text = std::string(st.message());
-  switch (st.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-      throw py::value_error(text);
-    case absl::StatusCode::kDeadlineExceeded: {
-      py::gil_scoped_acquire gil;
-      PyErr_SetString(PyExc_TimeoutError, text.c_str());
-      throw py::error_already_set();
-    }
-    case absl::StatusCode::kUnimplemented: {
-      py::gil_scoped_acquire gil;
-      PyErr_SetString(PyExc_NotImplementedError, text.c_str());
-      throw py::error_already_set();
-    }
-    default: {
-      py::gil_scoped_acquire gil;
-      py::object error = py::module_::import("castmesh.collectives").attr("CommunicatorError");
-      PyErr_SetObject(error.ptr(), py::make_tuple(text, absl::StatusCodeToString(st.code())).ptr());
-      throw py::error_already_set();
-    }
-  }
+  raise_status_as(st, "castmesh.collectives", "CommunicatorError");
 }
 
 void check(const absl::Status& st) {

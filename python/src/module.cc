@@ -31,5 +31,6 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_shape(module);
   castmesh::python::bind_tensor(module);
   castmesh::python::bind_collectives(module);
+  castmesh::python::bind_rdma(module);
   castmesh::python::bind_actors(module);
 }

@@ -6,9 +6,12 @@
 
 #include <bit>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,25 +52,66 @@ std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).
 // --- owners that hold Python references ------------------------------------
 
 // What a view made from a Python object keeps: the object, and either the
-// imported DLPack tensor's owner or a Py_buffer. Released with the GIL,
-// because dropping a view may happen on any castmesh thread.
+// imported DLPack tensor's owner or a Py_buffer. Released with the GIL: at
+// once where the dropping thread holds it, else by the HoldReleaser thread.
 struct PythonHold {
   py::object object;
   std::shared_ptr<void> dlpack;
   std::optional<Py_buffer> buffer;
 };
 
+void release_now(PythonHold* held) {  // with the GIL
+  held->dlpack.reset();
+  if (held->buffer) PyBuffer_Release(&*held->buffer);
+  delete held;
+}
+
+// Releases holds dropped on threads that do not hold the GIL, from a thread
+// of its own: a castmesh I/O or timer thread must never wait for the GIL,
+// since the thread holding it may be waiting for that very thread.
+class HoldReleaser {
+ public:
+  static void release(PythonHold* held) {
+    static auto* releaser = new HoldReleaser;  // leaked: its thread runs until exit
+    releaser->push(held);
+  }
+
+ private:
+  HoldReleaser() { std::thread([this] { run(); }).detach(); }
+  void push(PythonHold* held) {
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back(held);
+    }
+    cv_.notify_one();
+  }
+  void run() {
+    for (;;) {
+      std::vector<PythonHold*> batch;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return !queue_.empty(); });
+        batch.swap(queue_);
+      }
+      // Once the interpreter exits the Python memory is gone anyway, and
+      // taking the GIL during finalization would end this thread (see
+      // python_usable): leak them.
+      if (!python_usable()) continue;
+      py::gil_scoped_acquire gil;
+      for (PythonHold* held : batch) release_now(held);
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<PythonHold*> queue_;
+};
+
 std::shared_ptr<void> hold(PythonHold* held) {
   return std::shared_ptr<void>(held, [](void* p) {
     auto* h = static_cast<PythonHold*>(p);
-    // Once the interpreter exits the Python memory is gone anyway, and
-    // taking the GIL during finalization would end this thread (see
-    // python_usable): leak them.
-    if (!python_usable()) return;
-    py::gil_scoped_acquire gil;
-    h->dlpack.reset();
-    if (h->buffer) PyBuffer_Release(&*h->buffer);
-    delete h;
+    if (!python_usable()) return;  // exiting: leak (see HoldReleaser::run)
+    if (PyGILState_Check()) return release_now(h);
+    HoldReleaser::release(h);
   });
 }
 

@@ -14,8 +14,8 @@ namespace castmesh::python {
 // producer raises TypeError), otherwise the buffer protocol (also taken when
 // a legacy producer refuses a read-only array with BufferError). The view's
 // owner holds a reference to `obj` (and the DLPack tensor or Py_buffer);
-// dropping the last copy takes the GIL, so do not drop one on a thread that
-// the GIL holder waits for. Raises BufferError when `writable` and `obj` is
+// dropping the last copy on a thread without the GIL never waits for it:
+// a releaser thread of the binding lets go of the object later. Raises BufferError when `writable` and `obj` is
 // read-only, ValueError/BufferError/TypeError for unusable objects.
 castmesh::TensorView tensor_from_python(pybind11::handle obj, bool writable);
 

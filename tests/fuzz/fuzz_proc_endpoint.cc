@@ -46,8 +46,8 @@ const char* const kControlTypes[] = {
     "castmesh.wire.v1.CastMeshDrop",  "castmesh.wire.v1.CastHop",       "castmesh.wire.v1.CastPiece",
     "castmesh.wire.v1.CastReply",     "castmesh.wire.v1.CollectiveHeader", "castmesh.wire.v1.WorldJoin",
     "castmesh.wire.v1.WorldRoster",
-    // Data messages (envelope flag 2, ProcHost::send_data): communicator frames, header + raw body.
-    "castmesh.collectives.v1",
+    // Data messages (envelope flag 2, ProcHost::send_data): a header in the envelope + a raw body.
+    "castmesh.collectives.v1",        "castmesh.rdma.v1",
 };
 constexpr std::size_t kControlCount = sizeof(kControlTypes) / sizeof(kControlTypes[0]);
 
@@ -136,7 +136,7 @@ std::string frames_from(const std::uint8_t* data, std::size_t size, const std::s
     std::size_t length = data[at + 2] | (std::size_t{data[at + 3]} << 8);
     at += 4;
     length = std::min(length, size - at);
-    const std::string payload(reinterpret_cast<const char*>(data + at), length);
+    std::string payload(reinterpret_cast<const char*>(data + at), length);
     at += length;
     if (type & 0x80) {
       out += payload;
@@ -147,6 +147,10 @@ std::string frames_from(const std::uint8_t* data, std::size_t size, const std::s
     envelope.set_sequence(sequence++);
     envelope.set_correlation(type + 1);
     envelope.set_flags(flags);
+    if (flags & 2) {  // a data message: the record's first half is the service's header
+      envelope.set_data_header(payload.substr(0, payload.size() / 2));
+      payload.erase(0, payload.size() / 2);
+    }
     envelope.set_payload_size(payload.size());
     if (type % (kControlCount + 1) < kControlCount) {
       envelope.set_kind(v1::Envelope::KIND_CONTROL);

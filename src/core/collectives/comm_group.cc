@@ -9,6 +9,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
 #include "core/collectives/single_copy.h"
+#include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 
 namespace castmesh::detail {
@@ -70,7 +71,7 @@ std::shared_ptr<RequestState> CommGroup::start_single_copy(PendingSend send) {
   header.set_body_pid(::getpid());
   header.set_body_address(reinterpret_cast<uint64_t>(send.data));
   header.set_body_size(send.bytes);
-  header.set_host_identity(collectives::host_identity());
+  header.set_host_identity(platform::host_identity());
   const int dest = send.dest;
   {
     std::lock_guard lock(sends_mu_);
@@ -143,7 +144,8 @@ absl::Status CommGroup::send_frame(int dest, v1::CollectiveHeader& header, const
   std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
   if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
   const ProcId& proc = layout_.procs[dest];
-  absl::Status sent = host->send_data(proc, collectives::kCollectiveDataType, collectives::encode_frame(header, body, bytes));
+  absl::Status sent = host->send_data(proc, collectives::kCollectiveDataType, header.SerializeAsString(),
+                                        wire::Payload::copy_of(std::string_view(static_cast<const char*>(body), bytes)));
   if (!sent.ok()) {
     return absl::Status(sent.code(), absl::StrCat("sending to rank ", dest, " (proc ", proc, "): ", sent.message()));
   }

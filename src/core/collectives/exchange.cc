@@ -7,6 +7,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/single_copy.h"
+#include "core/platform/process_memory.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
 
@@ -15,38 +16,14 @@ namespace {
 
 namespace v1 = wire::v1;
 
-size_t put_varint32(uint32_t value, char* out) {
-  size_t n = 0;
-  while (value >= 0x80) {
-    out[n++] = static_cast<char>(value | 0x80);
-    value >>= 7;
-  }
-  out[n++] = static_cast<char>(value);
-  return n;
-}
-
-// Reads a varint32 from [p, end); 0 when malformed.
-size_t get_varint32(const char* p, const char* end, uint32_t* value) {
-  uint32_t result = 0;
-  for (size_t i = 0; i < 5 && p + i < end; ++i) {
-    const auto byte = static_cast<uint8_t>(p[i]);
-    result |= static_cast<uint32_t>(byte & 0x7f) << (7 * i);
-    if ((byte & 0x80) == 0) {
-      *value = result;
-      return i + 1;
-    }
-  }
-  return 0;
-}
-
 // The "collectives" proc service: frames and lost peers of one ProcHost
 // go to the process's Exchange.
 class CollectivesService final : public proc::ProcService {
  public:
   explicit CollectivesService(proc::ProcHost& host) : id_(host.id()) {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
-    host.on_data(kCollectiveDataType, [weak](const ProcId& peer, wire::Payload payload) {
-      Exchange::instance().on_frame(weak, peer, std::move(payload));
+    host.on_data(kCollectiveDataType, [weak](const ProcId& peer, const std::string& header, wire::Payload payload) {
+      Exchange::instance().on_frame(weak, peer, header, std::move(payload));
     });
     observer_ = host.add_peer_lost_observer(
         [](const ProcId& peer, const absl::Status& why) { Exchange::instance().on_peer_lost(peer, why); });
@@ -66,17 +43,6 @@ class CollectivesService final : public proc::ProcService {
 }();
 
 }  // namespace
-
-wire::Payload encode_frame(const v1::CollectiveHeader& header, const void* body, size_t size) {
-  const size_t header_size = header.ByteSizeLong();
-  std::string bytes(5 + header_size + size, '\0');
-  size_t at = put_varint32(static_cast<uint32_t>(header_size), bytes.data());
-  header.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(bytes.data() + at));
-  at += header_size;
-  if (size > 0) std::memcpy(bytes.data() + at, body, size);
-  bytes.resize(at + size);
-  return wire::Payload::adopt(std::move(bytes));
-}
 
 Exchange& Exchange::instance() {
   static auto* exchange = new Exchange;  // leaked: I/O threads may deliver during exit
@@ -146,7 +112,7 @@ class SingleCopyBody final : public RemoteBody {
         pid_(header.body_pid()),
         address_(header.body_address()),
         size_(header.body_size()),
-        same_pids_(header.host_identity() == host_identity()) {}
+        same_pids_(header.host_identity() == platform::host_identity()) {}
 
   size_t size() const override { return size_; }
 
@@ -181,7 +147,7 @@ class SingleCopyBody final : public RemoteBody {
     done.set_channel(v1::CollectiveHeader::CHANNEL_DONE);
     done.set_token(token_);
     done.set_fallback(fallback);
-    (void)host->send_data(peer_, kCollectiveDataType, encode_frame(done, nullptr, 0));
+    (void)host->send_data(peer_, kCollectiveDataType, done.SerializeAsString());
   }
 
   std::weak_ptr<proc::ProcHost> host_;
@@ -221,18 +187,15 @@ void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const c
   RankMailbox::fill(parked->recv, parked->key, body, size);
 }
 
-void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, wire::Payload payload) {
-  const char* p = payload.data();
-  const char* end = p + payload.size();
-  uint32_t header_size = 0;
-  const size_t n = get_varint32(p, end, &header_size);
+void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header_bytes,
+                        wire::Payload payload) {
   v1::CollectiveHeader header;
-  if (n == 0 || header_size > static_cast<size_t>(end - p - n) || !header.ParseFromArray(p + n, static_cast<int>(header_size))) {
+  if (!header.ParseFromString(header_bytes)) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
     return;
   }
-  const char* body = p + n + header_size;
-  const size_t body_size = static_cast<size_t>(end - body);
+  const char* body = payload.data();
+  const size_t body_size = payload.size();
   const int dest = static_cast<int>(header.dest());
   if (header.channel() == v1::CollectiveHeader::CHANNEL_DONE) {
     if (auto group = live_group(header.comm(), dest)) group->on_send_done(header.token(), header.fallback());

@@ -21,10 +21,6 @@
 #include "core/collectives/rank_mailbox.h"
 #include "core/wire/payload.h"
 
-namespace castmesh::wire::v1 {
-class CollectiveHeader;
-}
-
 namespace castmesh::detail {
 class CommGroup;
 }
@@ -36,9 +32,6 @@ namespace castmesh::collectives {
 
 // The ProcHost data message type of communicator frames.
 inline constexpr char kCollectiveDataType[] = "castmesh.collectives.v1";
-
-// A frame's payload: varint32 header length, the header, the body.
-wire::Payload encode_frame(const wire::v1::CollectiveHeader& header, const void* body, size_t size);
 
 class Exchange {
  public:
@@ -58,7 +51,8 @@ class Exchange {
   void forget(const std::string& comm, int rank);
 
   // A frame from proc `peer` to proc `host` (ProcHost data handler, I/O thread).
-  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, wire::Payload payload);
+  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header,
+                wire::Payload payload);
   // A single-copy receive that must wait for the body as a frame (the
   // kernel refused the read): parked until that frame comes.
   void park(const ProcId& peer, uint64_t token, PostedRecv recv, MessageKey key);

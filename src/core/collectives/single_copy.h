@@ -30,10 +30,8 @@ inline constexpr size_t kSingleCopyMinBytes = 64 * 1024;
 // kernel has not refused, and `peer` is on this host (a Unix address, or
 // TCP on a loopback address).
 bool single_copy_towards(const ProcId& peer);
-// This process's boot id and pid namespace: equal for processes whose pids
-// name the same processes.
-const std::string& host_identity();
-// Reads `size` bytes at `address` in process `pid` into `out`.
+// Reads `size` bytes at `address` in process `pid` into `out`
+// (platform::read_process_memory, core/platform/process_memory.h).
 // kPermissionDenied / kUnimplemented when the kernel refuses (the caller
 // falls back and this process stops offering); kUnavailable when the
 // process is gone.

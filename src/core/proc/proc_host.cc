@@ -257,11 +257,13 @@ absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::
   return pending->result;
 }
 
-absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_name, wire::Payload payload) {
+absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_name, std::string header,
+                                 wire::Payload payload) {
   v1::Envelope envelope;
   envelope.set_kind(v1::Envelope::KIND_CONTROL);
   envelope.set_message_type(type_name);
   envelope.set_flags(kDataFlag);
+  envelope.set_data_header(std::move(header));
   absl::Status sent = endpoint_->send(peer, std::move(envelope), std::move(payload));
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
   return sent;
@@ -544,7 +546,7 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
       return;
     }
     if (envelope.flags() & kDataFlag) {
-      deliver_data(peer, envelope.message_type(), std::move(payload));
+      deliver_data(peer, envelope.message_type(), envelope.data_header(), std::move(payload));
       return;
     }
     ControlHandler handler;
@@ -592,7 +594,8 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
   }
 }
 
-void ProcHost::deliver_data(const std::string& peer, const std::string& type_name, wire::Payload payload) {
+void ProcHost::deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
+                            wire::Payload payload) {
   DataHandler handler;
   {
     std::lock_guard lock(mu_);
@@ -600,7 +603,7 @@ void ProcHost::deliver_data(const std::string& peer, const std::string& type_nam
     if (it != data_handlers_.end()) handler = it->second;
   }
   if (handler) {
-    handler(peer, std::move(payload));
+    handler(peer, header, std::move(payload));
   } else {
     CASTMESH_LOG_WARN("castmesh-proc {}: unknown data message '{}' from {}", id(), type_name, peer);
   }

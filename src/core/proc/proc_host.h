@@ -66,9 +66,9 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   using ControlHandler = std::function<void(const ProcId& peer, uint64_t correlation, const std::string& payload)>;
   using PeerLostObserver = std::function<void(const ProcId& peer, const absl::Status& why)>;
   using RemoteFailureObserver = std::function<void(const ProcId& peer, const SupervisionEvent& event)>;
-  // Receives a raw data message (send_data) on the I/O thread; the payload's
-  // bytes are shared, not copied. Must not block.
-  using DataHandler = std::function<void(const ProcId& peer, wire::Payload payload)>;
+  // Receives a data message (send_data) on the I/O thread: the sender's
+  // header bytes and the raw body (shared, not copied). Must not block.
+  using DataHandler = std::function<void(const ProcId& peer, const std::string& header, wire::Payload payload)>;
 
   // Starts the endpoint, sets runtime's proc id to its address and installs
   // the router. The runtime must outlive the host; one host per runtime.
@@ -91,9 +91,11 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
                                       absl::Duration timeout);
   // Handles incoming control messages of one type (full protobuf name).
   void on_control(const std::string& type_name, ControlHandler handler);
-  // One-way data message: `payload` travels as the frame's payload with no
-  // protobuf wrapping (large bodies leave from their own buffer).
-  absl::Status send_data(const ProcId& peer, const std::string& type_name, wire::Payload payload);
+  // One-way data message: a small `header` (the service's serialized
+  // protobuf, at most a few KiB) and `payload`, the raw body, which leaves
+  // from its own buffer (Payload::share sends user memory without a copy).
+  absl::Status send_data(const ProcId& peer, const std::string& type_name, std::string header,
+                         wire::Payload payload = {});
   // Handles incoming data messages of one type (see send_data).
   void on_data(const std::string& type_name, DataHandler handler);
   // The service registered as `name` (core/proc/proc_service.h) on this
@@ -130,7 +132,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   ProcHost(Runtime& runtime, std::string secret) : runtime_(runtime), secret_(std::move(secret)) {}
   void on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload);
   void on_peer_lost(const std::string& peer, const absl::Status& why);
-  void deliver_data(const std::string& peer, const std::string& type_name, wire::Payload payload);
+  void deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
+                    wire::Payload payload);
   void handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload);
   void handle_supervision(const ProcId& peer, const std::string& payload);
   // Remote monitors, monitoring side: sends Monitor (Router::watch) and

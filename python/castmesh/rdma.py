@@ -1,0 +1,148 @@
+"""One-sided reads and writes of memory another proc registered.
+
+The owner wraps memory it keeps (a NumPy array, a ``bytearray``, a PyTorch
+CPU tensor: anything with ``__dlpack__`` or the buffer protocol, taken
+without a copy)::
+
+    buf = castmesh.rdma.RdmaBuffer(weights)        # in the trainer actor
+    return buf                                      # handles travel inside any message
+
+and any proc holding the handle moves bytes without the owner's actors
+taking part::
+
+    buf.read_into(my_array).get()                   # remote -> local
+    buf.write_from(update, offset=4096).get()       # local -> remote
+
+Each operation takes the best path both procs have: memcpy in one process,
+a single cross-memory copy between processes of one host, the proc
+connection (chunked, all in flight) otherwise. ``castmesh.rdma.RDMABuffer``,
+``RDMAAction`` and ``drop()`` keep Monarch's spellings, so Monarch code
+ports by changing the import. See docs/rdma.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple, Optional, Tuple
+
+from . import _castmesh
+from .errors import CastmeshError
+from .future import Future
+
+__all__ = ["RdmaBuffer", "RdmaBatch", "RdmaError", "RdmaResult", "RDMABuffer", "RDMAAction"]
+
+
+class RdmaError(CastmeshError, RuntimeError):
+    """An RDMA operation failed (owner lost, buffer released, ...); ``code`` names the status."""
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RdmaResult(NamedTuple):
+    """What one finished operation moved, and over which transport."""
+
+    bytes: int
+    transport: str  # "same_process", "single_copy", "socket" or "ibverbs"
+
+
+def _future(pending: Any, one: bool) -> "Future[Any]":
+    def wait(timeout: Optional[float]) -> Any:
+        results = [RdmaResult(*r) for r in pending.wait(timeout)]
+        return results[0] if one else results
+
+    return Future(wait, pending.on_done)
+
+
+def _rebuild(serialized: bytes) -> "RdmaBuffer":
+    buf = RdmaBuffer.__new__(RdmaBuffer)
+    buf._handle = _castmesh.RdmaHandle.deserialize(serialized)
+    return buf
+
+
+class RdmaBuffer:
+    """A handle on registered memory; pickles to a few dozen bytes.
+
+    ``RdmaBuffer(obj, access="rw")`` registers ``obj`` in this proc (``"r"``:
+    others may only read it). The memory stays alive while the handle's
+    registration is live or an operation on it is in flight.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, data: Any, access: str = "rw") -> None:
+        self._handle = _castmesh.RdmaHandle.register(data, access)
+
+    def size(self) -> int:
+        """Registered bytes."""
+        return int(self._handle.size())
+
+    @property
+    def owner(self) -> str:
+        """The proc whose memory this is."""
+        return str(self._handle.owner)
+
+    @property
+    def transports(self) -> List[str]:
+        """The transports the owner offers, best first."""
+        return list(self._handle.transports)
+
+    def read_into(self, dst: Any, offset: int = 0, timeout: Optional[float] = 60.0, *,
+                  length: Optional[int] = None) -> "Future[RdmaResult]":
+        """Copies ``length`` bytes (default: all of ``dst``) from ``offset`` of this buffer into ``dst``.
+
+        ``offset`` and ``timeout`` (seconds; ``None``: none) may be positional, as in Monarch."""
+        return _future(self._handle.read_into(dst, offset, length, timeout), True)
+
+    def write_from(self, src: Any, offset: int = 0, timeout: Optional[float] = 60.0) -> "Future[RdmaResult]":
+        """Copies all of ``src`` into this buffer at ``offset``."""
+        return _future(self._handle.write_from(src, offset, timeout), True)
+
+    def release(self, timeout: Optional[float] = 60.0) -> "Future[None]":
+        """Releases the registration (from any proc, idempotent); later operations fail."""
+        pending = self._handle.release(timeout)
+        return Future(lambda t: (pending.wait(t), None)[1], pending.on_done)
+
+    # Monarch spelling.
+    def drop(self) -> "Future[None]":
+        """Alias of :meth:`release` (Monarch's name)."""
+        return self.release()
+
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes]]:
+        return (_rebuild, (bytes(self._handle.serialize()),))
+
+    def __repr__(self) -> str:
+        return repr(self._handle)
+
+
+class RdmaBatch:
+    """Several reads and writes with one completion: ``submit()`` returns a
+    Future of every :class:`RdmaResult`, in order, or the first error.
+    Writes that overlap an earlier write to the same buffer are refused."""
+
+    def __init__(self) -> None:
+        self._ops: List[Tuple[Any, Any, bool, int, Optional[int]]] = []
+
+    def read_into(self, buffer: RdmaBuffer, dst: Any, *, offset: int = 0,
+                  length: Optional[int] = None) -> "RdmaBatch":
+        """Adds a read of ``buffer`` into ``dst``."""
+        self._ops.append((buffer._handle, dst, False, offset, length))
+        return self
+
+    def write_from(self, buffer: RdmaBuffer, src: Any, *, offset: int = 0) -> "RdmaBatch":
+        """Adds a write of ``src`` into ``buffer``."""
+        self._ops.append((buffer._handle, src, True, offset, None))
+        return self
+
+    # Monarch's RDMAAction spellings.
+    read_remote = read_into
+    write_remote = write_from
+
+    def submit(self, timeout: Optional[float] = 60.0) -> "Future[List[RdmaResult]]":
+        """Starts every operation; overlapping writes raise ValueError here."""
+        return _future(_castmesh.rdma_submit_batch(self._ops, timeout), False)
+
+
+# Monarch-compatible names.
+RDMABuffer = RdmaBuffer
+RDMAAction = RdmaBatch

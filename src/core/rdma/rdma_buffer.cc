@@ -1,0 +1,384 @@
+// The public RdmaBuffer / RdmaBatch API: checks, transport choice, and the
+// same-process path. Cross-proc operations run through Transfers and the
+// "rdma" proc service (service.h).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "castmesh/backend.h"
+#include "castmesh/rdma.h"
+#include "castmesh/runtime.h"
+#include "castmesh/wire/v1/rdma.pb.h"
+#include "core/log/log.h"
+#include "core/platform/platform.h"
+#include "core/platform/process_memory.h"
+#include "core/proc/proc_host.h"
+#include "core/rdma/registry.h"
+#include "core/rdma/service.h"
+#include "core/rdma/transfers.h"
+
+namespace castmesh {
+
+namespace detail {
+// What an RdmaBuffer handle knows of its buffer (RdmaHandle on the wire).
+struct RdmaHandle {
+  uint64_t id = 0;
+  ProcId owner;
+  size_t size = 0;
+  RdmaAccess access = RdmaAccess::kReadWrite;
+  int64_t pid = 0;
+  std::string host_identity;
+  std::vector<RdmaTransport> transports;
+};
+}  // namespace detail
+
+namespace {
+
+using rdma::Transfer;
+
+// Operations below this size go over the socket even on one host: one
+// message round trip either way, and no lease to take and end.
+constexpr size_t kSingleCopyMinBytes = 64 * 1024;
+
+bool offers(const detail::RdmaHandle& handle, RdmaTransport transport) {
+  return std::find(handle.transports.begin(), handle.transports.end(), transport) != handle.transports.end();
+}
+
+bool same_process(const detail::RdmaHandle& handle) {
+  return handle.pid == ::getpid() && handle.host_identity == platform::host_identity();
+}
+
+// CASTMESH_RDMA_FALLBACK: OK(true) = "error" (no fallback), OK(false) = "auto".
+absl::StatusOr<bool> fallback_forbidden() {
+  const char* text = std::getenv("CASTMESH_RDMA_FALLBACK");
+  const std::string value = text == nullptr ? "auto" : text;
+  if (value.empty() || value == "auto") return false;
+  if (value == "error") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("CASTMESH_RDMA_FALLBACK is '", value, "'; it must be 'auto' (default) or 'error'"));
+}
+
+// Why ibverbs does not carry this proc's RDMA buffers, for the log and errors.
+const std::string& why_no_ibverbs() {
+  static const std::string why = [] {
+    for (const BackendInfo& backend : backends()) {
+      if (backend.name != "rdma") continue;
+      if (backend.state == BackendState::kLoaded) {
+        return absl::StrCat("the rdma backend found ", backend.devices.size(),
+                            " NIC(s), but this build's RdmaBuffer does not drive ibverbs yet (docs/rdma.md)");
+      }
+      return absl::StrCat("no RDMA NIC: ", backend.message);
+    }
+    return std::string("no RDMA NIC: the rdma backend is not installed (pip install \"castmesh[rdma]\")");
+  }();
+  return why;
+}
+
+// The transport for an operation of `length` bytes on `handle`, or why none.
+absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length) {
+  absl::StatusOr<bool> forbidden = fallback_forbidden();
+  if (!forbidden.ok()) return forbidden.status();
+  if (*forbidden) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(),
+                     "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));
+  }
+  static std::once_flag logged;
+  std::call_once(logged, [] {
+    CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy and the socket "
+                      "transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
+                      why_no_ibverbs());
+  });
+  const char* switch_text = std::getenv("CASTMESH_RDMA_SINGLE_COPY");
+  const bool single_copy = (switch_text == nullptr || std::string_view(switch_text) != "0") &&
+                           length >= kSingleCopyMinBytes && offers(handle, RdmaTransport::kSingleCopy) &&
+                           rdma::single_copy_usable() && CASTMESH_LINUX_FACILITIES &&
+                           handle.host_identity == platform::host_identity();
+  if (single_copy) return RdmaTransport::kSingleCopy;
+  if (offers(handle, RdmaTransport::kSocket)) return RdmaTransport::kSocket;
+  return absl::FailedPreconditionError(absl::StrCat("proc ", handle.owner,
+                                                    " offers no transport this proc has for its RDMA buffer"));
+}
+
+// The local side of an operation: host, contiguous, big enough, writable for reads.
+absl::Status check_local(const TensorView& view, bool destination, size_t length) {
+  const char* role = destination ? "destination" : "source";
+  if (!view.device().is_host_accessible()) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", role, " is ", view.device().to_string(),
+                                                   " memory; RDMA buffers move host memory (stage it to the CPU)"));
+  }
+  if (!view.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", role, " ", view.to_string(), " is not contiguous"));
+  }
+  if (destination && view.read_only()) {
+    return absl::InvalidArgumentError(absl::StrCat("the destination ", view.to_string(), " is read-only"));
+  }
+  if (view.nbytes() < length) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", role, " holds ", view.nbytes(), " bytes, the operation moves ",
+                                                   length));
+  }
+  return absl::OkStatus();
+}
+
+Runtime* runtime_for(Runtime* given) { return given != nullptr ? given : Runtime::current(); }
+
+// Copies within this process, holding the registration while it copies.
+Future<RdmaResult> same_process_copy(const detail::RdmaHandle& handle, char* local, bool write, uint64_t offset,
+                                     size_t length) {
+  auto opened = rdma::Registry::instance().open(handle.id, write, offset, length);
+  if (!opened.ok()) return make_failed_future<RdmaResult>(opened.status());
+  char* remote = (*opened)->base + offset;
+  if (length > 0) write ? std::memmove(remote, local, length) : std::memmove(local, remote, length);
+  return make_ready_future(RdmaResult{length, RdmaTransport::kSameProcess});
+}
+
+// Starts a cross-proc transfer; its Future completes from Transfers.
+Future<RdmaResult> start_transfer(std::shared_ptr<Transfer> transfer, Runtime* runtime, absl::Duration timeout) {
+  if (runtime == nullptr) {
+    return make_failed_future<RdmaResult>(absl::FailedPreconditionError(
+        "no castmesh runtime in this process: RDMA operations need one (create a Runtime or run inside an actor)"));
+  }
+  std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(*runtime);
+  if (host == nullptr) {
+    return make_failed_future<RdmaResult>(absl::FailedPreconditionError(absl::StrCat(
+        "runtime ", runtime->proc_id(), " is not a proc of a mesh, so it cannot reach proc ", transfer->owner)));
+  }
+  auto* state = new detail::FutureState<RdmaResult>();
+  state->ref();  // the transfer's reference, dropped when it completes
+  Future<RdmaResult> future(state);
+  transfer->id = rdma::Transfers::instance().next_id();
+  transfer->host = host;
+  transfer->done = [state](absl::StatusOr<RdmaResult> result) {
+    state->set(std::move(result));
+    state->unref();
+  };
+  rdma::Transfers::instance().start(transfer, timeout);
+  rdma::begin(transfer);
+  return future;
+}
+
+Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& handle, const TensorView& local,
+                           bool write, const RdmaOptions& options) {
+  if (handle == nullptr) {
+    return make_failed_future<RdmaResult>(absl::FailedPreconditionError("an empty RdmaBuffer handle"));
+  }
+  const size_t length = write ? local.nbytes() : options.length.value_or(local.nbytes());
+  if (absl::Status ok = check_local(local, !write, length); !ok.ok()) return make_failed_future<RdmaResult>(ok);
+  const std::string what = absl::StrCat("RDMA buffer ", handle->id, " of proc ", handle->owner);
+  if (absl::Status ok = rdma::check_operation(what, handle->size, handle->access, write, options.offset, length);
+      !ok.ok()) {
+    return make_failed_future<RdmaResult>(ok);
+  }
+  char* bytes = static_cast<char*>(local.data());
+  if (same_process(*handle)) return same_process_copy(*handle, bytes, write, options.offset, length);
+  absl::StatusOr<RdmaTransport> transport = choose_transport(*handle, length);
+  if (!transport.ok()) return make_failed_future<RdmaResult>(transport.status());
+  auto transfer = std::make_shared<Transfer>();
+  transfer->owner = handle->owner;
+  transfer->buffer = handle->id;
+  transfer->write = write;
+  transfer->offset = options.offset;
+  transfer->length = length;
+  transfer->local = local;
+  transfer->bytes = bytes;
+  transfer->transport = *transport;
+  transfer->owner_pid = handle->pid;
+  return start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
+}
+
+std::vector<RdmaTransport> transports_of_this_proc() {
+  std::vector<RdmaTransport> offered;
+  offered.push_back(RdmaTransport::kSameProcess);
+  if (CASTMESH_LINUX_FACILITIES) offered.push_back(RdmaTransport::kSingleCopy);
+  offered.push_back(RdmaTransport::kSocket);
+  return offered;
+}
+
+absl::Status encode_buffer(const RdmaBuffer& buffer, std::string* out) {
+  *out = buffer.serialize();
+  return absl::OkStatus();
+}
+
+absl::Status decode_buffer(std::string_view bytes, RdmaBuffer* buffer) {
+  absl::StatusOr<RdmaBuffer> decoded = RdmaBuffer::deserialize(bytes);
+  if (!decoded.ok()) return decoded.status();
+  *buffer = *std::move(decoded);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(RdmaBuffer, "castmesh.RdmaBuffer", encode_buffer, decode_buffer);
+
+std::string_view rdma_transport_name(RdmaTransport transport) {
+  switch (transport) {
+    case RdmaTransport::kIbverbs: return "ibverbs";
+    case RdmaTransport::kSameProcess: return "same_process";
+    case RdmaTransport::kSingleCopy: return "single_copy";
+    case RdmaTransport::kSocket: return "socket";
+  }
+  return "unknown";
+}
+
+RdmaBuffer::RdmaBuffer() = default;
+
+absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, RdmaAccess access, Runtime* runtime) {
+  const auto bits = static_cast<uint32_t>(access);
+  if (bits == 0 || bits > 3) return absl::InvalidArgumentError(absl::StrCat("unknown RdmaAccess ", bits));
+  if (!view.device().is_host_accessible()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot register ", view.device().to_string(),
+                                                   " memory: RDMA buffers over device memory need the tensor_engine "
+                                                   "backend; register a host copy"));
+  }
+  if (!view.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot register ", view.to_string(), ": not contiguous"));
+  }
+  if ((bits & static_cast<uint32_t>(RdmaAccess::kWrite)) != 0 && view.read_only()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot register ", view.to_string(), " for writing: it is read-only (use RdmaAccess::kRead)"));
+  }
+  Runtime* rt = runtime_for(runtime);
+  if (rt == nullptr) {
+    return absl::FailedPreconditionError("no castmesh runtime in this process: register RDMA buffers inside one");
+  }
+  std::shared_ptr<const rdma::Registration> registration =
+      rdma::Registry::instance().add(view, access, rt->proc_id());
+  auto handle = std::make_shared<detail::RdmaHandle>();
+  handle->id = registration->id;
+  handle->owner = rt->proc_id();
+  handle->size = registration->size;
+  handle->access = access;
+  handle->pid = ::getpid();
+  handle->host_identity = platform::host_identity();
+  handle->transports = transports_of_this_proc();
+  return RdmaBuffer(std::move(handle));
+}
+
+std::string RdmaBuffer::serialize() const {
+  if (handle_ == nullptr) return {};
+  wire::v1::RdmaHandle wire;
+  wire.set_id(handle_->id);
+  wire.set_owner(handle_->owner);
+  wire.set_size(handle_->size);
+  wire.set_access(static_cast<uint32_t>(handle_->access));
+  wire.set_pid(handle_->pid);
+  wire.set_host_identity(handle_->host_identity);
+  for (RdmaTransport t : handle_->transports) wire.add_transports(static_cast<uint32_t>(t));
+  return wire.SerializeAsString();
+}
+
+absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
+  if (bytes.empty()) return RdmaBuffer();
+  wire::v1::RdmaHandle wire;
+  if (!wire.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || wire.owner().empty() ||
+      wire.access() == 0 || wire.access() > 3) {
+    return absl::InvalidArgumentError("malformed RdmaBuffer handle");
+  }
+  auto handle = std::make_shared<detail::RdmaHandle>();
+  handle->id = wire.id();
+  handle->owner = wire.owner();
+  handle->size = wire.size();
+  handle->access = static_cast<RdmaAccess>(wire.access());
+  handle->pid = wire.pid();
+  handle->host_identity = wire.host_identity();
+  for (uint32_t t : wire.transports()) {
+    // Transports of a newer peer that this build does not know are skipped.
+    if (t >= static_cast<uint32_t>(RdmaTransport::kIbverbs) && t <= static_cast<uint32_t>(RdmaTransport::kSocket)) {
+      handle->transports.push_back(static_cast<RdmaTransport>(t));
+    }
+  }
+  return RdmaBuffer(std::move(handle));
+}
+
+size_t RdmaBuffer::size() const { return handle_ ? handle_->size : 0; }
+
+const ProcId& RdmaBuffer::owner() const {
+  static const ProcId none;
+  return handle_ ? handle_->owner : none;
+}
+
+RdmaAccess RdmaBuffer::access() const { return handle_ ? handle_->access : RdmaAccess::kRead; }
+
+std::vector<RdmaTransport> RdmaBuffer::transports() const {
+  return handle_ ? handle_->transports : std::vector<RdmaTransport>{};
+}
+
+Future<RdmaResult> RdmaBuffer::read_into(const TensorView& dst, RdmaOptions options) const {
+  return operate(handle_, dst, /*write=*/false, options);
+}
+
+Future<RdmaResult> RdmaBuffer::write_from(const TensorView& src, RdmaOptions options) const {
+  return operate(handle_, src, /*write=*/true, options);
+}
+
+Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const {
+  if (handle_ == nullptr) return make_ready_future(Unit{});
+  if (same_process(*handle_)) {
+    rdma::Registry::instance().release(handle_->id);
+    return make_ready_future(Unit{});
+  }
+  auto transfer = std::make_shared<Transfer>();
+  transfer->owner = handle_->owner;
+  transfer->buffer = handle_->id;
+  transfer->release = true;
+  return start_transfer(std::move(transfer), runtime_for(runtime), timeout).then([](RdmaResult) { return Unit{}; });
+}
+
+std::string RdmaBuffer::to_string() const {
+  if (handle_ == nullptr) return "RdmaBuffer(empty)";
+  const char* access = handle_->access == RdmaAccess::kRead    ? "read"
+                       : handle_->access == RdmaAccess::kWrite ? "write"
+                                                               : "read_write";
+  return absl::StrCat("RdmaBuffer(", handle_->size, " bytes of ", handle_->owner, ", ", access, ")");
+}
+
+// ---- RdmaBatch ----
+
+absl::Status RdmaBatch::add_read(const RdmaBuffer& buffer, const TensorView& dst, RdmaOptions options) {
+  if (submitted_) return absl::FailedPreconditionError("this RdmaBatch was already submitted");
+  ops_.push_back(Op{buffer, dst, options, false});
+  return absl::OkStatus();
+}
+
+absl::Status RdmaBatch::add_write(const RdmaBuffer& buffer, const TensorView& src, RdmaOptions options) {
+  if (submitted_) return absl::FailedPreconditionError("this RdmaBatch was already submitted");
+  const size_t begin = options.offset;
+  const size_t end = begin + src.nbytes();
+  for (const Op& op : ops_) {
+    const bool same_buffer = op.buffer.owner() == buffer.owner() && op.buffer.valid() && buffer.valid() &&
+                             op.buffer.handle_->id == buffer.handle_->id;
+    if (!op.write || !same_buffer) continue;
+    const size_t other_begin = op.options.offset;
+    const size_t other_end = other_begin + op.view.nbytes();
+    if (begin < other_end && other_begin < end) {
+      return absl::InvalidArgumentError(absl::StrCat("the write of [", begin, ", ", end, ") overlaps the write of [",
+                                                     other_begin, ", ", other_end,
+                                                     ") already in this batch (their order would be undefined)"));
+    }
+  }
+  ops_.push_back(Op{buffer, src, options, true});
+  return absl::OkStatus();
+}
+
+Future<std::vector<RdmaResult>> RdmaBatch::submit(absl::Duration timeout, Runtime* runtime) {
+  if (submitted_) {
+    return make_failed_future<std::vector<RdmaResult>>(
+        absl::FailedPreconditionError("this RdmaBatch was already submitted"));
+  }
+  submitted_ = true;
+  std::vector<Future<RdmaResult>> futures;
+  futures.reserve(ops_.size());
+  for (Op& op : ops_) {
+    op.options.timeout = timeout;
+    if (op.options.runtime == nullptr) op.options.runtime = runtime;
+    futures.push_back(op.write ? op.buffer.write_from(op.view, op.options) : op.buffer.read_into(op.view, op.options));
+  }
+  return when_all(std::move(futures));
+}
+
+}  // namespace castmesh

@@ -1,0 +1,102 @@
+#include "core/rdma/registry.h"
+
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace castmesh::rdma {
+
+absl::Status check_operation(const std::string& what, size_t size, RdmaAccess access, bool write, uint64_t offset,
+                             uint64_t length) {
+  const auto needed = static_cast<uint32_t>(write ? RdmaAccess::kWrite : RdmaAccess::kRead);
+  if ((static_cast<uint32_t>(access) & needed) == 0) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " was registered without ", write ? "write" : "read", " access"));
+  }
+  if (offset > size || length > size - offset) {
+    return absl::OutOfRangeError(absl::StrCat("bytes [", offset, ", ", offset + length, ") are outside ", what,
+                                              " of ", size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+Registry& Registry::instance() {
+  static auto* registry = new Registry;
+  return *registry;
+}
+
+std::shared_ptr<const Registration> Registry::add(TensorView view, RdmaAccess access, ProcId owner) {
+  auto made = std::make_shared<Registration>();
+  made->base = static_cast<char*>(view.data());
+  made->size = view.nbytes();
+  made->view = std::move(view);
+  made->access = access;
+  made->owner = std::move(owner);
+  std::lock_guard lock(mu_);
+  if (next_id_ == 0) {
+    // Ids start at a random point so a stale handle from an earlier process
+    // with the same pid does not name a buffer of this one by accident.
+    next_id_ = (std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) & ((uint64_t{1} << 62) - 1);
+    next_id_ += 1;
+  }
+  made->id = next_id_++;
+  live_[made->id] = made;
+  return made;
+}
+
+absl::StatusOr<std::shared_ptr<const Registration>> Registry::open(uint64_t id, bool write, uint64_t offset,
+                                                                   uint64_t length) {
+  std::shared_ptr<const Registration> found;
+  {
+    std::lock_guard lock(mu_);
+    auto it = live_.find(id);
+    if (it != live_.end()) found = it->second;
+  }
+  if (found == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("RDMA buffer ", id, " was released (or never registered in this process)"));
+  }
+  absl::Status ok = check_operation(absl::StrCat("RDMA buffer ", id), found->size, found->access, write, offset, length);
+  if (!ok.ok()) return ok;
+  return found;
+}
+
+bool Registry::release(uint64_t id) {
+  std::shared_ptr<const Registration> dropped;  // destroyed after the lock: it may free user memory
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  dropped = std::move(it->second);
+  live_.erase(it);
+  return true;
+}
+
+void Registry::pin(const ProcId& peer, uint64_t op, std::shared_ptr<const Registration> registration) {
+  std::lock_guard lock(mu_);
+  pins_[std::make_pair(peer, op)] = std::move(registration);
+}
+
+void Registry::unpin(const ProcId& peer, uint64_t op) {
+  std::shared_ptr<const Registration> dropped;
+  std::lock_guard lock(mu_);
+  auto it = pins_.find(std::make_pair(peer, op));
+  if (it == pins_.end()) return;
+  dropped = std::move(it->second);
+  pins_.erase(it);
+}
+
+void Registry::forget_peer(const ProcId& peer) {
+  std::vector<std::shared_ptr<const Registration>> dropped;
+  std::lock_guard lock(mu_);
+  for (auto it = pins_.begin(); it != pins_.end();) {
+    if (it->first.first == peer) {
+      dropped.push_back(std::move(it->second));
+      pins_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace castmesh::rdma

@@ -1,0 +1,70 @@
+// The owner side of RDMA buffers: the memory this process registered, and
+// the pins other procs hold on it while they copy.
+//
+// A Registration lives in the registry from register_memory() until
+// release(); every operation in flight holds its own reference, so the
+// registered view (and whatever owns its memory) stays alive until the last
+// operation on it has finished, whenever the release came.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "castmesh/address.h"
+#include "castmesh/rdma.h"
+
+namespace castmesh::rdma {
+
+// One registered buffer. Immutable once made.
+struct Registration {
+  uint64_t id = 0;
+  TensorView view;  // keeps the memory alive
+  char* base = nullptr;
+  size_t size = 0;
+  RdmaAccess access = RdmaAccess::kReadWrite;
+  ProcId owner;
+};
+
+// The facts an operation is checked against before any byte moves: kOutOfRange
+// for [offset, offset+length) past `size`, kPermissionDenied when `access`
+// lacks the direction. `what` names the buffer in messages.
+absl::Status check_operation(const std::string& what, size_t size, RdmaAccess access, bool write, uint64_t offset,
+                             uint64_t length);
+
+class Registry {
+ public:
+  // The process's registry (leaked: I/O threads may use it during exit).
+  static Registry& instance();
+
+  // Registers `view` (already validated) for `owner`.
+  std::shared_ptr<const Registration> add(TensorView view, RdmaAccess access, ProcId owner);
+  // The live registration `id`, checked for one operation. kFailedPrecondition
+  // when it was released or never registered here.
+  absl::StatusOr<std::shared_ptr<const Registration>> open(uint64_t id, bool write, uint64_t offset,
+                                                           uint64_t length);
+  // Takes `id` out of service; true when it was live.
+  bool release(uint64_t id);
+
+  // Pins `registration` while proc `peer` copies for its operation `op`.
+  void pin(const ProcId& peer, uint64_t op, std::shared_ptr<const Registration> registration);
+  // The copy of (`peer`, `op`) is over.
+  void unpin(const ProcId& peer, uint64_t op);
+  // Proc `peer` is gone: drops its pins.
+  void forget_peer(const ProcId& peer);
+
+ private:
+  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const Registration>> live_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<ProcId, uint64_t>, std::shared_ptr<const Registration>> pins_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace castmesh::rdma

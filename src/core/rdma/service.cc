@@ -1,0 +1,369 @@
+#include "core/rdma/service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "castmesh/wire/v1/rdma.pb.h"
+#include "core/log/log.h"
+#include "core/platform/process_memory.h"
+#include "core/proc/proc_host.h"
+#include "core/rdma/registry.h"
+
+namespace castmesh::rdma {
+namespace {
+
+namespace v1 = wire::v1;
+
+// Operations at least this big send or copy on a thread of their own.
+constexpr size_t kOwnThreadBytes = 256 * 1024;
+// Bounds on a requester's chunk size (a peer's number is not trusted).
+constexpr uint64_t kMinChunk = 1024;
+constexpr uint64_t kMaxChunk = uint64_t{64} << 20;
+
+std::atomic<bool> cross_memory_refused{false};
+
+void refuse_cross_memory(const absl::Status& why) {
+  if (!cross_memory_refused.exchange(true)) {
+    CASTMESH_LOG_INFO("castmesh-rdma: the kernel refused a cross-memory copy ({}); RDMA buffers of this host's "
+                      "procs go through the socket transport from now on",
+                      std::string(why.message()));
+  }
+}
+
+// Runs `job` now when small, else on a thread of its own (it may wait for
+// a full connection queue, which an I/O thread must never do).
+void run_job(size_t bytes, std::function<void()> job) {
+  if (bytes < kOwnThreadBytes) return job();
+  std::thread(std::move(job)).detach();
+}
+
+v1::RdmaHeader header_of(v1::RdmaHeader::Kind kind, uint64_t op) {
+  v1::RdmaHeader header;
+  header.set_kind(kind);
+  header.set_op(op);
+  return header;
+}
+
+absl::Status send(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header, wire::Payload body = {}) {
+  return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), std::move(body));
+}
+
+void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const absl::Status& why) {
+  v1::RdmaHeader failed = header_of(v1::RdmaHeader::FAILED, op);
+  failed.set_error_code(static_cast<int32_t>(why.code()));
+  failed.set_error_message(std::string(why.message()));
+  (void)send(host, peer, failed);  // a lost peer needs no answer
+}
+
+absl::Status status_of(const v1::RdmaHeader& header) {
+  const auto code = static_cast<absl::StatusCode>(header.error_code());
+  if (code == absl::StatusCode::kOk || header.error_code() < 0 || header.error_code() > 16) {
+    return absl::UnknownError(absl::StrCat("the owner failed the operation: ", header.error_message()));
+  }
+  return absl::Status(code, header.error_message());
+}
+
+// ---- owner side ----
+
+// Sends [offset, offset+length) of `registration` as READ_DATA chunks,
+// straight from its memory (each chunk keeps the registration alive until
+// the transport has written it).
+void send_read_chunks(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, uint64_t op,
+                      const std::shared_ptr<const Registration>& registration, uint64_t offset, uint64_t length,
+                      uint64_t chunk) {
+  std::shared_ptr<proc::ProcHost> host = weak.lock();
+  if (host == nullptr) return;
+  uint64_t at = offset;
+  do {
+    const uint64_t n = std::min(chunk, offset + length - at);
+    v1::RdmaHeader data = header_of(v1::RdmaHeader::READ_DATA, op);
+    data.set_offset(at);
+    absl::Status sent = send(*host, peer, data, wire::Payload::share(registration, registration->base + at, n));
+    if (!sent.ok()) return send_failure(*host, peer, op, sent);
+    at += n;
+  } while (at < offset + length);
+}
+
+// Socket writes in progress into this proc's buffers, by (peer, op).
+class IncomingWrites {
+ public:
+  // Applies one WRITE_DATA chunk; returns the answer to send, if any.
+  std::optional<v1::RdmaHeader> apply(const ProcId& peer, const v1::RdmaHeader& header, const char* body,
+                                      size_t size) {
+    std::lock_guard lock(mu_);
+    auto [it, fresh] = writes_.try_emplace(std::make_pair(peer, header.op()));
+    Write& write = it->second;
+    std::optional<absl::Status> failure;
+    if (fresh) {
+      write.op_offset = header.op_offset();
+      write.length = header.length();
+      auto opened = Registry::instance().open(header.buffer(), /*write=*/true, write.op_offset, write.length);
+      if (opened.ok()) write.registration = *std::move(opened);
+      else failure = opened.status();
+    }
+    const bool inside = header.offset() >= write.op_offset && size <= write.length &&
+                        header.offset() - write.op_offset <= write.length - size;
+    if (!failure && write.registration != nullptr && !inside) {
+      failure = absl::InvalidArgumentError(absl::StrCat("a chunk of ", size, " bytes at ", header.offset(),
+                                                        " lies outside the write's range"));
+    }
+    if (!failure && write.registration != nullptr && size > 0) {
+      std::memcpy(write.registration->base + header.offset(), body, size);
+    }
+    write.received += size;
+    std::optional<v1::RdmaHeader> answer;
+    if (failure && !write.failed) {
+      write.failed = true;
+      answer = header_of(v1::RdmaHeader::FAILED, header.op());
+      answer->set_error_code(static_cast<int32_t>(failure->code()));
+      answer->set_error_message(std::string(failure->message()));
+    }
+    if (write.received >= write.length) {
+      if (!write.failed) answer = header_of(v1::RdmaHeader::WRITE_DONE, header.op());
+      writes_.erase(it);
+    }
+    return answer;
+  }
+
+  void forget_peer(const ProcId& peer) {
+    std::lock_guard lock(mu_);
+    absl::erase_if(writes_, [&peer](const auto& entry) { return entry.first.first == peer; });
+  }
+
+ private:
+  struct Write {
+    std::shared_ptr<const Registration> registration;
+    uint64_t op_offset = 0;
+    uint64_t length = 0;
+    uint64_t received = 0;
+    bool failed = false;
+  };
+  std::mutex mu_;
+  absl::flat_hash_map<std::pair<ProcId, uint64_t>, Write> writes_ ABSL_GUARDED_BY(mu_);
+};
+
+void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
+             const v1::RdmaHeader& header) {
+  auto opened = Registry::instance().open(header.buffer(), /*write=*/false, header.offset(), header.length());
+  if (!opened.ok()) return send_failure(host, peer, header.op(), opened.status());
+  const uint64_t chunk = std::clamp<uint64_t>(header.chunk(), kMinChunk, kMaxChunk);
+  run_job(header.length(), [weak, peer, op = header.op(), registration = *std::move(opened),
+                            offset = header.offset(), length = header.length(), chunk] {
+    send_read_chunks(weak, peer, op, registration, offset, length, chunk);
+  });
+}
+
+void on_lease(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header) {
+  auto opened = Registry::instance().open(header.buffer(), header.write(), header.offset(), header.length());
+  if (!opened.ok()) return send_failure(host, peer, header.op(), opened.status());
+  v1::RdmaHeader granted = header_of(v1::RdmaHeader::LEASE_GRANTED, header.op());
+  granted.set_address(reinterpret_cast<uint64_t>((*opened)->base + header.offset()));
+  granted.set_pid(::getpid());
+  Registry::instance().pin(peer, header.op(), *std::move(opened));
+  if (!send(host, peer, granted).ok()) Registry::instance().unpin(peer, header.op());
+}
+
+// ---- requester side ----
+
+void finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult> result) {
+  Transfers::instance().finish(transfer, std::move(result));
+}
+
+// Copies a leased range with process_vm_readv/writev, then ends the lease.
+void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
+                 const std::shared_ptr<Transfer>& transfer, int64_t pid, uint64_t address) {
+  absl::Status copied;
+  const bool ran = Transfers::instance().copy_if_live(
+      transfer,
+      [&] {
+        return transfer->write ? platform::write_process_memory(pid, address, transfer->bytes, transfer->length)
+                               : platform::read_process_memory(pid, address, transfer->bytes, transfer->length);
+      },
+      &copied);
+  if (std::shared_ptr<proc::ProcHost> host = weak.lock()) {
+    (void)send(*host, peer, header_of(v1::RdmaHeader::LEASE_END, transfer->id));
+  }
+  if (!ran) return;
+  if (copied.ok()) return finish(transfer, RdmaResult{transfer->length, RdmaTransport::kSingleCopy});
+  if (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied)) {
+    refuse_cross_memory(copied);
+    transfer->transport = RdmaTransport::kSocket;  // nothing else reads it before begin() sends
+    return begin(transfer);
+  }
+  finish(transfer, copied);
+}
+
+void on_lease_granted(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
+                      const v1::RdmaHeader& header) {
+  std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
+  if (transfer == nullptr) {  // timed out meanwhile: let the owner go
+    (void)send(host, peer, header_of(v1::RdmaHeader::LEASE_END, header.op()));
+    return;
+  }
+  if (header.pid() != transfer->owner_pid || transfer->owner != peer) {
+    (void)send(host, peer, header_of(v1::RdmaHeader::LEASE_END, header.op()));
+    return finish(transfer, absl::InternalError(absl::StrCat("proc ", peer, " granted a lease in process ",
+                                                             header.pid(), ", not the buffer's owner process ",
+                                                             transfer->owner_pid)));
+  }
+  run_job(transfer->length, [weak, peer, transfer, pid = header.pid(), address = header.address()] {
+    copy_leased(weak, peer, transfer, pid, address);
+  });
+}
+
+void send_write_chunks(const std::shared_ptr<Transfer>& transfer) {
+  std::shared_ptr<proc::ProcHost> host = transfer->host.lock();
+  if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
+  const uint64_t chunk = chunk_bytes();
+  // User memory with an owner leaves without a copy (the transfer keeps it
+  // alive while queued); borrowed memory is copied, since the caller may
+  // free it as soon as the operation reports a timeout.
+  const bool share = transfer->local.owner() != nullptr;
+  uint64_t at = 0;
+  do {
+    {
+      std::lock_guard lock(transfer->mu);
+      if (transfer->finished) return;
+    }
+    const uint64_t n = std::min<uint64_t>(chunk, transfer->length - at);
+    v1::RdmaHeader data = header_of(v1::RdmaHeader::WRITE_DATA, transfer->id);
+    data.set_buffer(transfer->buffer);
+    data.set_offset(transfer->offset + at);
+    data.set_op_offset(transfer->offset);
+    data.set_length(transfer->length);
+    const char* bytes = transfer->bytes + at;
+    wire::Payload body = share ? wire::Payload::share(transfer, bytes, n)
+                               : wire::Payload::copy_of(std::string_view(bytes, n));
+    absl::Status sent = send(*host, transfer->owner, data, std::move(body));
+    if (!sent.ok()) return finish(transfer, sent);
+    at += n;
+  } while (at < transfer->length);
+}
+
+void on_requester_message(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
+                          const v1::RdmaHeader& header, const wire::Payload& body) {
+  if (header.kind() == v1::RdmaHeader::LEASE_GRANTED) return on_lease_granted(weak, host, peer, header);
+  std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
+  if (transfer == nullptr || transfer->owner != peer) return;  // finished already (late answer)
+  switch (header.kind()) {
+    case v1::RdmaHeader::READ_DATA:
+      return Transfers::instance().deliver(transfer, header.offset(), body.data(), body.size());
+    case v1::RdmaHeader::WRITE_DONE:
+      return finish(transfer, RdmaResult{transfer->length, transfer->transport});
+    case v1::RdmaHeader::RELEASED:
+      return finish(transfer, RdmaResult{0, transfer->transport});
+    case v1::RdmaHeader::FAILED:
+      return finish(transfer, status_of(header));
+    default:
+      return;
+  }
+}
+
+// Both sides of one ProcHost's RDMA traffic.
+class RdmaService final : public proc::ProcService {
+ public:
+  explicit RdmaService(proc::ProcHost& host) : writes_(std::make_shared<IncomingWrites>()) {
+    std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
+    host.on_data(kRdmaDataType, [weak, writes = writes_](const ProcId& peer, const std::string& header_bytes,
+                                                          wire::Payload payload) {
+      std::shared_ptr<proc::ProcHost> host = weak.lock();
+      v1::RdmaHeader header;
+      if (host == nullptr) return;
+      if (!header.ParseFromString(header_bytes)) {
+        CASTMESH_LOG_WARN("castmesh-rdma: dropping a malformed message from {}", peer);
+        return;
+      }
+      dispatch(weak, *host, *writes, peer, header, payload);
+    });
+    host.add_peer_lost_observer([writes = writes_](const ProcId& peer, const absl::Status& why) {
+      Transfers::instance().owner_lost(peer, why);
+      Registry::instance().forget_peer(peer);
+      writes->forget_peer(peer);
+    });
+  }
+  void detach() override {}
+
+ private:
+  static void dispatch(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, IncomingWrites& writes,
+                       const ProcId& peer, const v1::RdmaHeader& header, const wire::Payload& body) {
+    switch (header.kind()) {
+      case v1::RdmaHeader::READ:
+        return on_read(weak, host, peer, header);
+      case v1::RdmaHeader::WRITE_DATA:
+        if (auto answer = writes.apply(peer, header, body.data(), body.size())) (void)send(host, peer, *answer);
+        return;
+      case v1::RdmaHeader::LEASE:
+        return on_lease(host, peer, header);
+      case v1::RdmaHeader::LEASE_END:
+        return Registry::instance().unpin(peer, header.op());
+      case v1::RdmaHeader::RELEASE:
+        Registry::instance().release(header.buffer());
+        (void)send(host, peer, header_of(v1::RdmaHeader::RELEASED, header.op()));
+        return;
+      case v1::RdmaHeader::READ_DATA:
+      case v1::RdmaHeader::WRITE_DONE:
+      case v1::RdmaHeader::LEASE_GRANTED:
+      case v1::RdmaHeader::FAILED:
+      case v1::RdmaHeader::RELEASED:
+        return on_requester_message(weak, host, peer, header, body);
+      default:
+        CASTMESH_LOG_WARN("castmesh-rdma: dropping a message of unknown kind {} from {}",
+                          static_cast<int>(header.kind()), peer);
+    }
+  }
+
+  std::shared_ptr<IncomingWrites> writes_;
+};
+
+[[maybe_unused]] const bool kRegistered = [] {
+  proc::register_proc_service("rdma", [](proc::ProcHost& host) -> std::shared_ptr<proc::ProcService> {
+    return std::make_shared<RdmaService>(host);
+  });
+  return true;
+}();
+
+}  // namespace
+
+size_t chunk_bytes() {
+  const char* text = std::getenv("CASTMESH_RDMA_CHUNK_BYTES");
+  uint64_t value = 0;
+  if (text != nullptr && absl::SimpleAtoi(text, &value) && value > 0) {
+    return static_cast<size_t>(std::clamp(value, kMinChunk, kMaxChunk));
+  }
+  return size_t{1} << 20;
+}
+
+bool single_copy_usable() { return !cross_memory_refused.load(std::memory_order_relaxed); }
+
+void begin(const std::shared_ptr<Transfer>& transfer) {
+  std::shared_ptr<proc::ProcHost> host = transfer->host.lock();
+  if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
+  v1::RdmaHeader first;
+  if (transfer->release) {
+    first = header_of(v1::RdmaHeader::RELEASE, transfer->id);
+  } else if (transfer->transport == RdmaTransport::kSingleCopy) {
+    first = header_of(v1::RdmaHeader::LEASE, transfer->id);
+    first.set_write(transfer->write);
+    first.set_offset(transfer->offset);
+    first.set_length(transfer->length);
+  } else if (transfer->write) {
+    return run_job(transfer->length, [transfer] { send_write_chunks(transfer); });
+  } else {
+    first = header_of(v1::RdmaHeader::READ, transfer->id);
+    first.set_offset(transfer->offset);
+    first.set_length(transfer->length);
+    first.set_chunk(chunk_bytes());
+  }
+  first.set_buffer(transfer->buffer);
+  absl::Status sent = send(*host, transfer->owner, first);
+  if (!sent.ok()) finish(transfer, sent);
+}
+
+}  // namespace castmesh::rdma

@@ -1,0 +1,36 @@
+// The "rdma" proc service: the wire protocol of RDMA buffers between procs
+// (proto/castmesh/wire/v1/rdma.proto), both sides of it.
+//
+// Owner side: answers READ with the bytes as READ_DATA chunks sent straight
+// from the registered memory, applies WRITE_DATA chunks, grants and ends
+// LEASEs for same-host single copies, and releases buffers. Requester side:
+// feeds the answers to Transfers. Chunks of one operation are all sent at
+// once (the connection's queue paces them); operations of 256 KiB or more
+// are sent from their own thread so that neither an I/O thread nor the
+// caller waits for the queue.
+//
+// Thread-safe.
+#pragma once
+
+#include <memory>
+
+#include "core/rdma/transfers.h"
+
+namespace castmesh::rdma {
+
+// The data message type of the service.
+inline constexpr char kRdmaDataType[] = "castmesh.rdma.v1";
+
+// Sends the first message of `transfer` (already tracked by Transfers) by
+// its transport: READ, WRITE_DATA chunks, LEASE or RELEASE. A send error
+// finishes the transfer.
+void begin(const std::shared_ptr<Transfer>& transfer);
+
+// Bytes per READ_DATA / WRITE_DATA message: CASTMESH_RDMA_CHUNK_BYTES, else 1 MiB.
+size_t chunk_bytes();
+
+// False once the kernel refused a cross-memory copy in this process (the
+// single-copy transport is then skipped; one log line said why).
+bool single_copy_usable();
+
+}  // namespace castmesh::rdma

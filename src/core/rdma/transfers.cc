@@ -1,0 +1,103 @@
+#include "core/rdma/transfers.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace castmesh::rdma {
+
+Transfers& Transfers::instance() {
+  static auto* transfers = new Transfers;
+  return *transfers;
+}
+
+uint64_t Transfers::next_id() {
+  std::lock_guard lock(mu_);
+  return next_id_++;
+}
+
+void Transfers::start(const std::shared_ptr<Transfer>& transfer, absl::Duration timeout) {
+  {
+    std::lock_guard lock(mu_);
+    live_[transfer->id] = transfer;
+  }
+  std::weak_ptr<Transfer> weak = transfer;
+  transfer->timer = timers_.add(timeout, absl::ZeroDuration(), [this, weak, timeout] {
+    if (std::shared_ptr<Transfer> t = weak.lock()) {
+      finish(t, absl::DeadlineExceededError(absl::StrCat("RDMA ", t->release ? "release" : t->write ? "write" : "read",
+                                                         " of ", t->length, " bytes with proc ", t->owner,
+                                                         " did not finish within ", absl::FormatDuration(timeout))));
+    }
+  });
+}
+
+std::shared_ptr<Transfer> Transfers::find(uint64_t id) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  return it == live_.end() ? nullptr : it->second;
+}
+
+void Transfers::finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult> result) {
+  {
+    std::lock_guard lock(transfer->mu);
+    if (transfer->finished) return;
+    transfer->finished = true;
+  }
+  {
+    std::lock_guard lock(mu_);
+    live_.erase(transfer->id);
+  }
+  if (transfer->timer != 0) timers_.cancel(transfer->timer);
+  // Only the one finisher gets here: `done` is no longer shared.
+  std::function<void(absl::StatusOr<RdmaResult>)> done = std::move(transfer->done);
+  if (done) done(std::move(result));
+}
+
+void Transfers::deliver(const std::shared_ptr<Transfer>& transfer, uint64_t offset, const char* body, size_t size) {
+  bool complete = false;
+  bool outside = false;
+  {
+    std::lock_guard lock(transfer->mu);
+    if (transfer->finished) return;  // failed or timed out: not one more byte
+    if (offset < transfer->offset || size > transfer->length - transfer->moved ||
+        offset - transfer->offset > transfer->length - size) {
+      outside = true;
+    } else {
+      if (size > 0) std::memcpy(transfer->bytes + (offset - transfer->offset), body, size);
+      transfer->moved += size;
+      complete = transfer->moved == transfer->length;
+    }
+  }
+  if (outside) {
+    finish(transfer, absl::InternalError(absl::StrCat("proc ", transfer->owner, " sent ", size, " bytes at ", offset,
+                                                      ", outside the read of [", transfer->offset, ", ",
+                                                      transfer->offset + transfer->length, ")")));
+  } else if (complete) {
+    finish(transfer, RdmaResult{transfer->length, transfer->transport});
+  }
+}
+
+bool Transfers::copy_if_live(const std::shared_ptr<Transfer>& transfer, const std::function<absl::Status()>& copy,
+                             absl::Status* copied) {
+  std::lock_guard lock(transfer->mu);
+  if (transfer->finished) return false;
+  *copied = copy();
+  return true;
+}
+
+void Transfers::owner_lost(const ProcId& owner, const absl::Status& why) {
+  std::vector<std::shared_ptr<Transfer>> lost;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, transfer] : live_) {
+      if (transfer->owner == owner) lost.push_back(transfer);
+    }
+  }
+  for (const auto& transfer : lost) {
+    finish(transfer, absl::UnavailableError(absl::StrCat("RDMA buffer owner proc ", owner,
+                                                         " was lost: ", why.message())));
+  }
+}
+
+}  // namespace castmesh::rdma

@@ -1,0 +1,463 @@
+// RdmaBuffer: within one process, and across real worker procs (this binary
+// re-executed) over same-host single copy and the socket transport.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "castmesh/castmesh.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/rdma.h"
+
+namespace {
+
+using castmesh::DType;
+using castmesh::RdmaAccess;
+using castmesh::RdmaBatch;
+using castmesh::RdmaBuffer;
+using castmesh::RdmaOptions;
+using castmesh::RdmaResult;
+using castmesh::RdmaTransport;
+using castmesh::TensorView;
+
+// Byte i of a buffer filled with `seed`.
+uint8_t pattern(size_t i, int seed) { return static_cast<uint8_t>(i * 131 + seed * 17 + (i >> 12)); }
+
+TensorView filled(size_t size, int seed) {
+  TensorView t = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
+  auto* p = static_cast<uint8_t*>(t.data());
+  for (size_t i = 0; i < size; ++i) p[i] = pattern(i, seed);
+  return t;
+}
+
+// "" when bytes [0, length) of `data` are pattern(offset + i, seed), else the first difference.
+std::string mismatch(const void* data, size_t offset, size_t length, int seed) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < length; ++i) {
+    if (p[i] != pattern(offset + i, seed)) {
+      return absl::StrCat("byte ", i, " is ", int{p[i]}, ", expected ", int{pattern(offset + i, seed)});
+    }
+  }
+  return "";
+}
+
+// Messages to the worker actors: "a,b,c" integer fields.
+struct Numbers {
+  std::vector<int64_t> values;
+};
+absl::Status encode_numbers(const Numbers& m, std::string* out) {
+  *out = absl::StrJoin(m.values, ",");
+  return absl::OkStatus();
+}
+absl::Status decode_numbers(std::string_view bytes, Numbers* m) {
+  m->values.clear();
+  if (bytes.empty()) return absl::OkStatus();
+  for (absl::string_view part : absl::StrSplit(absl::string_view(bytes.data(), bytes.size()), ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v)) return absl::InvalidArgumentError("bad Numbers");
+    m->values.push_back(v);
+  }
+  return absl::OkStatus();
+}
+
+// Owner: registers memory filled with pattern(seed 1). Verify: {seed, offset, length} -> "" when the
+// owner's bytes [offset, offset+length) are pattern(0.., seed) (what write_from(filled(length, seed)) wrote),
+// else the first difference.
+struct MakeBuffer {
+  Numbers n;  // size, access
+};
+struct Verify {
+  Numbers n;  // seed, offset, length
+};
+absl::Status encode_make(const MakeBuffer& m, std::string* out) { return encode_numbers(m.n, out); }
+absl::Status decode_make(std::string_view b, MakeBuffer* m) { return decode_numbers(b, &m->n); }
+absl::Status encode_verify(const Verify& m, std::string* out) { return encode_numbers(m.n, out); }
+absl::Status decode_verify(std::string_view b, Verify* m) { return decode_numbers(b, &m->n); }
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(MakeBuffer, "castmesh.test.rdma.MakeBuffer", encode_make, decode_make);
+CASTMESH_REGISTER_MESSAGE(Verify, "castmesh.test.rdma.Verify", encode_verify, decode_verify);
+
+namespace {
+
+class Owner : public castmesh::Actor {
+ public:
+  absl::StatusOr<RdmaBuffer> make(const MakeBuffer& m) {
+    memory_ = filled(static_cast<size_t>(m.n.values.at(0)), 1);
+    return RdmaBuffer::register_memory(memory_, static_cast<RdmaAccess>(m.n.values.at(1)));
+  }
+  std::string verify(const Verify& m) {
+    const auto offset = static_cast<size_t>(m.n.values.at(1));
+    return mismatch(static_cast<char*>(memory_.data()) + offset, 0, static_cast<size_t>(m.n.values.at(2)),
+                    static_cast<int>(m.n.values.at(0)));
+  }
+  using Handlers = castmesh::Handlers<&Owner::make, &Owner::verify>;
+
+ private:
+  TensorView memory_;
+};
+
+// Reads a whole buffer it was handed by a third party; "" or the first difference.
+class Reader : public castmesh::Actor {
+ public:
+  castmesh::Future<std::string> read(const RdmaBuffer& buffer) {
+    auto into = std::make_shared<TensorView>(TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(buffer.size())}));
+    return buffer.read_into(*into).then([into](RdmaResult r) -> std::string {
+      return absl::StrCat(std::string(castmesh::rdma_transport_name(r.transport)), ":", mismatch(into->data(), 0, r.bytes, 1));
+    });
+  }
+  using Handlers = castmesh::Handlers<&Reader::read>;
+};
+
+}  // namespace
+
+CASTMESH_REGISTER_ACTOR(Owner);
+CASTMESH_REGISTER_ACTOR(Reader);
+
+namespace {
+
+// ---- one process ----
+
+class RdmaLocal : public ::testing::Test {
+ protected:
+  castmesh::Runtime runtime_;
+};
+
+TEST_F(RdmaLocal, ReadsAndWritesWithOffsets) {
+  TensorView memory = filled(10000, 1);
+  auto buffer = RdmaBuffer::register_memory(memory, RdmaAccess::kReadWrite, &runtime_);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_EQ(buffer->size(), 10000u);
+  EXPECT_EQ(buffer->owner(), runtime_.proc_id());
+
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {300});
+  auto read = buffer->read_into(dst, RdmaOptions{.offset = 1234}).get(absl::Seconds(10));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->bytes, 300u);
+  EXPECT_EQ(read->transport, RdmaTransport::kSameProcess);
+  EXPECT_EQ(mismatch(dst.data(), 1234, 300, 1), "");
+
+  auto partial = buffer->read_into(dst, RdmaOptions{.offset = 9990, .length = 10}).get(absl::Seconds(10));
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ(partial->bytes, 10u);
+
+  TensorView src = filled(500, 2);
+  auto wrote = buffer->write_from(src, RdmaOptions{.offset = 100}).get(absl::Seconds(10));
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  EXPECT_EQ(mismatch(static_cast<char*>(memory.data()) + 100, 0, 500, 2), "");
+  EXPECT_EQ(mismatch(memory.data(), 0, 100, 1), "");  // untouched before the range
+}
+
+TEST_F(RdmaLocal, BadRequestsFailBeforeAnyByteMoves) {
+  TensorView memory = filled(4096, 1);
+  auto readonly = RdmaBuffer::register_memory(memory, RdmaAccess::kRead, &runtime_);
+  ASSERT_TRUE(readonly.ok());
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {100});
+  EXPECT_EQ(readonly->read_into(dst, RdmaOptions{.offset = 4000}).get().status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(readonly->read_into(dst, RdmaOptions{.length = 101}).get().status().code(),
+            absl::StatusCode::kInvalidArgument);  // destination too small
+  EXPECT_EQ(readonly->write_from(dst).get().status().code(), absl::StatusCode::kPermissionDenied);
+  TensorView frozen = TensorView::Contiguous(dst.data(), DType::kUInt8, {100}, nullptr, /*read_only=*/true);
+  EXPECT_EQ(readonly->read_into(frozen).get().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RdmaBuffer::register_memory(frozen, RdmaAccess::kWrite, &runtime_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RdmaBuffer().read_into(dst).get().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(mismatch(memory.data(), 0, 4096, 1), "");
+}
+
+TEST_F(RdmaLocal, ReleaseIsIdempotentAndLaterUseFails) {
+  TensorView memory = filled(64, 1);
+  auto buffer = RdmaBuffer::register_memory(memory, RdmaAccess::kReadWrite, &runtime_);
+  ASSERT_TRUE(buffer.ok());
+  RdmaBuffer copy = *buffer;
+  ASSERT_TRUE(buffer->release().get().ok());
+  ASSERT_TRUE(copy.release().get().ok());
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {64});
+  auto read = copy.read_into(dst).get();
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+  EXPECT_NE(read.status().message().find("released"), std::string::npos) << read.status();
+}
+
+TEST_F(RdmaLocal, HandleRoundTripsThroughBytes) {
+  TensorView memory = filled(77, 1);
+  auto buffer = RdmaBuffer::register_memory(memory, RdmaAccess::kRead, &runtime_);
+  ASSERT_TRUE(buffer.ok());
+  auto back = RdmaBuffer::deserialize(buffer->serialize());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->size(), 77u);
+  EXPECT_EQ(back->owner(), buffer->owner());
+  EXPECT_EQ(back->access(), RdmaAccess::kRead);
+  EXPECT_EQ(back->transports(), buffer->transports());
+  EXPECT_FALSE(RdmaBuffer::deserialize("\xff\xff garbage").ok());
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {77});
+  ASSERT_TRUE(back->read_into(dst).get().ok());
+  EXPECT_EQ(mismatch(dst.data(), 0, 77, 1), "");
+}
+
+TEST_F(RdmaLocal, BatchRejectsOverlappingWritesAndCompletesOnce) {
+  TensorView memory = filled(1000, 1);
+  auto buffer = RdmaBuffer::register_memory(memory, RdmaAccess::kReadWrite, &runtime_);
+  ASSERT_TRUE(buffer.ok());
+  TensorView a = filled(100, 3), b = filled(100, 4), dst = TensorView::Allocate(DType::kUInt8, {50});
+  RdmaBatch batch;
+  ASSERT_TRUE(batch.add_write(*buffer, a, RdmaOptions{.offset = 0}).ok());
+  EXPECT_EQ(batch.add_write(*buffer, b, RdmaOptions{.offset = 99}).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(batch.add_write(*buffer, b, RdmaOptions{.offset = 100}).ok());
+  ASSERT_TRUE(batch.add_read(*buffer, dst, RdmaOptions{.offset = 500}).ok());
+  auto results = batch.submit().get(absl::Seconds(10));
+  ASSERT_TRUE(results.ok()) << results.status();
+  ASSERT_EQ(results->size(), 3u);
+  EXPECT_EQ(mismatch(memory.data(), 0, 100, 3), "");
+  EXPECT_EQ(mismatch(static_cast<char*>(memory.data()) + 100, 0, 100, 4), "");
+  EXPECT_EQ(mismatch(dst.data(), 500, 50, 1), "");
+  EXPECT_EQ(batch.submit().get().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// ---- across procs ----
+
+// Sets an environment variable for one test.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+};
+
+constexpr size_t kChunk = 4096;
+
+// Stops process `pid` and waits until every thread of it is stopped (the
+// signal takes effect asynchronously; a thread running on another core
+// could still answer one more message).
+bool all_threads_stopped(int64_t pid) {
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') return false;
+  }
+  return !error;
+}
+
+void stop_process(int64_t pid) {
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGSTOP), 0);
+  for (int i = 0; i < 500; ++i) {
+    if (all_threads_stopped(pid)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL() << "process " << pid << " did not stop";
+}
+
+// Param: whether same-host single copy may be used (false: the socket path).
+class RdmaAcrossProcs : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    auto procs = castmesh::LocalAllocator().allocate(runtime_, 2);
+    ASSERT_TRUE(procs.ok()) << procs.status();
+    procs_ = *procs;
+    auto owners = procs_.spawn<Owner>("owner");
+    ASSERT_TRUE(owners.ok()) << owners.status();
+    owners_ = *owners;
+  }
+  void TearDown() override { (void)procs_.stop(); }
+
+  RdmaBuffer make(size_t owner, size_t size, RdmaAccess access = RdmaAccess::kReadWrite) {
+    auto made = owners_.at(owner).ask(MakeBuffer{{{static_cast<int64_t>(size), static_cast<int64_t>(access)}}})
+                    .get(absl::Seconds(30));
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? *made : RdmaBuffer();
+  }
+  std::string verify(size_t owner, int seed, size_t offset, size_t length) {
+    auto answer = owners_.at(owner)
+                      .ask(Verify{{{seed, static_cast<int64_t>(offset), static_cast<int64_t>(length)}}})
+                      .get(absl::Seconds(30));
+    return answer.ok() ? *answer : answer.status().ToString();
+  }
+  RdmaTransport expected() const { return GetParam() ? RdmaTransport::kSingleCopy : RdmaTransport::kSocket; }
+
+  ScopedEnv chunk_{"CASTMESH_RDMA_CHUNK_BYTES", "4096"};
+  ScopedEnv single_copy_{"CASTMESH_RDMA_SINGLE_COPY", GetParam() ? "1" : "0"};
+  castmesh::Runtime runtime_;
+  castmesh::ProcMesh procs_;
+  std::vector<castmesh::ActorRef<Owner>> owners_;
+};
+
+TEST_P(RdmaAcrossProcs, SizesAroundTheChunkBothWays) {
+  for (size_t size : {size_t{1}, size_t{4095}, size_t{4096}, kChunk - 1, kChunk + 1, size_t{300000},
+                      (size_t{64} << 20) + 3}) {
+    SCOPED_TRACE(absl::StrCat("size ", size));
+    RdmaBuffer buffer = make(0, size);
+    ASSERT_TRUE(buffer.valid());
+    TensorView dst = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
+    auto read = buffer.read_into(dst).get(absl::Seconds(60));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->bytes, size);
+    if (size >= 64 * 1024) {
+      EXPECT_EQ(read->transport, expected());
+    }
+    ASSERT_EQ(mismatch(dst.data(), 0, size, 1), "");
+    TensorView src = filled(size, 2);
+    auto wrote = buffer.write_from(src).get(absl::Seconds(60));
+    ASSERT_TRUE(wrote.ok()) << wrote.status();
+    EXPECT_EQ(verify(0, 2, 0, size), "");
+    ASSERT_TRUE(buffer.release().get(absl::Seconds(30)).ok());
+  }
+}
+
+TEST_P(RdmaAcrossProcs, OffsetsLengthsAndErrors) {
+  RdmaBuffer buffer = make(0, 200000);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {150000});
+  auto read = buffer.read_into(dst, RdmaOptions{.offset = 12345, .length = 100001}).get(absl::Seconds(30));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(mismatch(dst.data(), 12345, 100001, 1), "");
+  TensorView src = filled(70001, 5);
+  ASSERT_TRUE(buffer.write_from(src, RdmaOptions{.offset = 129999}).get(absl::Seconds(30)).ok());
+  EXPECT_EQ(verify(0, 5, 129999, 70001), "");
+  EXPECT_EQ(buffer.read_into(dst, RdmaOptions{.offset = 199999, .length = 2}).get().status().code(),
+            absl::StatusCode::kOutOfRange);
+  RdmaBuffer readonly = make(1, 100000, RdmaAccess::kRead);
+  EXPECT_EQ(readonly.write_from(src).get().status().code(), absl::StatusCode::kPermissionDenied);
+  // Released by a proc that is not the owner; later use fails on the owner's word.
+  ASSERT_TRUE(buffer.release().get(absl::Seconds(30)).ok());
+  auto late = buffer.read_into(dst).get(absl::Seconds(30));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
+  EXPECT_NE(late.status().message().find("released"), std::string::npos) << late.status();
+}
+
+TEST_P(RdmaAcrossProcs, ConcurrentReadersAndWritersOnOneBuffer) {
+  constexpr size_t kPart = 100000;
+  RdmaBuffer buffer = make(0, 8 * kPart);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(8);
+  for (size_t t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      if (t % 2 == 0) {
+        TensorView dst = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(kPart)});
+        for (int round = 0; round < 3; ++round) {
+          auto r = buffer.read_into(dst, RdmaOptions{.offset = t * kPart}).get(absl::Seconds(60));
+          if (!r.ok()) errors[t] = r.status().ToString();
+          else if (std::string m = mismatch(dst.data(), t * kPart, kPart, 1); !m.empty()) errors[t] = m;
+        }
+      } else {
+        TensorView src = filled(kPart, static_cast<int>(10 + t));
+        auto w = buffer.write_from(src, RdmaOptions{.offset = t * kPart}).get(absl::Seconds(60));
+        if (!w.ok()) errors[t] = w.status().ToString();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < 8; ++t) EXPECT_EQ(errors[t], "") << "thread " << t;
+  for (size_t t = 1; t < 8; t += 2) EXPECT_EQ(verify(0, static_cast<int>(10 + t), t * kPart, kPart), "") << t;
+}
+
+TEST_P(RdmaAcrossProcs, BatchOfReadsAndWritesOnTwoOwners) {
+  RdmaBuffer a = make(0, 300000), b = make(1, 5000);
+  TensorView dst_a = TensorView::Allocate(DType::kUInt8, {300000});
+  TensorView dst_b = TensorView::Allocate(DType::kUInt8, {5000});
+  TensorView src = filled(1000, 7);
+  RdmaBatch batch;
+  ASSERT_TRUE(batch.add_read(a, dst_a).ok());
+  ASSERT_TRUE(batch.add_read(b, dst_b).ok());
+  ASSERT_TRUE(batch.add_write(b, src, RdmaOptions{.offset = 4000}).ok());
+  auto results = batch.submit(absl::Seconds(60)).get(absl::Seconds(60));
+  ASSERT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ(mismatch(dst_a.data(), 0, 300000, 1), "");
+  EXPECT_EQ(mismatch(dst_b.data(), 0, 4000, 1), "");  // the read and the write of [4000, 5000) race
+  EXPECT_EQ(verify(1, 7, 4000, 1000), "");
+}
+
+TEST_P(RdmaAcrossProcs, HandlePassedThroughAThirdActor) {
+  RdmaBuffer buffer = make(0, 200000);
+  auto readers = procs_.spawn<Reader>("reader");
+  ASSERT_TRUE(readers.ok()) << readers.status();
+  auto answer = readers->at(1).ask(buffer).get(absl::Seconds(60));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  EXPECT_EQ(*answer, std::string(castmesh::rdma_transport_name(expected())) + ":");
+}
+
+TEST_P(RdmaAcrossProcs, StoppedOwnerTimesOutAndNoLateByteLands) {
+  RdmaBuffer buffer = make(0, 300000);
+  const int64_t pid = procs_.proc(0).pid;
+  // A destination with guard bytes around it.
+  std::vector<uint8_t> memory(300000 + 2 * 4096, 0xAB);
+  TensorView dst = TensorView::Contiguous(memory.data() + 4096, DType::kUInt8, {300000});
+  stop_process(pid);
+  auto read = buffer.read_into(dst, RdmaOptions{.timeout = absl::Milliseconds(500)}).get(absl::Seconds(30));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded) << read.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGCONT), 0);
+  // The owner now answers the request it held; none of it may land.
+  EXPECT_EQ(verify(0, 2, 0, 0), "");  // a round trip after the late answer
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (size_t i = 0; i < memory.size(); ++i) ASSERT_EQ(memory[i], 0xAB) << "byte " << i;
+  // The buffer still works afterwards.
+  auto again = buffer.read_into(dst).get(absl::Seconds(30));
+  ASSERT_TRUE(again.ok()) << again.status();
+}
+
+TEST_P(RdmaAcrossProcs, KilledOwnerFailsPendingOperationsQuickly) {
+  RdmaBuffer buffer = make(0, 300000);
+  const int64_t pid = procs_.proc(0).pid;
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {300000});
+  stop_process(pid);
+  auto pending = buffer.read_into(dst, RdmaOptions{.timeout = absl::Seconds(60)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
+  auto result = pending.get(absl::Seconds(30));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));  // generous bound: reported, not hung
+}
+
+TEST_P(RdmaAcrossProcs, ForbiddenFallbackIsAnExplicitError) {
+  RdmaBuffer buffer = make(0, 1000);
+  ScopedEnv forbid("CASTMESH_RDMA_FALLBACK", "error");
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {1000});
+  auto read = buffer.read_into(dst).get(absl::Seconds(30));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+  EXPECT_NE(read.status().message().find("CASTMESH_RDMA_FALLBACK"), std::string::npos) << read.status();
+  ScopedEnv bad("CASTMESH_RDMA_FALLBACK", "sometimes");
+  EXPECT_EQ(buffer.read_into(dst).get().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(RdmaAcrossProcs, HandleOfferingATransportThisProcLacksStillWorks) {
+  RdmaBuffer buffer = make(0, 100000);
+  // Append transports = [ibverbs] (field 7, varint 1) as a NIC-equipped owner would.
+  std::string bytes = buffer.serialize() + std::string("\x38\x01", 2);
+  auto nic = RdmaBuffer::deserialize(bytes);
+  ASSERT_TRUE(nic.ok()) << nic.status();
+  EXPECT_EQ(nic->transports().back(), RdmaTransport::kIbverbs);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {100000});
+  auto read = nic->read_into(dst).get(absl::Seconds(30));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->transport, expected());
+  EXPECT_EQ(mismatch(dst.data(), 0, 100000, 1), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RdmaAcrossProcs, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "SingleCopy" : "Socket"; });
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // worker procs never return from here
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
