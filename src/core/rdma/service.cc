@@ -78,10 +78,11 @@ absl::Status status_of(const v1::RdmaHeader& header) {
 void send_read_chunks(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, uint64_t op,
                       const std::shared_ptr<const Registration>& registration, uint64_t offset, uint64_t length,
                       uint64_t chunk) {
-  std::shared_ptr<proc::ProcHost> host = weak.lock();
-  if (host == nullptr) return;
   uint64_t at = offset;
   do {
+    // Locked per chunk: a long send must not keep a closing proc's host alive.
+    std::shared_ptr<proc::ProcHost> host = weak.lock();
+    if (host == nullptr) return;
     const uint64_t n = std::min(chunk, offset + length - at);
     v1::RdmaHeader data = header_of(v1::RdmaHeader::READ_DATA, op);
     data.set_offset(at);
@@ -219,8 +220,6 @@ void on_lease_granted(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost&
 }
 
 void send_write_chunks(const std::shared_ptr<Transfer>& transfer) {
-  std::shared_ptr<proc::ProcHost> host = transfer->host.lock();
-  if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
   const uint64_t chunk = chunk_bytes();
   // User memory with an owner leaves without a copy (the transfer keeps it
   // alive while queued); borrowed memory is copied, since the caller may
@@ -232,6 +231,8 @@ void send_write_chunks(const std::shared_ptr<Transfer>& transfer) {
       std::lock_guard lock(transfer->mu);
       if (transfer->finished) return;
     }
+    std::shared_ptr<proc::ProcHost> host = transfer->host.lock();  // per chunk, as in send_read_chunks
+    if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
     const uint64_t n = std::min<uint64_t>(chunk, transfer->length - at);
     v1::RdmaHeader data = header_of(v1::RdmaHeader::WRITE_DATA, transfer->id);
     data.set_buffer(transfer->buffer);
