@@ -259,8 +259,10 @@ static int32_t choose_device(castmesh_rdma_device_v1* device, const char* name, 
     return fail(error, CASTMESH_STATUS_NO_DEVICE, "no RDMA device named '%s' (found: %s)", name, names);
   }
   if (name == NULL) {
+    char last[sizeof error->message] = "";
+    if (error != NULL) snprintf(last, sizeof last, "%s", error->message); /* fail() overwrites it */
     return fail(error, CASTMESH_STATUS_NO_DEVICE, "no RDMA device has port %u ACTIVE (found: %s; last: %s)",
-                (unsigned)device->port, names, error != NULL ? error->message : "");
+                (unsigned)device->port, names, last);
   }
   return status;
 }
@@ -726,6 +728,7 @@ int32_t rdma_engine_connect_endpoint(castmesh_rdma_device_v1* device, uint64_t h
   rdma_endpoint* endpoint;
   peer_info peer;
   int32_t status;
+  memset(&peer, 0, sizeof peer);
   if (device == NULL) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "connect_endpoint: no device");
   pthread_mutex_lock(&device->mu);
   endpoint = find_endpoint(device, handle, NULL);

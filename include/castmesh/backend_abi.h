@@ -190,7 +190,7 @@ typedef struct castmesh_rdma_completion_v1 {
   uint32_t opcode;     /* CASTMESH_RDMA_OP_*, 0 when the NIC did not say (errors) */
   int32_t wc_status;   /* the raw enum ibv_wc_status, for logs */
   uint32_t vendor_err; /* the NIC's own error code, for logs */
-  char message[192];   /* NUL-terminated; what happened and what to check */
+  char message[256];   /* NUL-terminated; what happened and what to check */
 } castmesh_rdma_completion_v1;
 
 /* The rdma backend's operations (castmesh_backend_v1.rdma). Every function

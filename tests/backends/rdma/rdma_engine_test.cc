@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_verbs.h"
@@ -213,7 +214,8 @@ TEST_F(FakeVerbs, OpenNamesTheProblem) {
   EXPECT_EQ(rdma_engine_open_device(fake::ops(), "fake_down", 1, 0, &device, &error), CASTMESH_STATUS_NO_DEVICE);
   EXPECT_THAT(error.message, HasSubstr("port 1 of RDMA device fake_down is INIT (no subnet manager?)"));
   EXPECT_EQ(rdma_engine_open_device(fake::ops(), nullptr, 1, 0, &device, &error), CASTMESH_STATUS_NO_DEVICE);
-  EXPECT_THAT(error.message, HasSubstr("no RDMA device has port 1 ACTIVE (found: fake_down"));
+  EXPECT_THAT(error.message, HasSubstr("no RDMA device has port 1 ACTIVE (found: fake_down; last: port 1 of RDMA "
+                                      "device fake_down is INIT"));
   // TearDown checks that every failed open released what it had opened.
 }
 
@@ -806,6 +808,51 @@ TEST_F(FakeVerbs, EveryCompletionErrorMapsToAStatusAndAMessage) {
   EXPECT_EQ(rdma_engine_wc_status(IBV_WC_SUCCESS, &message), CASTMESH_STATUS_OK);
   EXPECT_EQ(rdma_engine_wc_status(999, &message), CASTMESH_STATUS_INTERNAL);
   EXPECT_THAT(message, HasSubstr("unknown completion status"));
+}
+
+// The device lock lets threads share a device (the TSan build checks it).
+TEST_F(FakeVerbs, ThreadsMayShareADevice) {
+  SetUpDevices();
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 200;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      castmesh_rdma_device_v1* devices[2] = {a_, b_};
+      uint64_t handles[2] = {0, 0};
+      uint8_t blobs[2][CASTMESH_RDMA_ENDPOINT_BLOB_SIZE];
+      castmesh_error_v1 error{};
+      for (int side = 0; side < 2; ++side) {
+        failures[t] += rdma_engine_create_endpoint(devices[side], 8, &handles[side], blobs[side], &error) != 0;
+      }
+      failures[t] += rdma_engine_connect_endpoint(a_, handles[0], blobs[1], sizeof blobs[1], &error) != 0;
+      failures[t] += rdma_engine_connect_endpoint(b_, handles[1], blobs[0], sizeof blobs[0], &error) != 0;
+      std::vector<uint8_t> local(64, static_cast<uint8_t>(t));
+      std::vector<uint8_t> remote(64, 0);
+      castmesh_rdma_mr_info_v1 lmr = empty_info();
+      castmesh_rdma_mr_info_v1 rmr = empty_info();
+      failures[t] += rdma_engine_register_memory(a_, local.data(), 64, kAllAccess, &lmr, &error) != 0;
+      failures[t] += rdma_engine_register_memory(b_, remote.data(), 64, kAllAccess, &rmr, &error) != 0;
+      for (int round = 0; round < kRounds && failures[t] == 0; ++round) {
+        const castmesh_rdma_op_v1 write =
+            op(CASTMESH_RDMA_OP_WRITE, round, local.data(), lmr.lkey, remote.data(), rmr.rkey, 64);
+        failures[t] += rdma_engine_post(a_, handles[0], &write, 1, nullptr, &error) != 0;
+        castmesh_rdma_completion_v1 done{};
+        uint32_t count = 0;
+        failures[t] += rdma_engine_poll(a_, handles[0], &done, 1, &count, &error) != 0;
+        failures[t] += count != 1 || done.status != CASTMESH_STATUS_OK;
+      }
+      failures[t] += remote != local;
+      failures[t] += rdma_engine_deregister_memory(a_, lmr.handle, &error) != 0;
+      failures[t] += rdma_engine_deregister_memory(b_, rmr.handle, &error) != 0;
+      failures[t] += rdma_engine_destroy_endpoint(a_, handles[0], &error) != 0;
+      failures[t] += rdma_engine_destroy_endpoint(b_, handles[1], &error) != 0;
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  EXPECT_EQ(fake::executed_ops(), kThreads * kRounds);
 }
 
 TEST_F(FakeVerbs, ClosingADeviceReleasesItsEndpointsAndRegistrations) {
