@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 namespace castmesh::fake_verbs {
 namespace {
@@ -64,6 +65,7 @@ struct State {
   std::map<uint32_t, std::unique_ptr<FakeQp>> qps;  // by qp_num
   std::map<Call, int> failures;
   std::optional<ibv_wc_status> failing_op;
+  std::optional<std::pair<int, int>> failing_post;  // (index, errno)
   uint32_t next_key = 1;
   uint32_t next_qp_num = 0x100;
   int executed = 0;
@@ -443,7 +445,13 @@ int post_send(ibv_qp* qp_base, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     *bad_wr = wr;
     return EINVAL;
   }
-  for (; wr != nullptr; wr = wr->next) {
+  std::optional<std::pair<int, int>> refuse = s.failing_post;
+  s.failing_post.reset();
+  for (int index = 0; wr != nullptr; wr = wr->next, ++index) {
+    if (refuse && refuse->first == index) {
+      *bad_wr = wr;
+      return refuse->second;
+    }
     if (qp.outstanding >= qp.snapshot.max_send_wr) {
       *bad_wr = wr;
       return ENOMEM;  // what providers say when the send queue is full
@@ -509,6 +517,7 @@ void reset(std::vector<DeviceSpec> devices) {
   s.devices.clear();
   s.failures.clear();
   s.failing_op.reset();
+  s.failing_post.reset();
   s.executed = 0;
   s.overflows = 0;
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -525,6 +534,12 @@ void fail_next(Call call, int error) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   s.failures[call] = error;
+}
+
+void fail_next_post_at(int index, int error) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.failing_post = std::make_pair(index, error);
 }
 
 void fail_next_op(ibv_wc_status status) {

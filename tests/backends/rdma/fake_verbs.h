@@ -79,6 +79,9 @@ void reset(std::vector<DeviceSpec> devices);
 // The next call of `call` fails with `error` (an errno value); for
 // kGetDeviceList with ENOSYS/other errno, or 0 meaning "an empty list".
 void fail_next(Call call, int error);
+// The next post_send takes the first `index` work requests of its list and
+// refuses the rest with `error`, returning the refused one in bad_wr.
+void fail_next_post_at(int index, int error);
 // The next op executed by post_send completes with `status` (no bytes move)
 // and sends its QP to the error state, as a NIC does.
 void fail_next_op(ibv_wc_status status);

@@ -636,6 +636,30 @@ TEST_F(FakeVerbs, AFullSendQueueRefusesTheWholeListUntilCompletionsArePolled) {
   EXPECT_EQ(poll(a).size(), 1u);
 }
 
+TEST_F(FakeVerbs, AListTheNicTakesOnlyPartlyFailsTheEndpoint) {
+  SetUpDevices();
+  auto [a, b] = connected_pair(16);
+  std::vector<uint8_t> local(64, 5);
+  std::vector<uint8_t> remote(64, 0);
+  const castmesh_rdma_mr_info_v1 lmr = reg(a_, local.data(), local.size(), kAllAccess);
+  const castmesh_rdma_mr_info_v1 rmr = reg(b_, remote.data(), remote.size(), kAllAccess);
+  const castmesh_rdma_op_v1 write = op(CASTMESH_RDMA_OP_WRITE, 1, local.data(), lmr.lkey, remote.data(), rmr.rkey, 8);
+  castmesh_error_v1 error{};
+  uint32_t posted = 0;
+  fake::fail_next_post_at(2, EINVAL);
+  EXPECT_EQ(post(a, {write, write, write, write}, &error, &posted), CASTMESH_STATUS_INTERNAL);
+  EXPECT_EQ(posted, 2u);
+  EXPECT_THAT(error.message, HasSubstr("took 2 of 4 ops, then failed: Invalid argument; the endpoint has failed"));
+  EXPECT_EQ(post(a, {write}, &error), CASTMESH_STATUS_FAILED_PRECONDITION);
+  EXPECT_THAT(error.message, HasSubstr("ibv_post_send refused op 2 of a list"));
+
+  // Refused at the first op: nothing went out and the endpoint is fine.
+  fake::fail_next_post_at(0, EINVAL);
+  EXPECT_EQ(post(b, {write}, &error, &posted), CASTMESH_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(posted, 0u);
+  EXPECT_EQ(rdma_engine_outstanding(b_, b.handle), 0);
+}
+
 TEST_F(FakeVerbs, BadOpsAreRefusedBeforeAnythingIsPosted) {
   SetUpDevices();
   [[maybe_unused]] auto [a, b] = connected_pair();
