@@ -330,8 +330,8 @@ void ProcHost::deliver_failure(const std::string& parent, SupervisionEvent event
   if (!parent.empty()) {
     auto address = Address::parse(parent);
     if (address.ok() && runtime_.deliver_supervision_event(*address, event).ok()) return;
-    CASTMESH_LOG_WARN("castmesh-proc {}: parent {} of failed actor {} is gone; reporting to the root", id(), parent,
-                      event.child.to_string());
+    CASTMESH_LOG_WARN("castmesh-proc {}: parent {} of failed actor {} is gone; reporting to the root", id(),
+                      log::printable(parent), log::printable(event.child.to_string()));
   }
   std::function<void(const SupervisionEvent&)> handler;
   {
@@ -341,8 +341,8 @@ void ProcHost::deliver_failure(const std::string& parent, SupervisionEvent event
   if (handler) {
     handler(event);
   } else {
-    CASTMESH_LOG_ERROR("castmesh-proc {}: remote actor {} failed: {}", id(), event.child.to_string(),
-                       event.reason.ToString());
+    CASTMESH_LOG_ERROR("castmesh-proc {}: remote actor {} failed: {}", id(), log::printable(event.child.to_string()),
+                       log::printable(event.reason.ToString(), 4096));
   }
 }
 
@@ -457,7 +457,8 @@ void ProcHost::handle_actor_down(const ProcId& peer, const std::string& payload)
   absl::StatusOr<Address> actor = absl::InvalidArgumentError("malformed ActorDown");
   if (message.ParseFromString(payload)) actor = Address::parse(message.actor());
   if (!actor.ok()) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: ignoring bad ActorDown from {} (actor '{}')", id(), peer, message.actor());
+    CASTMESH_LOG_WARN("castmesh-proc {}: ignoring bad ActorDown from {} (actor '{}')", id(), peer,
+                      log::printable(message.actor()));
     return;
   }
   {
@@ -468,8 +469,8 @@ void ProcHost::handle_actor_down(const ProcId& peer, const std::string& payload)
     if (it == monitors_sent_.end() || it->second != message.monitor_id()) return;
     monitors_sent_.erase(it);
   }
-  CASTMESH_LOG_DEBUG("castmesh-proc {}: monitored actor {} is down ({})", id(), message.actor(),
-                     message.reason_code() == 0 ? std::string("stopped") : message.reason_message());
+  CASTMESH_LOG_DEBUG("castmesh-proc {}: monitored actor {} is down ({})", id(), log::printable(message.actor()),
+                     message.reason_code() == 0 ? std::string("stopped") : log::printable(message.reason_message()));
   runtime_.report_remote_down(*actor, wire::status_from_wire(message.reason_code(), message.reason_message()),
                               message.message_type());
 }
