@@ -19,7 +19,7 @@ from ._castmesh import BackendInfo, DeviceInfo
 __version__: str = _castmesh.__version__
 
 # Actors and meshes (docs/python.md).
-from .actor import Actor, current_rank, current_size, endpoint
+from .actor import Actor, concurrent_endpoint, current_rank, current_size, endpoint
 from .errors import ActorError, CastmeshError, ProcError, SupervisionError
 from .future import Future
 from .mesh import (Accumulator, ActorMesh, Endpoint, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream,
@@ -33,7 +33,7 @@ from .tensor import Tensor, empty, from_dlpack, zeros
 
 __all__ = [
     "__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir",
-    "Actor", "endpoint", "current_rank", "current_size", "ActorError", "CastmeshError", "ProcError",
+    "Actor", "endpoint", "concurrent_endpoint", "current_rank", "current_size", "ActorError", "CastmeshError", "ProcError",
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
     "Rendezvous", "rendezvous_proc_mesh",
     "Point", "Shape", "ValueMesh",

@@ -16,12 +16,50 @@ from __future__ import annotations
 import asyncio
 import inspect
 import sys
+import struct
+import threading
 import traceback
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 from . import _context, _serial
 from .errors import ActorError, SupervisionError
 from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
+
+
+_NO_RESULT = object()
+_INT64 = range(-(2**63), 2**63)
+
+
+def reply_piece(result: Any, reply: bytes) -> bytes:
+    """A reply as a piece for the C++ reducers (python/src/py_reducers.h): an
+    exact int (not bool) within int64 or an exact float as a number the
+    relays can fold; anything else (another type, an error) as the reply."""
+    if type(result) is int and result in _INT64:
+        return b"I" + struct.pack("<q", result)
+    if type(result) is float:
+        return b"F" + struct.pack("<d", result)
+    return b"R" + reply
+
+
+def piece_values(piece: bytes, actor: str) -> List[Tuple[bool, Any]]:
+    """The (ok, value | ActorError) outcomes a piece holds, in row-major
+    order of the members (a folded number counts as one value)."""
+    tag, body = piece[:1], piece[1:]
+    if tag == b"I":
+        return [(True, struct.unpack("<q", body)[0])]
+    if tag == b"F":
+        return [(True, struct.unpack("<d", body)[0])]
+    if tag == b"R":
+        return [decode_reply(body, actor)]
+    if tag == b"L":
+        out: List[Tuple[bool, Any]] = []
+        offset = 0
+        while offset < len(body):
+            (size,) = struct.unpack_from("<I", body, offset)
+            out.extend(piece_values(body[offset + 4:offset + 4 + size], actor))
+            offset += 4 + size
+        return out
+    raise ValueError(f"not a reply piece (tag {tag!r})")
 
 
 def _error_reply(error: BaseException) -> bytes:
@@ -41,6 +79,14 @@ class ActorHost:
     def __init__(self, spec: bytes, address: str, index: int) -> None:
         self._address = address
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # An actor with a concurrent endpoint runs its event loop on a thread
+        # of its own (forever, so that calls keep running between messages)
+        # and all its Python code there; this thread then waits for it.
+        self._loop_thread: Optional[threading.Thread] = None
+        self._tasks: Set["asyncio.Task[None]"] = set()
+        self._stopping = False
+        # The value of the call being answered, for reply_piece.
+        self._result: Any = _NO_RESULT
         self._instance: Any = None
         self._init_error: Optional[bytes] = None
         self._context: Optional[_context.ActorContext] = None
@@ -76,8 +122,10 @@ class ActorHost:
         cls, args, kwargs = self._pending
         self._pending = None
         _context.set_current(self._context)
+        if _has_concurrent_endpoint(cls):
+            self._start_loop_thread()
         try:
-            self._instance = cls(*args, **kwargs)
+            self._instance = self._invoke(cls, *args, **kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
             self._init_error = _error_reply(error)
             self._fail(error, "its constructor raised")
@@ -86,7 +134,20 @@ class ActorHost:
         """Runs one endpoint call; never raises (errors become the reply).
 
         ``oneway`` calls (broadcast) have no caller to raise to: their errors
-        are printed to the worker's stderr, naming the actor."""
+        are printed to the worker's stderr, naming the actor. A call named
+        ``castmesh.reduce:<op>:<endpoint>`` (an Accumulator's) is answered
+        with a piece for the C++ reducer (see :func:`reply_piece`)."""
+        from .actor import REDUCE_PREFIX
+
+        if not endpoint.startswith(REDUCE_PREFIX):
+            return self._handle(endpoint, payload, oneway)
+        _op, _, name = endpoint[len(REDUCE_PREFIX):].partition(":")
+        self._result = _NO_RESULT
+        reply = self._handle(name, payload, oneway)
+        result, self._result = self._result, _NO_RESULT
+        return reply_piece(result, reply)
+
+    def _handle(self, endpoint: str, payload: memoryview, oneway: bool) -> bytes:
         self._construct()
         if endpoint == INIT_ENDPOINT and self._init_error is None:
             return _serial.dumps(("ok", None))
@@ -105,14 +166,18 @@ class ActorHost:
         try:
             args, kwargs = _serial.loads(payload)
             descriptor = self._endpoint(endpoint)
-            port = self._response_port(kwargs, descriptor.explicit_response_port)
+            port = self._response_port(kwargs, descriptor.answers_through_port)
+            if descriptor.concurrent:
+                self._start_concurrent(descriptor, port, args, kwargs)
+                return _serial.dumps(("ok", None))
             if descriptor.explicit_response_port:
                 # It answers through `port`, now or later; nothing to reply.
-                self._run(descriptor.fn(self._instance, port, *args, **kwargs))
+                self._invoke(descriptor.fn, self._instance, port, *args, **kwargs)
                 return _serial.dumps(("ok", None))
-            result = self._run(descriptor.fn(self._instance, *args, **kwargs))
+            result = self._invoke(descriptor.fn, self._instance, *args, **kwargs)
             if port is not None:
                 port.send(result)
+            self._result = result
             return _serial.dumps(("ok", result))
         except Exception as error:  # noqa: BLE001 - every failure goes back to the caller
             reply = _error_reply(error)
@@ -140,11 +205,106 @@ class ActorHost:
         ctx = self._context
         return Port(address, None if ctx is None else ctx.point.base_rank)
 
-    def _run(self, result: Any) -> Any:
-        """The value of a sync result, or of an awaitable on the actor's loop."""
-        if inspect.isawaitable(result):
-            return self._event_loop().run_until_complete(result)
-        return result
+    def _invoke(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, awaited if it gives an awaitable: on this
+        thread (its loop runs only meanwhile), or, for an actor with a loop
+        thread, there (this thread waits), so that it interleaves with that
+        actor's concurrent calls only at ``await``. Raises what fn raises."""
+        if self._loop_thread is None:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                return self._event_loop().run_until_complete(result)
+            return result
+
+        async def body() -> Tuple[bool, Any]:
+            # BaseExceptions are carried back, not raised in the loop (a
+            # SystemExit escaping a task would end the loop's thread).
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return True, result
+            except BaseException as error:  # noqa: BLE001 - re-raised on the calling thread
+                return False, error
+
+        assert self._loop is not None
+        ok, value = asyncio.run_coroutine_threadsafe(body(), self._loop).result()
+        if ok:
+            return value
+        raise value
+
+    def _start_loop_thread(self) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        ctx = self._context
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            _context.set_current(ctx)
+            loop.call_soon(started.set)
+            loop.run_forever()
+
+        self._loop_thread = threading.Thread(target=run, name=f"castmesh-actor-loop-{self._address}", daemon=True)
+        self._loop_thread.start()
+        started.wait()
+
+    def _start_concurrent(self, descriptor: Any, port: Any, args: tuple, kwargs: dict) -> None:
+        """Starts one call of a concurrent endpoint as a task on the actor's
+        loop; tasks are created in the order calls arrive, so they start in
+        that order."""
+        assert self._loop is not None
+
+        def create() -> None:
+            task = self._loop.create_task(self._run_concurrent(descriptor, port, args, kwargs))  # type: ignore
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self._loop.call_soon_threadsafe(create)
+
+    async def _run_concurrent(self, descriptor: Any, port: Any, args: tuple, kwargs: dict) -> None:
+        from .ports import DroppingPort
+
+        try:
+            if descriptor.explicit_response_port:
+                await descriptor.fn(self._instance, port, *args, **kwargs)
+            else:
+                port.send(await descriptor.fn(self._instance, *args, **kwargs))
+        except asyncio.CancelledError as error:
+            if not descriptor.explicit_response_port:
+                why = "the actor stopped while it ran" if self._stopping else "it was cancelled"
+                port.exception(self._actor_error(error, f"{descriptor.name}() did not finish: {why}"))
+            if self._stopping:
+                return  # cancelled because the actor stops: not a failure
+            raise
+        except Exception as error:  # noqa: BLE001 - the caller's error, or the actor's failure
+            if descriptor.explicit_response_port:
+                self._fail_later(error, f"{descriptor.name}() raised without answering through its port:")
+            elif isinstance(port, DroppingPort):
+                self._report(descriptor.name, _error_reply(error))
+            else:
+                port.exception(self._actor_error(error))
+        except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
+            if not descriptor.explicit_response_port:
+                port.exception(self._actor_error(error))
+            self._fail_later(error, f"{descriptor.name}() raised")
+
+    def _actor_error(self, error: BaseException, message: Optional[str] = None) -> ActorError:
+        """What the caller of a concurrent call raises for `error` (as for
+        any endpoint: an ActorError naming the remote type and this actor)."""
+        kind = type(error)
+        text = "".join(traceback.format_exception(kind, error, error.__traceback__))
+        return ActorError(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
+                          text, self._address)
+
+    def _fail_later(self, error: BaseException, what: str) -> None:
+        """Fails the actor from a concurrent call: records why, then sends the
+        actor a no-op message, after which the C++ host sees the failure."""
+        from . import _castmesh
+
+        print(f"castmesh: actor {self._address}: {what} {type(error).__qualname__}: {error}",
+              file=sys.stderr, flush=True)
+        self._fail(error, what)
+        _castmesh.ActorRef.from_address(self._address).tell(INIT_ENDPOINT, b"")
 
     def _fail(self, error: BaseException, what: str) -> None:
         self._failure_exception = error
@@ -157,7 +317,7 @@ class ActorHost:
         failure = _serial.loads(payload)
         hook = getattr(self._instance, "__supervise__", None)
         try:
-            handled = bool(self._run(hook(failure))) if hook is not None else False
+            handled = bool(self._invoke(hook, failure)) if hook is not None else False
         except BaseException as error:  # noqa: BLE001 - a failing hook leaves it unhandled
             print(f"castmesh: actor {self._address}: __supervise__ raised {type(error).__qualname__}: {error}",
                   file=sys.stderr, flush=True)
@@ -205,14 +365,26 @@ class ActorHost:
     def close(self) -> None:
         """The actor stopped: run its ``__cleanup__(exc)``, close its loop and
         flush output. A cleanup that raises is reported on stderr."""
+        if self._loop_thread is not None:
+            self._stopping = True
+            try:
+                self._invoke(self._cancel_tasks)
+            except BaseException as error:  # noqa: BLE001 - the actor is stopping anyway
+                print(f"castmesh: actor {self._address}: cancelling its concurrent calls raised "
+                      f"{type(error).__qualname__}: {error}", file=sys.stderr, flush=True)
         cleanup = getattr(self._instance, "__cleanup__", None) if self._instance is not None else None
         if cleanup is not None:
             _context.set_current(self._context)
             try:
-                self._run(cleanup(self._failure_exception))
+                self._invoke(cleanup, self._failure_exception)
             except BaseException as error:  # noqa: BLE001 - the actor is stopping anyway
                 print(f"castmesh: actor {self._address}: __cleanup__ raised {type(error).__qualname__}: {error}",
                       file=sys.stderr, flush=True)
+        if self._loop_thread is not None:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop_thread.join()
+            self._loop_thread = None
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -222,6 +394,23 @@ class ActorHost:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
+
+
+    async def _cancel_tasks(self) -> None:
+        """Cancels the concurrent calls still running and waits for them
+        (including ones they started meanwhile)."""
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _has_concurrent_endpoint(cls: type) -> bool:
+    from .actor import EndpointDescriptor
+
+    return any(isinstance(attr, EndpointDescriptor) and attr.concurrent
+               for klass in cls.__mro__ for attr in vars(klass).values())
 
 
 def decode_reply(data: bytes, actor: str) -> Tuple[bool, Any]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from typing import Any, Callable, Dict, Generic, Optional, TypeVar, overload
 
 from . import _context
 from .shape import Point
 
-__all__ = ["Actor", "endpoint", "EndpointDescriptor", "current_rank", "current_size"]
+__all__ = ["Actor", "endpoint", "concurrent_endpoint", "EndpointDescriptor", "current_rank", "current_size"]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,6 +19,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 # answer returned, or sent through an explicit response port).
 AS_ENDPOINT = "castmesh.as_endpoint:"
 AS_ENDPOINT_WITH_PORT = "castmesh.as_endpoint_port:"
+# How an Accumulator's call asks for its reply as a piece for the C++
+# reducer <op> ("castmesh.reduce:<op>:<endpoint>"; python/src/py_reducers.h).
+REDUCE_PREFIX = "castmesh.reduce:"
 
 
 class Actor:
@@ -38,13 +42,23 @@ class EndpointDescriptor(Generic[R]):
     (``self.incr(...)``) it is the plain method.
     """
 
-    def __init__(self, fn: Callable[..., R], explicit_response_port: bool = False) -> None:
+    def __init__(self, fn: Callable[..., R], explicit_response_port: bool = False, concurrent: bool = False) -> None:
         self.fn = fn
         self.name = fn.__name__
         # The method takes the caller's response port after self and answers
         # through it (castmesh.ports); its return value is ignored.
         self.explicit_response_port = explicit_response_port
+        # concurrent_endpoint: each call runs as a task on the actor's event
+        # loop and the actor takes its next message at once.
+        self.concurrent = concurrent
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    @property
+    def answers_through_port(self) -> bool:
+        """True when callers get the answer through a response port rather
+        than the call's reply (explicit-response and concurrent endpoints:
+        their reply only says the call was taken)."""
+        return self.explicit_response_port or self.concurrent
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -84,6 +98,44 @@ def endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: b
     if fn is None:
         return lambda method: EndpointDescriptor(method, explicit_response_port)
     return EndpointDescriptor(fn, explicit_response_port)
+
+
+def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: bool = False,
+                        propagate: Any = None, instrument: bool = True) -> Any:
+    """Marks an ``async def`` actor method as an endpoint whose calls may
+    interleave (Monarch's ``concurrent_endpoint``; options as :func:`endpoint`).
+
+    Each call runs as a task on the actor's event loop and the actor takes
+    its next message at once, so while one call awaits, other calls (of
+    this or any other endpoint) run. Calls from one sender start in the order
+    sent; each runs up to its first ``await`` before the next one starts.
+    An actor with a concurrent endpoint runs all its Python code (the
+    constructor, every endpoint, ``__supervise__``, ``__cleanup__``) on that
+    loop's thread, so calls interleave only at ``await``.
+
+    An ``Exception`` raised by the method goes to the caller (as
+    :class:`castmesh.ActorError`) and the actor keeps running; with
+    ``explicit_response_port=True`` the method must forward errors itself
+    (``port.exception(e)``), and one it lets escape fails the actor, as does
+    a ``BaseException`` that is not an ``Exception``. Calls still running
+    when the actor stops are cancelled and awaited before its
+    ``__cleanup__`` runs. ``instrument`` is accepted for Monarch
+    compatibility (castmesh has no per-endpoint telemetry). Raises
+    ValueError for a method that is not ``async def``.
+    """
+    del instrument
+    if propagate is not None:
+        raise NotImplementedError("concurrent_endpoint(propagate=...) is not supported by castmesh")
+
+    def wrap(method: Callable[..., R]) -> EndpointDescriptor[R]:
+        if isinstance(method, EndpointDescriptor):
+            raise ValueError("concurrent_endpoint does not wrap @endpoint; pass endpoint options to "
+                             "@concurrent_endpoint")
+        if not inspect.iscoroutinefunction(method):
+            raise ValueError(f"concurrent_endpoint can only wrap async endpoints, {method!r} is not 'async def'")
+        return EndpointDescriptor(method, explicit_response_port, concurrent=True)
+
+    return wrap if fn is None else wrap(fn)
 
 
 def current_rank() -> Point:

@@ -11,18 +11,19 @@ Adverbs (on every endpoint of an :class:`ActorMesh`):
   * ``call_one(*a, **kw)``  -> Future[value]: the mesh must hold one actor
   * ``broadcast(*a, **kw)`` -> None: every actor, no reply (fire and forget)
   * ``choose(*a, **kw)``    -> Future[value]: one actor, chosen round-robin
-  * ``stream(*a, **kw)``    -> ResultStream: values in the order they arrive
-                               (``for`` or ``async for``)
+  * ``stream(*a, **kw)``    -> ResultStream: one Future per actor, in the
+                               order the results arrive (``.values()``: the values)
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import builtins
 import inspect
 import itertools
+import operator
 import os
-import queue
 import sys
 import threading
 import warnings
@@ -113,7 +114,7 @@ class EndpointRef(Generic[R]):
         # @endpoint(explicit_response_port=True): answers come through a port.
         if explicit is None:
             attr = inspect.getattr_static(mesh._cls, name, None)
-            explicit = bool(getattr(attr, "explicit_response_port", False))
+            explicit = bool(getattr(attr, "answers_through_port", False))
         self._explicit = explicit
 
     def _payload(self, args: tuple, kwargs: dict) -> bytes:
@@ -215,50 +216,56 @@ class EndpointRef(Generic[R]):
         return _call_future(ref, self._name, self._payload(args, kwargs))
 
     def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> "ResultStream[R]":
-        """Calls every actor now and gives the results as they arrive (not in
-        mesh order): iterate it (``for v in ep.stream()``) or, inside asyncio,
-        ``async for v in ep.stream()``. ``timeout`` bounds the wait for each
-        next result (``TimeoutError``)."""
+        """Calls every actor now and gives one :class:`Future` per actor, in
+        the order the results arrive (Monarch's ``stream``): the k-th future
+        yielded holds the k-th result to arrive (``.get()`` or ``await``).
+        Iterating does not wait; the futures do. ``ResultStream.values()``
+        gives the values themselves (``for`` or ``async for``). ``timeout``
+        bounds the wait for each next result: past it, the futures of the
+        results still missing raise ``TimeoutError``."""
         if self._explicit:
             receiver, payload = self._with_port(args, kwargs)
-            return ResultStream(self._port_results(self._call(payload), receiver, timeout))
+            return ResultStream(len(self._mesh), self._port_results(self._call(payload), receiver), timeout)
         payload = self._payload(args, kwargs)
         refs = self._mesh._ordered_refs()
         cmesh = self._mesh._cmesh
         if cmesh is not None:
-            return ResultStream(self._tree_results(cmesh.stream(self._name, payload), refs, timeout))
+            impl_refs = self._mesh._refs_in_cmesh_order()
+            return ResultStream(len(refs), self._tree_results(cmesh.stream(self._name, payload), impl_refs), timeout)
         futures = [_call_future(ref, self._name, payload) for ref in refs]
-        return ResultStream(self._arrival_order(futures, timeout))
+        return ResultStream.of_futures(futures, timeout)
 
-    def _port_results(self, handled: Future[Any], receiver: Any, timeout: Optional[float]) -> Iterator[R]:
-        handled.get(timeout)  # every handler took the call (or the error is raised)
-        for _ in range(len(self._mesh)):
-            yield receiver.recv().get(timeout)
+    def _port_results(self, handled: Future[Any], receiver: Any) -> Callable[[Optional[float]], Any]:
+        """next(timeout) -> (ok, value) of each explicit-response answer."""
+        state = {"handled": False}
 
-    def _tree_results(self, stream: Any, refs: List[Any], timeout: Optional[float]) -> Iterator[R]:
-        for _ in range(len(refs)):
+        def next_result(timeout: Optional[float]) -> Tuple[bool, Any]:
+            if not state["handled"]:
+                handled.get(timeout)  # every handler took the call (or its error is raised)
+                state["handled"] = True
+            try:
+                return True, receiver.recv().get(timeout)
+            except TimeoutError:
+                raise
+            except Exception as error:  # noqa: BLE001 - that member's answer was an error
+                return False, error
+
+        return next_result
+
+    def _tree_results(self, stream: Any, refs: List[Any]) -> Callable[[Optional[float]], Any]:
+        """next(timeout) -> (ok, value) of each reply of a C++ mesh stream."""
+
+        def next_result(timeout: Optional[float]) -> Tuple[bool, Any]:
             kind, position, data = stream.next(-1.0 if timeout is None else timeout)
             if kind == "timeout":
                 raise TimeoutError(f"no further result of {self._name}() within {timeout} s")
             if kind == "end":
-                return
+                raise ProcError(f"stream {self._name}() to {self._mesh!r} ended early")
             if kind == "error":
                 raise ProcError(f"stream {self._name}() to {self._mesh!r} failed: {data}")
-            ok, value = decode_reply(data, refs[position].address)
-            if not ok:
-                raise value
-            yield value
+            return decode_reply(data, refs[position].address)
 
-    def _arrival_order(self, futures: List[Future[Any]], timeout: Optional[float]) -> Iterator[R]:
-        arrived: "queue.SimpleQueue[int]" = queue.SimpleQueue()
-        for index, fut in enumerate(futures):
-            fut.add_done_callback(lambda _f, i=index: arrived.put(i))
-        for _ in range(len(futures)):
-            try:
-                index = arrived.get(timeout=timeout)
-            except queue.Empty:
-                raise TimeoutError(f"no further result of {self._name}() within {timeout} s") from None
-            yield futures[index].get(0)
+        return next_result
 
     def __repr__(self) -> str:
         return f"<endpoint {self._name} of {self._mesh!r}>"
@@ -300,61 +307,233 @@ def as_endpoint(method: NotAnEndpoint, *, propagate: Any = None, explicit_respon
     return EndpointRef(method._mesh, prefix + method._name, explicit_response_port)
 
 
+# Python functions an Accumulator recognises, and the C++ reducer that
+# folds their values on the way up the cast tree (python/src/py_reducers.h).
+_KNOWN_REDUCERS: Dict[Any, str] = {operator.add: "sum", builtins.min: "min", builtins.max: "max"}
+
+
 class Accumulator(Generic[R, T]):
     """Folds the results of an endpoint over a mesh (Monarch's
-    Accumulator): ``Accumulator(mesh.value, 0, lambda acc, v: acc + v)
+    Accumulator): ``Accumulator(mesh.value, 0, operator.add)
     .accumulate(*args)`` is a Future of ``combine(...combine(identity, v0)...)``
-    over every actor's result, in arrival order (so ``combine`` should not
-    care about order). The fold runs in the caller as results arrive."""
+    over every actor's result (``combine`` should not care about order:
+    castmesh folds in no particular one).
+
+    Where ``combine`` is a reducer castmesh knows (``operator.add``, the
+    builtins ``min`` and ``max``) and the mesh was spawned here, C++ relays
+    fold the numbers (exact ``int`` within int64, ``float``) on the way up
+    the cast tree, and only the folded number (plus any value of another
+    type, or error, which the caller folds with ``combine``) reaches the
+    caller; :attr:`reducer` names that C++ reducer. Otherwise every result
+    comes back and the caller folds them as they arrive. Both give the same
+    value, up to floating-point rounding (float additions in another order).
+    """
 
     def __init__(self, endpoint: EndpointRef[R], identity: T, combine: Callable[[T, R], T]) -> None:
         self._endpoint = endpoint
         self._identity = identity
         self._combine = combine
 
+    @property
+    def reducer(self) -> Optional[str]:
+        """The C++ reducer that folds in the cast tree ("sum", "min",
+        "max"), or None when the caller folds every result."""
+        try:
+            op = _KNOWN_REDUCERS.get(self._combine)
+        except TypeError:  # an unhashable callable
+            return None
+        endpoint = self._endpoint
+        if op is None or endpoint._explicit or endpoint._mesh._cmesh is None:
+            return None
+        return op
+
     def accumulate(self, *args: Any, **kwargs: Any) -> Future[T]:
         """Calls every actor now; the future gives the folded value."""
+        op = self.reducer
+        if op is not None:
+            return self._accumulate_in_tree(op, args, kwargs)
         stream = self._endpoint.stream(*args, **kwargs)
 
         def fold() -> T:
             value = self._identity
-            for result in stream:
+            for result in stream.values():
                 value = self._combine(value, result)
             return value
 
         return in_thread(fold, f"castmesh-accumulate-{self._endpoint._name}")
 
+    def _accumulate_in_tree(self, op: str, args: tuple, kwargs: dict) -> Future[T]:
+        from ._host import piece_values
+        from .actor import REDUCE_PREFIX
+
+        endpoint = self._endpoint
+        mesh = endpoint._mesh
+        name = f"{REDUCE_PREFIX}{op}:{endpoint._name}"
+        slot = mesh._cmesh.call_reduce(name, endpoint._payload(args, kwargs), op)
+
+        def wait(timeout: Optional[float]) -> T:
+            piece = _wait_slot(slot, timeout, f"a folded answer from {mesh!r}", endpoint._name, repr(mesh),
+                               mesh._token)
+            value = self._identity
+            for ok, item in piece_values(piece, repr(mesh)):
+                if not ok:
+                    raise item
+                value = self._combine(value, item)
+            return value
+
+        return Future(wait, slot.add_callback)
+
 
 class ResultStream(Generic[R]):
-    """The results of :meth:`EndpointRef.stream`, in the order they arrive.
+    """What :meth:`EndpointRef.stream` returns: one :class:`Future` per
+    member called, yielded in the order the results arrive (Monarch's
+    stream). The requests are already sent when the stream is made.
 
-    The requests are already sent when the stream is made. Iterate it once,
-    from one consumer: ``for v in s`` blocks in C++ with the GIL released;
-    ``async for v in s`` waits for each result in a worker thread of the
-    running loop (``run_in_executor``), so the loop keeps running. An actor's
-    error is raised when its result is reached; the rest can still be read.
+    ``for f in stream`` yields the futures at once (they wait, not the loop):
+    ``f.get()`` or ``await f`` gives the k-th result to arrive, or raises that
+    member's error (the other results can still be read). :meth:`values`
+    gives the values instead, for ``for`` or ``async for``.
     """
 
-    __slots__ = ("_results",)
+    __slots__ = ("_count", "_yielded", "_lock", "_cond", "_arrived", "_error", "_callbacks", "_next_result",
+                 "_timeout", "_pumping")
 
-    def __init__(self, results: Iterator[R]) -> None:
-        self._results = results
+    def __init__(self, count: int, next_result: Optional[Callable[[Optional[float]], Tuple[bool, Any]]] = None,
+                 timeout: Optional[float] = None) -> None:
+        # next_result(timeout) -> (ok, value | error): the next result to
+        # arrive, pulled by one pump thread (started at the first wait).
+        self._count = count
+        self._yielded = 0
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._arrived: List[Tuple[bool, Any]] = []
+        self._error: Optional[BaseException] = None  # the stream itself failed: the missing results raise it
+        self._callbacks: List[Tuple[int, Callable[[], None]]] = []
+        self._next_result = next_result
+        self._timeout = timeout
+        self._pumping = False
+
+    @classmethod
+    def of_futures(cls, futures: List[Future[Any]], timeout: Optional[float] = None) -> "ResultStream[Any]":
+        """A stream of the results of `futures`, in completion order."""
+        stream: ResultStream[Any] = cls(len(futures), None, timeout)
+        for fut in futures:
+            fut.add_done_callback(stream._on_future_done)
+        return stream
+
+    def _on_future_done(self, fut: Future[Any]) -> None:
+        error = fut.exception(0)
+        self._arrive((True, fut.get(0)) if error is None else (False, error))
+
+    def _arrive(self, outcome: Tuple[bool, Any]) -> None:
+        with self._cond:
+            self._arrived.append(outcome)
+            self._cond.notify_all()
+        self._fire()
+
+    def _fail(self, error: BaseException) -> None:
+        with self._cond:
+            self._error = error
+            self._cond.notify_all()
+        self._fire()
+
+    def _fire(self) -> None:
+        """Runs the callbacks of the futures whose result is now known."""
+        with self._lock:
+            ready = [cb for index, cb in self._callbacks if index < len(self._arrived) or self._error is not None]
+            self._callbacks = [(index, cb) for index, cb in self._callbacks
+                               if not (index < len(self._arrived) or self._error is not None)]
+        for cb in ready:
+            cb()
+
+    def _start_pump(self) -> None:
+        """Pulls every result of a pulled source on a daemon thread (once)."""
+        with self._lock:
+            if self._next_result is None or self._pumping:
+                return
+            self._pumping = True
+        next_result, count, timeout = self._next_result, self._count, self._timeout
+
+        def pump() -> None:
+            for _ in range(count):
+                try:
+                    outcome = next_result(timeout)
+                except BaseException as error:  # noqa: BLE001 - the missing results raise it
+                    self._fail(error)
+                    return
+                self._arrive(outcome)
+
+        threading.Thread(target=pump, name="castmesh-stream", daemon=True).start()
+
+    def _future(self, index: int) -> Future[R]:
+        """The future of the `index`-th result to arrive."""
+
+        def wait(timeout: Optional[float]) -> R:
+            self._start_pump()
+            with self._cond:
+                if not self._cond.wait_for(lambda: index < len(self._arrived) or self._error is not None, timeout):
+                    raise TimeoutError(f"result {index + 1} of {self._count} did not arrive within {timeout} s")
+                if index < len(self._arrived):
+                    ok, value = self._arrived[index]
+                else:
+                    ok, value = False, self._error
+            if ok:
+                return value
+            raise value
+
+        def on_done(cb: Callable[[], None]) -> None:
+            self._start_pump()
+            with self._lock:
+                if not (index < len(self._arrived) or self._error is not None):
+                    self._callbacks.append((index, cb))
+                    return
+            cb()
+
+        return Future(wait, on_done)
+
+    def __len__(self) -> int:
+        return self._count
 
     def __iter__(self) -> "ResultStream[R]":
         return self
 
-    def __next__(self) -> R:
-        return next(self._results)
+    def __next__(self) -> Future[R]:
+        if self._yielded >= self._count:
+            raise StopIteration
+        self._yielded += 1
+        return self._future(self._yielded - 1)
 
-    def __aiter__(self) -> "ResultStream[R]":
+    def values(self) -> "_StreamValues[R]":
+        """The results themselves, in arrival order: ``for v in
+        s.values()`` (blocks, GIL released) or ``async for v in s.values()``
+        (the loop keeps running). A member's error is raised when its result
+        is reached."""
+        return _StreamValues(self)
+
+
+class _StreamValues(Generic[R]):
+    """The values of a :class:`ResultStream` (its futures, waited for in turn)."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: ResultStream[R]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> "_StreamValues[R]":
+        return self
+
+    def __next__(self) -> R:
+        return next(self._stream).get()
+
+    def __aiter__(self) -> "_StreamValues[R]":
         return self
 
     async def __anext__(self) -> R:
-        done = object()
-        value = await asyncio.get_running_loop().run_in_executor(None, next, self._results, done)
-        if value is done:
-            raise StopAsyncIteration
-        return value
+        try:
+            fut = next(self._stream)
+        except StopIteration:
+            raise StopAsyncIteration from None
+        return await fut
 
 
 class ActorMesh(MeshShapeOps, Generic[A]):
@@ -404,6 +583,11 @@ class ActorMesh(MeshShapeOps, Generic[A]):
 
     def __len__(self) -> int:
         return len(self._shape)
+
+    def _refs_in_cmesh_order(self) -> List["_castmesh.ActorRef"]:
+        """The members in the order of the C++ mesh view (row-major over the
+        ascending ranks; the Python shape may reverse dimensions)."""
+        return [self._refs[rank] for rank in self._shape.ascending_ranks]
 
     def _ordered_refs(self) -> List["_castmesh.ActorRef"]:
         if self._ordered is None:

@@ -49,6 +49,12 @@ class Shape:
         """Base-mesh ranks of the points, in row-major order."""
         return list(self._impl.ranks())
 
+    @property
+    def ascending_ranks(self) -> List[int]:
+        """The ranks in the order of the C++ Shape behind this one (which
+        :attr:`ranks` reverses along reversed dimensions)."""
+        return list(self._impl.ranks())
+
     def select(self, **selectors: Union[int, slice, range]) -> "Shape":
         """Selects by dimension name with Python's indexing rules: an ``int``
         (negative counts from the end) drops the dimension, a ``slice`` or

@@ -41,6 +41,7 @@
 #include "core/platform/process.h"
 #include "core/proc/proc_host.h"
 #include "core/wire/handshake.h"
+#include "py_reducers.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
@@ -447,6 +448,15 @@ struct PyActorMesh {
     py::gil_scoped_release release;
     return track(mesh.call(PyCall{endpoint, std::move(payload)}));
   }
+  // A call whose replies are pieces (py_reducers.h) folded with the reducer
+  // `op` on the way up the cast tree: one piece for the whole mesh.
+  std::shared_ptr<CallFuture> call_reduce(const std::string& endpoint, std::string payload,
+                                          const std::string& op) const {
+    absl::StatusOr<Reducer<std::string>> reducer = piece_reducer(op);
+    if (!reducer.ok()) throw py::value_error(std::string(reducer.status().message()));
+    py::gil_scoped_release release;
+    return track(mesh.call(PyCall{endpoint, std::move(payload)}, *std::move(reducer)));
+  }
   // Through the cast tree like call(), so it stays ordered after casts.
   std::shared_ptr<CallFuture> call_one(const std::string& endpoint, std::string payload) const {
     py::gil_scoped_release release;
@@ -741,6 +751,8 @@ void bind_actors(py::module_& module) {
       .def("cast", &PyActorMesh::cast, py::arg("endpoint"), py::arg("payload"))
       .def("call", &PyActorMesh::call, py::arg("endpoint"), py::arg("payload"))
       .def("call_one", &PyActorMesh::call_one, py::arg("endpoint"), py::arg("payload"))
+      .def("call_reduce", &PyActorMesh::call_reduce, py::arg("endpoint"), py::arg("payload"), py::arg("op"),
+           "One reply piece folded by the C++ reducer op (sum, min, max) along the cast tree.")
       .def(
           "stream",
           [](const PyActorMesh& m, const std::string& endpoint, std::string payload) {
@@ -753,6 +765,9 @@ void bind_actors(py::module_& module) {
         py::gil_scoped_release release;
         m.mesh.stop();
       });
+
+  module.def("piece_folds", &piece_folds,
+             "How many numeric folds of reply pieces this process has done (for tests).");
 
   py::class_<PyActorRef>(module, "ActorRef", "Address of one Python actor host (castmesh.PyActorHost).")
       .def_static("from_address", &ref_from_address, py::arg("address"))

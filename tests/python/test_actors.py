@@ -17,6 +17,7 @@ import castmesh
 from castmesh import (
     Actor,
     ActorError,
+    Future,
     ProcError,
     ValueMesh,
     current_rank,
@@ -169,23 +170,32 @@ def test_choose_spreads_over_the_mesh(counters):
     assert values == [2, 2, 2, 2]
 
 
-def test_stream_yields_every_result(counters):
-    results = list(counters.where.stream())
+def test_stream_yields_a_future_per_member_in_completion_order(counters):
+    # Monarch: iterating stream() gives futures (.get() / await), one per member.
+    futures = list(counters.where.stream())
+    assert len(futures) == 4
+    assert all(isinstance(f, Future) for f in futures)
+    results = [f.get(timeout=30) for f in futures]
     assert sorted(r[0] for r in results) == [0, 1, 2, 3]
+    # The values themselves, for code written against castmesh's earlier stream.
+    assert sorted(r[0] for r in counters.where.stream().values()) == [0, 1, 2, 3]
 
 
-def test_stream_is_sent_before_it_is_read_and_works_with_async_for(counters):
+def test_stream_is_sent_before_it_is_read_and_works_with_await(counters):
     before = sum(counters.get_sync.call().get(timeout=30).values())
     pending = counters.incr.stream(1)  # sent now, read later
     after = sum(counters.get_sync.call().get(timeout=30).values())
     assert after == before + 4
-    assert len(list(pending)) == 4
+    assert len([f.get(timeout=30) for f in pending]) == 4
 
     async def main():
-        return [r async for r in counters.where.stream(timeout=30)]
+        awaited = [await f for f in counters.where.stream()]
+        iterated = [r async for r in counters.where.stream(timeout=30).values()]
+        return awaited, iterated
 
-    results = asyncio.run(main())
-    assert sorted(r[0] for r in results) == [0, 1, 2, 3]
+    awaited, iterated = asyncio.run(main())
+    assert sorted(r[0] for r in awaited) == [0, 1, 2, 3]
+    assert sorted(r[0] for r in iterated) == [0, 1, 2, 3]
 
 
 def test_futures_are_awaitable(counters):

@@ -133,7 +133,7 @@ def test_actor_mesh_flatten_rename_split(procs, faults):
     split = mesh.split(hosts=("a", "b"), a=1)
     assert split.sizes == {"a": 1, "b": 2, "gpus": 2}
     assert [pid for _, pid in split.slice(b=1).where.call().get(timeout=30).values()] == pids[2:]
-    assert sorted(pid for _, pid in renamed.where.stream(timeout=30)) == sorted(pids)
+    assert sorted(pid for _, pid in renamed.where.stream(timeout=30).values()) == sorted(pids)
     mesh.stop().get(timeout=30)
     assert faults == []
 

@@ -124,7 +124,7 @@ def test_explicit_response_port_answers_later(relays):
 def test_explicit_response_port_with_every_adverb(relays):
     assert list(relays.at_once.call(10).get(timeout=30).values()) == [10, 11]  # not the return value
     assert relays.slice(gpus=-1).at_once.call_one(5).get(timeout=30) == 6
-    assert sorted(relays.at_once.stream(1, timeout=30)) == [1, 2]
+    assert sorted(relays.at_once.stream(1, timeout=30).values()) == [1, 2]
     assert relays.at_once.choose(0).get(timeout=30) in (0, 1)
     relays.at_once.broadcast(7)  # nobody waits: the answers are dropped
     with pytest.raises(ActorError, match="cannot answer"):

@@ -188,7 +188,7 @@ def test_actor_mesh_indices_and_every_adverb_on_a_negative_slice(where):
         with pytest.raises(IndexError):
             where.slice(gpus=i)
     tail = where.slice(gpus=slice(-3, None, 2))  # gpus 1, 3
-    assert sorted(r for r, _ in tail.where.stream(timeout=30)) == [1, 3]
+    assert sorted(r for r, _ in tail.where.stream(timeout=30).values()) == [1, 3]
     assert tail.where.choose().get(timeout=30)[0] in (1, 3)
     tail.where.broadcast()
 
