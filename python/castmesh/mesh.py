@@ -92,8 +92,10 @@ def _mesh_call_future(slot: "_castmesh.MeshCallFuture", endpoint: str, mesh: "Ac
     def wait(timeout: Optional[float]) -> Any:
         data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
         refs = mesh._ordered_refs()
+        # The C++ mesh answers in ascending order; the shape may reverse it.
+        by_rank = dict(zip(mesh.shape.ascending_ranks, data))
         values = []
-        for ref, reply in zip(refs, data):
+        for ref, reply in zip(refs, (by_rank[rank] for rank in mesh.shape.ranks)):
             ok, value = decode_reply(reply, ref.address)
             if not ok:
                 raise value
@@ -613,7 +615,7 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         resolved = self._shape.resolve(selectors)
         cmesh = self._cmesh if self._cmesh_labels == self._shape.labels else None
         if cmesh is not None:
-            for name, sel in resolved:
+            for name, sel, _ in resolved:
                 if isinstance(sel, int):
                     cmesh = cmesh.select_index(name, sel)
                 else:
@@ -658,7 +660,8 @@ def _supervised(mesh: "ActorMesh[A]", refs: List["_castmesh.ActorRef"], owner: O
         ctx = _context.current()
         owner = None if ctx is None else ctx.address
     mesh._base_position = {rank: position for position, rank in enumerate(mesh.shape.ranks)}
-    mesh._token = supervision.watch(mesh.name, mesh.shape, refs, owner)
+    # In the shape's row-major order (refs come in the C++ mesh's ascending one).
+    mesh._token = supervision.watch(mesh.name, mesh.shape, mesh._ordered_refs(), owner)
     # Now that failures are watched, the constructors may run.
     for ref in refs:
         ref.tell(supervision.INIT_ENDPOINT, b"")
@@ -736,7 +739,8 @@ class ProcMesh(MeshShapeOps):
         (in the controller that started them)."""
         if self._impl is None:
             raise ProcError("the pids of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
-        return list(self._impl.pids)
+        by_rank = dict(zip(self._shape.ascending_ranks, self._impl.pids))
+        return [by_rank[rank] for rank in self._shape.ranks]
 
     def slice(self, **selectors: Union[int, slice, range]) -> "ProcMesh":
         """Some of the procs, with Python's indexing rules (as
@@ -746,10 +750,13 @@ class ProcMesh(MeshShapeOps):
         if any(op[0] == "shape" for op in self._ops):
             raise ValueError(f"cannot slice the reshaped proc mesh {self._shape}: slice it before flatten, "
                              f"rename or split")
-        resolved = self._shape.resolve(selectors)
+        return self._select(self._shape.resolve(selectors))
+
+    def _select(self, resolved: List[Any]) -> "ProcMesh":
+        """The slice of `resolved` selectors (Shape.resolve of this mesh's shape)."""
         impl = self._impl
         if impl is not None:
-            for name, sel in resolved:
+            for name, sel, _ in resolved:
                 impl = impl.select_index(name, sel) if isinstance(sel, int) else impl.select_range(name, *sel)
         return ProcMesh(impl, self._shape.apply(resolved), self._root or self,
                         self._ops + (("select", tuple(resolved)),), self._remote)
@@ -789,7 +796,9 @@ class ProcMesh(MeshShapeOps):
         the actor or code running this)."""
         if self._is_stopped():
             raise ProcError("spawn on a stopped proc mesh", "FAILED_PRECONDITION")
-        shape = Shape(self._shape.sizes)
+        # Numbered 0..n-1 in the order of the C++ proc mesh (ascending), as
+        # its actor mesh is; reversed where this slice is.
+        shape = Shape._of(Shape(self._shape.sizes)._impl, self._shape._flips)
         spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks, self)
         try:
             cmesh = self._impl.spawn_mesh(name, spec, list(shape.sizes.items()))
@@ -983,14 +992,8 @@ def _rebuild_proc_mesh(remote: Tuple[str, str], ops: Tuple[Any, ...], shape: Sha
         return ProcMesh(None, shape, None, ops, remote)
     mesh = root
     for kind, what in ops:
-        mesh = mesh.slice(**{name: _as_selector(sel) for name, sel in what}) if kind == "select" \
-            else mesh._with_shape(what)
+        mesh = mesh._select(list(what)) if kind == "select" else mesh._with_shape(what)
     return mesh
-
-
-def _as_selector(sel: Any) -> Any:
-    """A selector resolved by Shape.resolve, as slice() takes it again."""
-    return sel if isinstance(sel, int) else slice(*sel)
 
 
 def this_host() -> HostMesh:

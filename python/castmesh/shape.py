@@ -6,6 +6,7 @@ The shape algebra is castmesh's C++ ``Shape``/``Slice`` (bound in
 
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Any, Dict, Generic, Iterator, List, Mapping, Sequence, Tuple, TypeVar, Union
 
@@ -21,15 +22,36 @@ class Shape:
 
     Immutable. ``select(gpus=1)`` drops the dimension, ``select(gpus=slice(0, 2))``
     keeps it; ranks of a selection are still the ranks of the base mesh.
+
+    A selection with a negative step (``gpus=slice(None, None, -1)``)
+    reverses that dimension, as Python does. The C++ ``Shape``/``Slice``
+    behind this one has non-negative strides only (it cannot hold a reversed
+    order), so a reversed dimension is recorded here, over the C++ shape of
+    the same ranks in ascending order: :attr:`ranks` and :meth:`point` give
+    the reversed order, :attr:`ascending_ranks` the C++ one.
     """
 
-    __slots__ = ("_impl",)
+    __slots__ = ("_impl", "_flips")
 
     def __init__(self, dims: Union[Mapping[str, int], "_castmesh.Shape"]) -> None:
         if isinstance(dims, _castmesh.Shape):
             self._impl = dims
         else:
             self._impl = _castmesh.Shape(list(dims.items()))
+        # Per dimension: True when its order is reversed (only on sizes > 1).
+        self._flips: Tuple[bool, ...] = (False,) * len(self._impl.labels)
+
+    @classmethod
+    def _of(cls, impl: "_castmesh.Shape", flips: Sequence[bool]) -> "Shape":
+        """A shape over `impl` (ascending) with these dimensions reversed."""
+        shape = cls(impl)
+        shape._flips = tuple(bool(f) and size > 1 for f, size in zip(flips, impl.sizes))
+        return shape
+
+    @property
+    def reversed_dims(self) -> List[str]:
+        """The dimensions whose order is reversed (by a negative step)."""
+        return [label for label, flip in zip(self._impl.labels, self._flips) if flip]
 
     @property
     def labels(self) -> List[str]:
@@ -47,7 +69,9 @@ class Shape:
     @property
     def ranks(self) -> List[int]:
         """Base-mesh ranks of the points, in row-major order."""
-        return list(self._impl.ranks())
+        if not any(self._flips):
+            return list(self._impl.ranks())
+        return [self._rank_at(coords) for coords in itertools.product(*(range(n) for n in self._impl.sizes))]
 
     @property
     def ascending_ranks(self) -> List[int]:
@@ -55,43 +79,72 @@ class Shape:
         :attr:`ranks` reverses along reversed dimensions)."""
         return list(self._impl.ranks())
 
+    def _rank_at(self, coords: Sequence[int]) -> int:
+        """The base rank at these coordinates of this (possibly reversed) view."""
+        impl = self._impl
+        rank = impl.offset
+        for c, n, stride, flip in zip(coords, impl.sizes, impl.strides, self._flips):
+            rank += (n - 1 - c if flip else c) * stride
+        return rank
+
     def select(self, **selectors: Union[int, slice, range]) -> "Shape":
         """Selects by dimension name with Python's indexing rules: an ``int``
         (negative counts from the end) drops the dimension, a ``slice`` or
-        ``range`` keeps the indices ``range(size)[s]``. Raises KeyError for an
+        ``range`` keeps the indices ``range(size)[s]``, in that order (a
+        negative step reverses the dimension). Raises KeyError for an
         unknown dimension, IndexError for an index out of range, ValueError
-        for a selection that is empty or would reverse the order (a negative
-        step selecting two or more indices), TypeError for anything else."""
+        for a selection that is empty, TypeError for anything else."""
         return self.apply(self.resolve(selectors))
 
-    def apply(self, resolved: Sequence[Tuple[str, Union[int, Tuple[int, int, int]]]]) -> "Shape":
+    def apply(self, resolved: Sequence[Tuple[str, Union[int, Tuple[int, int, int]], bool]]) -> "Shape":
         """Applies selectors already normalised by :meth:`resolve`."""
         impl = self._impl
-        for name, sel in resolved:
+        flips = dict(zip(impl.labels, self._flips))
+        for name, sel, flip in resolved:
             if isinstance(sel, int):
                 impl = impl.select_index(name, sel)
+                flips.pop(name)
             else:
                 impl = impl.select_range(name, *sel)
-        return Shape(impl)
+                flips[name] = flip
+        return Shape._of(impl, [flips[label] for label in impl.labels])
 
-    def resolve(self, selectors: Mapping[str, Any]) -> List[Tuple[str, Union[int, Tuple[int, int, int]]]]:
-        """Each selector normalised against its dimension's size: a
+    def resolve(self, selectors: Mapping[str, Any]) -> List[Tuple[str, Union[int, Tuple[int, int, int]], bool]]:
+        """Each selector as what the C++ Shape/Slice take (over the ranks in
+        ascending order) plus whether the dimension is then reversed: a
         non-negative index, or ``(start, stop, step)`` with ``0 <= start <
-        stop <= size`` and ``step >= 1``, selecting exactly ``range(size)[s]``
-        (what the C++ Shape/Slice take). Raises as :meth:`select`."""
+        stop <= size`` and ``step >= 1``; together they select exactly
+        ``range(size)[s]`` of this view, in that order. Raises as
+        :meth:`select`."""
         sizes = self.sizes
-        resolved: List[Tuple[str, Union[int, Tuple[int, int, int]]]] = []
+        flips = dict(zip(self._impl.labels, self._flips))
+        resolved: List[Tuple[str, Union[int, Tuple[int, int, int]], bool]] = []
         for name, sel in selectors.items():
             if name not in sizes:
                 raise KeyError(f"unknown dimension {name!r} (dimensions: {', '.join(sizes) or 'none'})")
-            resolved.append((name, normalize_selector(name, sel, sizes[name])))
+            size = sizes[name]
+            picked = normalize_selector(name, sel, size)
+            if isinstance(picked, int):
+                resolved.append((name, size - 1 - picked if flips[name] else picked, False))
+                continue
+            if flips[name]:  # view index i is index size-1-i of the ascending order
+                picked = range(size - 1 - picked.start, size - 1 - picked.stop, -picked.step)
+            first, last = (picked[0], picked[-1]) if picked.step > 0 else (picked[-1], picked[0])
+            step = abs(picked.step) if len(picked) > 1 else 1
+            resolved.append((name, (first, last + 1, step), picked.step < 0 and len(picked) > 1))
         return resolved
 
     def flatten(self, name: str) -> "Shape":
         """All points as one dimension ``name`` (same ranks, same order).
         ValueError when the ranks cannot be viewed so without copying (e.g.
-        a slice with a step on an inner dimension)."""
-        return Shape(self._impl.reshape([(name, len(self))]))
+        a slice with a step on an inner dimension, or a shape reversed along
+        some of its dimensions but not all)."""
+        flips = [flip for flip, size in zip(self._flips, self._impl.sizes) if size > 1]
+        if any(flips) and not all(flips):
+            raise ValueError(f"cannot flatten {self}: it is reversed along {self.reversed_dims} only, so its "
+                             f"order is not one strided run of ranks (slice with positive steps, flatten, then "
+                             f"reverse the flattened dimension)")
+        return Shape._of(self._impl.reshape([(name, len(self))]), [any(flips)])
 
     def rename(self, **names: str) -> "Shape":
         """Renames dimensions (``rename(hosts="dp", gpus="tp")``); the others
@@ -103,7 +156,7 @@ class Shape:
                 raise ValueError(f"the new name of {old!r} must be a string, not {new!r}")
         labels = [names.get(label, label) for label in self.labels]
         impl = self._impl
-        return Shape(_castmesh.Shape.from_slice(labels, impl.offset, impl.sizes, impl.strides))
+        return Shape._of(_castmesh.Shape.from_slice(labels, impl.offset, impl.sizes, impl.strides), self._flips)
 
     def split(self, **kwargs: Any) -> "Shape":
         """Splits dimensions into several (Monarch's ``split``): an existing
@@ -124,6 +177,8 @@ class Shape:
                 raise ValueError(f"{key!r} is not a dimension; as a new dimension its size must be a positive int, "
                                  f"not {value!r}")
         dims: List[Tuple[str, int]] = []
+        flips: List[bool] = []
+        flipped = dict(zip(self._impl.labels, self._flips))
         for label, size in self.sizes.items():
             names = splits.get(label, (label,))
             known = 1
@@ -143,9 +198,11 @@ class Shape:
                                  f"{[sizes_of[n] for n in names]}")
             for n in names:
                 dims.append((n, sizes_of.pop(n) if n in sizes_of else size))
+                # The parts of a reversed dimension are each reversed.
+                flips.append(flipped[label])
         if sizes_of:
             raise ValueError(f"sizes given for dimensions no split produces: {sorted(sizes_of)}")
-        return Shape(self._impl.reshape(dims))
+        return Shape._of(self._impl.reshape(dims), flips)
 
     def size(self, dim: Union[None, str, Sequence[str]] = None) -> int:
         """The number of points (``dim=None``), or the product of the sizes
@@ -168,7 +225,9 @@ class Shape:
 
     def point(self, position: int) -> "Point":
         """The point at a row-major position (0 .. len-1)."""
-        coords, rank = self._impl.point_at(position)
+        coords, rank = self._impl.point_at(position)  # (also checks the position)
+        if any(self._flips):
+            rank = self._rank_at(coords)
         return Point(position, dict(zip(self._impl.labels, coords)), rank)
 
     def points(self) -> Iterator["Point"]:
@@ -193,16 +252,18 @@ class Shape:
         return position
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Shape) and self._impl == other._impl
+        return isinstance(other, Shape) and self._impl == other._impl and self._flips == other._flips
 
     def __hash__(self) -> int:
-        return hash(str(self._impl))
+        return hash((str(self._impl), self._flips))
 
     def __repr__(self) -> str:
-        return f"Shape({self._impl})"
+        reversed_dims = self.reversed_dims
+        return f"Shape({self._impl}" + (f", reversed: {', '.join(reversed_dims)})" if reversed_dims else ")")
 
     def __reduce__(self):
-        return (_shape_from_state, (self._impl.labels, self._impl.offset, self._impl.sizes, self._impl.strides))
+        return (_shape_from_state,
+                (self._impl.labels, self._impl.offset, self._impl.sizes, self._impl.strides, self._flips))
 
 
 class IndexOutOfRange(IndexError, ValueError):
@@ -210,24 +271,17 @@ class IndexOutOfRange(IndexError, ValueError):
     (and Monarch), and a ValueError as castmesh raised before."""
 
 
-def normalize_selector(name: str, sel: Any, size: int) -> Union[int, Tuple[int, int, int]]:
+def normalize_selector(name: str, sel: Any, size: int) -> Union[int, range]:
     """One selector for a dimension `name` of `size` indices, with Python's
-    rules (see :meth:`Shape.resolve`)."""
+    rules: a non-negative index, or the non-empty ``range(size)[s]`` of a
+    slice (or range) ``s``. Raises as :meth:`Shape.select`."""
     if isinstance(sel, bool):
         raise TypeError(f"selector for {name!r} must be an int, slice or range, not bool")
     if isinstance(sel, (slice, range)):
-        start, stop, step = (sel if isinstance(sel, slice) else slice(sel.start, sel.stop, sel.step)).indices(size)
-        picked = range(start, stop, step)
+        picked = range(size)[sel if isinstance(sel, slice) else slice(sel.start, sel.stop, sel.step)]
         if len(picked) == 0:
             raise ValueError(f"{_show(sel)} selects nothing from dimension {name!r} of size {size}")
-        if step < 0:
-            if len(picked) > 1:
-                raise ValueError(
-                    f"{_show(sel)} on dimension {name!r} would reverse the mesh's order (a negative step); "
-                    f"a mesh view keeps its members in ascending order: use a positive step")
-            return (picked[0], picked[0] + 1, 1)
-        # A step past the end selects one index; keep it small for the C++ side.
-        return (picked[0], picked[-1] + 1, min(step, size))
+        return picked
     try:
         index = operator.index(sel)
     except TypeError:
@@ -244,8 +298,10 @@ def _show(sel: Any) -> str:
     return repr(sel)
 
 
-def _shape_from_state(labels: Sequence[str], offset: int, sizes: Sequence[int], strides: Sequence[int]) -> Shape:
-    return Shape(_castmesh.Shape.from_slice(list(labels), offset, list(sizes), list(strides)))
+def _shape_from_state(labels: Sequence[str], offset: int, sizes: Sequence[int], strides: Sequence[int],
+                      flips: Sequence[bool] = ()) -> Shape:
+    impl = _castmesh.Shape.from_slice(list(labels), offset, list(sizes), list(strides))
+    return Shape._of(impl, list(flips) or [False] * len(labels))
 
 
 class Extent(Mapping[str, int]):
