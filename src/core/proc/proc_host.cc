@@ -154,7 +154,8 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
       [raw](const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
         raw->on_message(peer, std::move(envelope), std::move(payload));
       },
-      [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); });
+      [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); },
+      [raw](const std::string& peer, const wire::v1::Envelope& envelope) { return raw->payload_sink(peer, envelope); });
   if (!endpoint.ok()) return endpoint.status();
   host->endpoint_ = std::move(*endpoint);
   host->id_ = host->endpoint_->id();
@@ -272,6 +273,27 @@ absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_nam
 void ProcHost::on_data(const std::string& type_name, DataHandler handler) {
   std::lock_guard lock(mu_);
   data_handlers_[type_name] = std::move(handler);
+}
+
+void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provider) {
+  std::lock_guard lock(mu_);
+  data_sinks_[type_name] = std::move(provider);
+}
+
+std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer,
+                                                               const wire::v1::Envelope& envelope) {
+  if (!ready_.load(std::memory_order_acquire) || envelope.kind() != v1::Envelope::KIND_CONTROL ||
+      (envelope.flags() & kDataFlag) == 0) {
+    return nullptr;
+  }
+  DataSinkProvider provider;
+  {
+    std::lock_guard lock(mu_);
+    auto it = data_sinks_.find(envelope.message_type());
+    if (it == data_sinks_.end()) return nullptr;
+    provider = it->second;
+  }
+  return provider(peer, envelope.data_header(), envelope.payload_size());
 }
 
 std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {

@@ -69,6 +69,12 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // Receives a data message (send_data) on the I/O thread: the sender's
   // header bytes and the raw body (shared, not copied). Must not block.
   using DataHandler = std::function<void(const ProcId& peer, const std::string& header, wire::Payload payload)>;
+  // Asked on the I/O thread for a data message whose payload (`size` bytes)
+  // has not arrived yet: a sink that receives it in place (e.g. straight
+  // into a user's buffer), or nullptr for the DataHandler path. A message
+  // given a sink does not reach the DataHandler. Must not block.
+  using DataSinkProvider = std::function<std::shared_ptr<transport::PayloadSink>(
+      const ProcId& peer, const std::string& header, uint64_t size)>;
 
   // Starts the endpoint, sets runtime's proc id to its address and installs
   // the router. The runtime must outlive the host; one host per runtime.
@@ -98,6 +104,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
                          wire::Payload payload = {});
   // Handles incoming data messages of one type (see send_data).
   void on_data(const std::string& type_name, DataHandler handler);
+  // Offers sinks for the payloads of one data message type (see DataSinkProvider).
+  void on_data_sink(const std::string& type_name, DataSinkProvider provider);
   // The service registered as `name` (core/proc/proc_service.h) on this
   // host, or nullptr.
   std::shared_ptr<ProcService> service(const std::string& name) const;
@@ -134,6 +142,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   void on_peer_lost(const std::string& peer, const absl::Status& why);
   void deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
                     wire::Payload payload);
+  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer, const wire::v1::Envelope& envelope);
   void handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload);
   void handle_supervision(const ProcId& peer, const std::string& payload);
   // Remote monitors, monitoring side: sends Monitor (Router::watch) and
@@ -162,6 +171,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_;
   absl::flat_hash_map<std::string, DataHandler> data_handlers_;
+  absl::flat_hash_map<std::string, DataSinkProvider> data_sinks_;
   absl::flat_hash_map<uint64_t, PeerLostObserver> peer_lost_observers_;
   absl::flat_hash_map<uint64_t, RemoteFailureObserver> remote_failure_observers_;
   // Monitoring side: remote actor -> id of the Monitor sent for it (an

@@ -14,6 +14,7 @@
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/read_sink.h"
 #include "core/rdma/registry.h"
 
 namespace castmesh::rdma {
@@ -296,6 +297,15 @@ class RdmaService final : public proc::ProcService {
         return;
       }
       dispatch(weak, *host, *writes, peer, header, payload);
+    });
+    // Read chunks land straight in the destination (read_sink.h).
+    host.on_data_sink(kRdmaDataType, [](const ProcId& peer, const std::string& header_bytes,
+                                        uint64_t size) -> std::shared_ptr<transport::PayloadSink> {
+      v1::RdmaHeader header;
+      if (!header.ParseFromString(header_bytes) || header.kind() != v1::RdmaHeader::READ_DATA) return nullptr;
+      std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
+      if (transfer == nullptr || transfer->owner != peer) return nullptr;  // late: the handler drops it
+      return make_read_sink(std::move(transfer), header.offset(), size);
     });
     host.add_peer_lost_observer([writes = writes_](const ProcId& peer, const absl::Status& why) {
       Transfers::instance().owner_lost(peer, why);

@@ -166,10 +166,12 @@ class Connection;
 
 class Endpoint::Impl {
  public:
-  Impl(EndpointOptions options, MessageHandler on_message, PeerLostHandler on_peer_lost)
+  Impl(EndpointOptions options, MessageHandler on_message, PeerLostHandler on_peer_lost,
+       PayloadSinkProvider payload_sinks)
       : options_(std::move(options)),
         on_message_(std::move(on_message)),
         on_peer_lost_(std::move(on_peer_lost)),
+        payload_sinks_(std::move(payload_sinks)),
         heartbeat_timer_(io_),
         accept_timer_(io_) {}
   ~Impl() { shutdown(); }
@@ -188,6 +190,11 @@ class Endpoint::Impl {
   absl::Duration handshake_deadline() const;
   void on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report);
   void deliver(const std::string& peer, v1::Envelope&& envelope, wire::Payload payload);
+  // The receiver's sink for a payload not yet buffered, or nullptr.
+  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, const v1::Envelope& envelope) {
+    if (stopping() || !payload_sinks_) return nullptr;
+    return payload_sinks_(peer, envelope);
+  }
 
   const EndpointOptions& options() const { return options_; }
   asio::io_context& io() { return io_; }
@@ -207,6 +214,7 @@ class Endpoint::Impl {
   EndpointOptions options_;
   MessageHandler on_message_;
   PeerLostHandler on_peer_lost_;
+  PayloadSinkProvider payload_sinks_;
   std::string id_;
   std::string local_name_;       // registered local: name, if any
   std::string unix_path_;        // filesystem socket to unlink at shutdown, if any
@@ -558,9 +566,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
         continue;
       }
       // A payload larger than what is buffered: read the rest straight into
-      // the receiver's buffer. The size is the peer's claim (bounded by
-      // limits.max_payload_size): memory that cannot be had costs this
-      // connection, never the proc.
+      // the receiver's memory (its sink), or into a buffer of its own. The
+      // size is the peer's claim (bounded by limits.max_payload_size):
+      // memory that cannot be had costs this connection, never the proc.
+      if (envelope->kind() != v1::Envelope::KIND_HEARTBEAT && envelope->sequence() == expected_sequence_) {
+        if (std::shared_ptr<PayloadSink> sink = owner_.payload_sink(peer_, *envelope)) {
+          if (!feed_buffered(*sink, have)) {
+            sink->finish(false);
+            protocol_error(absl::InternalError("a payload sink refused the bytes it was offered"));
+            return;
+          }
+          read_into_sink(payload_size, std::move(sink), have);
+          return;
+        }
+      }
       char* writable = nullptr;
       absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(payload_size, &writable);
       if (!payload.ok()) {
@@ -594,6 +613,63 @@ class Connection : public std::enable_shared_from_this<Connection> {
           self->last_rx_ = Clock::now();
           self->read_payload(std::move(envelope), std::move(payload), writable, got + n);
         });
+  }
+
+  // Hands the payload bytes already in the read buffer (all of them belong
+  // to the payload) to `sink`. False if the sink refused some (a sink must
+  // take what is offered, into scratch memory if it wants none of it).
+  bool feed_buffered(PayloadSink& sink, std::size_t have) {
+    std::size_t fed = 0;
+    while (fed < have) {
+      const std::size_t n = sink.receive(fed, have - fed, [&](char* into, std::size_t max) {
+        std::memcpy(into, rbuf_.get() + rbegin_ + fed, max);
+        return max;
+      });
+      if (n == 0) return false;
+      fed += n;
+    }
+    rbegin_ = rend_ = 0;
+    return true;
+  }
+
+  // Reads the rest of a payload into `sink` as the socket has it: waits
+  // until readable, then one non-blocking recv() inside the sink's
+  // receive(), so the sink may hold its lock while its memory is written.
+  void read_into_sink(std::size_t size, std::shared_ptr<PayloadSink> sink, std::size_t got) {
+    if (got == size) {
+      ++expected_sequence_;  // the envelope, checked before its payload was read
+      sink->finish(true);
+      start_read();
+      return;
+    }
+    socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this(), size, sink = std::move(sink),
+                                                      got](const std::error_code& ec) mutable {
+      if (self->closed_ || ec) {
+        sink->finish(false);
+        if (!self->closed_) self->close(lost(absl::StrCat("connection to ", self->peer_), ec), true);
+        return;
+      }
+      int error = 0;
+      bool eof = false;
+      const int fd = self->socket_.native_handle();
+      const std::size_t n = sink->receive(got, std::min(size - got, kPayloadChunk), [&](char* into, std::size_t max) {
+        const ssize_t r = ::recv(fd, into, max, MSG_DONTWAIT);
+        if (r > 0) return static_cast<std::size_t>(r);
+        if (r == 0) eof = true;
+        else error = errno;
+        return std::size_t{0};
+      });
+      if (eof || (error != 0 && error != EAGAIN && error != EWOULDBLOCK && error != EINTR)) {
+        sink->finish(false);
+        self->close(lost(absl::StrCat("connection to ", self->peer_),
+                         eof ? asio::error::make_error_code(asio::error::eof)
+                             : std::error_code(error, std::generic_category())),
+                    true);
+        return;
+      }
+      if (n > 0) self->last_rx_ = Clock::now();
+      self->read_into_sink(size, std::move(sink), got + n);
+    });
   }
 
   void deliver(v1::Envelope&& envelope, wire::Payload payload) {
@@ -1088,8 +1164,10 @@ void Endpoint::Impl::deliver(const std::string& peer, v1::Envelope&& envelope, w
 // --- Endpoint ----------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::start(EndpointOptions options, MessageHandler on_message,
-                                                          PeerLostHandler on_peer_lost) {
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(on_message), std::move(on_peer_lost));
+                                                          PeerLostHandler on_peer_lost,
+                                                          PayloadSinkProvider payload_sinks) {
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(on_message), std::move(on_peer_lost),
+                                     std::move(payload_sinks));
   if (absl::Status st = impl->start(); !st.ok()) return st;
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }

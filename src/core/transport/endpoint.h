@@ -92,13 +92,37 @@ using MessageHandler =
 // called while the endpoint is being destroyed.
 using PeerLostHandler = std::function<void(const std::string& peer, const absl::Status& why)>;
 
+// Receives one large payload where its receiver wants it (e.g. straight into
+// a user's buffer) instead of in a buffer of its own. Used on the I/O thread
+// only, one call at a time.
+class PayloadSink {
+ public:
+  virtual ~PayloadSink() = default;
+  // Places up to `n` bytes at offset `offset` of the payload: calls
+  // `take(into, max)` with memory for at most `max <= n` bytes, which fills
+  // some of it from the connection and returns how many (0: none were
+  // ready). Returns what `take` returned. A sink may hold its own lock
+  // around `take`: it never blocks.
+  virtual size_t receive(size_t offset, size_t n, const std::function<size_t(char* into, size_t max)>& take) = 0;
+  // The payload is over: every byte arrived (`complete`), or the connection
+  // was lost first.
+  virtual void finish(bool complete) = 0;
+};
+// Asked on the I/O thread for an authenticated envelope whose payload is not
+// yet buffered: a sink for its payload, or nullptr (the payload then arrives
+// in its own buffer, through the MessageHandler). A sink's envelope is not
+// passed to the MessageHandler.
+using PayloadSinkProvider =
+    std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::Envelope& envelope)>;
+
 class Endpoint {
  public:
   // Binds the listener (if any), starts the I/O thread and returns the
   // endpoint. Errors: bad address, address in use, empty secret.
   static absl::StatusOr<std::unique_ptr<Endpoint>> start(EndpointOptions options,
                                                          MessageHandler on_message,
-                                                         PeerLostHandler on_peer_lost = {});
+                                                         PeerLostHandler on_peer_lost = {},
+                                                         PayloadSinkProvider payload_sinks = {});
   // Closes every connection and the listener, joins the I/O thread. Do not
   // destroy an endpoint from inside one of its own handlers.
   ~Endpoint();
