@@ -18,6 +18,7 @@
 #include "core/platform/platform.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/ibverbs_path.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/service.h"
 #include "core/rdma/transfers.h"
@@ -34,6 +35,8 @@ struct RdmaHandle {
   int64_t pid = 0;
   std::string host_identity;
   std::vector<RdmaTransport> transports;
+  uint64_t nic_address = 0;  // ibverbs: 0 when the owner registered no NIC range
+  uint32_t rkey = 0;
 };
 }  // namespace detail
 
@@ -63,36 +66,37 @@ absl::StatusOr<bool> fallback_forbidden() {
       absl::StrCat("CASTMESH_RDMA_FALLBACK is '", value, "'; it must be 'auto' (default) or 'error'"));
 }
 
-// Why ibverbs does not carry this proc's RDMA buffers, for the log and errors.
-const std::string& why_no_ibverbs() {
-  static const std::string why = [] {
-    for (const BackendInfo& backend : backends()) {
-      if (backend.name != "rdma") continue;
-      if (backend.state == BackendState::kLoaded) {
-        return absl::StrCat("the rdma backend found ", backend.devices.size(),
-                            " NIC(s), but this build's RdmaBuffer does not drive ibverbs yet (docs/rdma.md)");
-      }
-      return absl::StrCat("no RDMA NIC: ", backend.message);
-    }
-    return std::string("no RDMA NIC: the rdma backend is not installed (pip install \"castmesh[rdma]\")");
-  }();
-  return why;
+// Whether ibverbs can carry an operation of `length` bytes on `handle`.
+bool ibverbs_reaches(const detail::RdmaHandle& handle, size_t length) {
+  return length > 0 && offers(handle, RdmaTransport::kIbverbs) && handle.nic_address != 0 &&
+         rdma::IbverbsPath::instance().reachable(handle.owner);
+}
+
+// Why ibverbs does not carry operations on `handle`, for the log and errors.
+std::string why_no_ibverbs(const detail::RdmaHandle& handle) {
+  rdma::IbverbsPath& path = rdma::IbverbsPath::instance();
+  if (!path.usable()) return path.why_not();
+  if (!offers(handle, RdmaTransport::kIbverbs) || handle.nic_address == 0) {
+    return absl::StrCat("proc ", handle.owner, " registered its buffer without an RDMA NIC");
+  }
+  return path.why_unreachable(handle.owner);
 }
 
 // The transport for an operation of `length` bytes on `handle`, or why none.
 absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length) {
   absl::StatusOr<bool> forbidden = fallback_forbidden();
   if (!forbidden.ok()) return forbidden.status();
-  if (*forbidden) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(),
-                     "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));
+  if (ibverbs_reaches(handle, length)) return RdmaTransport::kIbverbs;
+  if (*forbidden && length > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(handle),
+        "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));
   }
   static std::once_flag logged;
-  std::call_once(logged, [] {
+  std::call_once(logged, [&handle] {
     CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy and the socket "
                       "transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
-                      why_no_ibverbs());
+                      why_no_ibverbs(handle));
   });
   const char* switch_text = std::getenv("CASTMESH_RDMA_SINGLE_COPY");
   const bool single_copy = (switch_text == nullptr || std::string_view(switch_text) != "0") &&
@@ -188,11 +192,14 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   transfer->bytes = bytes;
   transfer->transport = *transport;
   transfer->owner_pid = handle->pid;
+  transfer->remote_address = handle->nic_address;
+  transfer->rkey = handle->rkey;
   return start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
 }
 
-std::vector<RdmaTransport> transports_of_this_proc() {
+std::vector<RdmaTransport> transports_of_this_proc(bool nic) {
   std::vector<RdmaTransport> offered;
+  if (nic) offered.push_back(RdmaTransport::kIbverbs);
   offered.push_back(RdmaTransport::kSameProcess);
   if (CASTMESH_LINUX_FACILITIES) offered.push_back(RdmaTransport::kSingleCopy);
   offered.push_back(RdmaTransport::kSocket);
@@ -246,8 +253,22 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   if (rt == nullptr) {
     return absl::FailedPreconditionError("no castmesh runtime in this process: register RDMA buffers inside one");
   }
+  // The NIC registration (ibverbs) when this process has a NIC; without
+  // one (or when the NIC refuses the range) the buffer offers the others.
+  rdma::NicRange nic;
+  if (view.nbytes() > 0 && rdma::IbverbsPath::instance().usable()) {
+    absl::StatusOr<rdma::NicRange> registered =
+        rdma::IbverbsPath::instance().register_range(view.data(), view.nbytes(), access);
+    if (registered.ok()) {
+      nic = *std::move(registered);
+    } else {
+      CASTMESH_LOG_WARN_LIMITED("castmesh-rdma: the NIC refused to register {} ({}); this buffer is offered over "
+                                "the other transports",
+                                view.to_string(), std::string(registered.status().message()));
+    }
+  }
   std::shared_ptr<const rdma::Registration> registration =
-      rdma::Registry::instance().add(view, access, rt->proc_id());
+      rdma::Registry::instance().add(view, access, rt->proc_id(), nic.registration, nic.rkey);
   auto handle = std::make_shared<detail::RdmaHandle>();
   handle->id = registration->id;
   handle->owner = rt->proc_id();
@@ -255,7 +276,9 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   handle->access = access;
   handle->pid = ::getpid();
   handle->host_identity = platform::host_identity();
-  handle->transports = transports_of_this_proc();
+  handle->transports = transports_of_this_proc(registration->nic != nullptr);
+  handle->nic_address = registration->nic_address;
+  handle->rkey = registration->rkey;
   return RdmaBuffer(std::move(handle));
 }
 
@@ -269,6 +292,8 @@ std::string RdmaBuffer::serialize() const {
   wire.set_pid(handle_->pid);
   wire.set_host_identity(handle_->host_identity);
   for (RdmaTransport t : handle_->transports) wire.add_transports(static_cast<uint32_t>(t));
+  wire.set_nic_address(handle_->nic_address);
+  wire.set_rkey(handle_->rkey);
   return wire.SerializeAsString();
 }
 
@@ -286,6 +311,8 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
   handle->access = static_cast<RdmaAccess>(wire.access());
   handle->pid = wire.pid();
   handle->host_identity = wire.host_identity();
+  handle->nic_address = wire.nic_address();
+  handle->rkey = wire.rkey();
   for (uint32_t t : wire.transports()) {
     // Transports of a newer peer that this build does not know are skipped.
     if (t >= static_cast<uint32_t>(RdmaTransport::kIbverbs) && t <= static_cast<uint32_t>(RdmaTransport::kSocket)) {

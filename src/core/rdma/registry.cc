@@ -26,9 +26,15 @@ Registry& Registry::instance() {
   return *registry;
 }
 
-std::shared_ptr<const Registration> Registry::add(TensorView view, RdmaAccess access, ProcId owner) {
+std::shared_ptr<const Registration> Registry::add(TensorView view, RdmaAccess access, ProcId owner,
+                                                  std::shared_ptr<void> nic, uint32_t rkey) {
   auto made = std::make_shared<Registration>();
   made->base = static_cast<char*>(view.data());
+  if (nic != nullptr) {
+    made->nic = std::move(nic);
+    made->nic_address = reinterpret_cast<uint64_t>(made->base);
+    made->rkey = rkey;
+  }
   made->size = view.nbytes();
   made->view = std::move(view);
   made->access = access;

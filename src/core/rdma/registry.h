@@ -31,6 +31,11 @@ struct Registration {
   size_t size = 0;
   RdmaAccess access = RdmaAccess::kReadWrite;
   ProcId owner;
+  // The NIC registration of the range (ibverbs), or nullptr; declared after
+  // `view` so it deregisters before the memory can go.
+  std::shared_ptr<void> nic;
+  uint64_t nic_address = 0;
+  uint32_t rkey = 0;
 };
 
 // The facts an operation is checked against before any byte moves: kOutOfRange
@@ -44,8 +49,10 @@ class Registry {
   // The process's registry (leaked: I/O threads may use it during exit).
   static Registry& instance();
 
-  // Registers `view` (already validated) for `owner`.
-  std::shared_ptr<const Registration> add(TensorView view, RdmaAccess access, ProcId owner);
+  // Registers `view` (already validated) for `owner`; `nic` (may be null)
+  // is its NIC registration (rkey), kept as long as the registration lives.
+  std::shared_ptr<const Registration> add(TensorView view, RdmaAccess access, ProcId owner,
+                                          std::shared_ptr<void> nic = nullptr, uint32_t rkey = 0);
   // The live registration `id`, checked for one operation. kFailedPrecondition
   // when it was released or never registered here.
   absl::StatusOr<std::shared_ptr<const Registration>> open(uint64_t id, bool write, uint64_t offset,

@@ -14,6 +14,7 @@
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/ibverbs_path.h"
 #include "core/rdma/read_sink.h"
 #include "core/rdma/registry.h"
 
@@ -309,6 +310,7 @@ class RdmaService final : public proc::ProcService {
     });
     host.add_peer_lost_observer([writes = writes_](const ProcId& peer, const absl::Status& why) {
       Transfers::instance().owner_lost(peer, why);
+      IbverbsPath::instance().peer_lost(peer);
       Registry::instance().forget_peer(peer);
       writes->forget_peer(peer);
     });
@@ -332,6 +334,10 @@ class RdmaService final : public proc::ProcService {
         Registry::instance().release(header.buffer());
         (void)send(host, peer, header_of(v1::RdmaHeader::RELEASED, header.op()));
         return;
+      case v1::RdmaHeader::CONNECT:
+        return IbverbsPath::instance().on_connect(host, peer, header);
+      case v1::RdmaHeader::CONNECTED:
+        return IbverbsPath::instance().on_connected(peer, header);
       case v1::RdmaHeader::READ_DATA:
       case v1::RdmaHeader::WRITE_DONE:
       case v1::RdmaHeader::LEASE_GRANTED:
@@ -370,6 +376,9 @@ bool single_copy_usable() { return !cross_memory_refused.load(std::memory_order_
 void begin(const std::shared_ptr<Transfer>& transfer) {
   std::shared_ptr<proc::ProcHost> host = transfer->host.lock();
   if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
+  if (transfer->transport == RdmaTransport::kIbverbs && !transfer->release) {
+    return IbverbsPath::instance().start(transfer);
+  }
   v1::RdmaHeader first;
   if (transfer->release) {
     first = header_of(v1::RdmaHeader::RELEASE, transfer->id);

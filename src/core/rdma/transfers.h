@@ -40,6 +40,8 @@ struct Transfer {
   char* bytes = nullptr;  // local.data()
   RdmaTransport transport = RdmaTransport::kSocket;
   int64_t owner_pid = 0;  // the handle's pid: a lease must name this process
+  uint64_t remote_address = 0;  // ibverbs: the owner's NIC address of the buffer's first byte
+  uint32_t rkey = 0;            // ibverbs: the owner's remote key
   std::weak_ptr<proc::ProcHost> host;  // the proc that sends
   std::function<void(absl::StatusOr<RdmaResult>)> done;  // called once, by Transfers::finish
 

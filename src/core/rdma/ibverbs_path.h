@@ -1,0 +1,81 @@
+// The ibverbs transport of RDMA buffers: one-sided RDMA READ/WRITE through
+// the "rdma" backend's castmesh_rdma_table_v1 (docs/rdma.md).
+//
+// Process-wide. On first use it loads the backend and opens a NIC
+// (CASTMESH_RDMA_DEVICE, CASTMESH_RDMA_PORT, CASTMESH_RDMA_GID_INDEX; default:
+// the first active port, GID index 0); when a step fails it remembers why in
+// one sentence and every operation uses the other transports.
+//
+// Owner side: register_range() registers a buffer with the NIC (the handle
+// then carries its address and rkey); the NIC registration is dropped with
+// the core's Registration. Requester side: one RC endpoint per peer proc
+// this process reads or writes, connected lazily over the rdma service's
+// CONNECT / CONNECTED messages (operations queue meanwhile); the peer's side
+// of it is created when its CONNECT arrives. Reads land in a registered
+// bounce region and are copied into the destination under the transfer's
+// lock (Transfers::deliver), so a NIC that finishes after a timeout never
+// writes the destination. One poller thread per process completes
+// operations by wr_id.
+//
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "castmesh/address.h"
+#include "castmesh/rdma.h"
+#include "core/rdma/transfers.h"
+
+namespace castmesh::wire::v1 {
+class RdmaHeader;
+}
+
+namespace castmesh::proc {
+class ProcHost;
+}
+
+namespace castmesh::rdma {
+
+// A NIC registration of an owner's buffer.
+struct NicRange {
+  std::shared_ptr<void> registration;  // deregisters when the last copy goes
+  uint32_t rkey = 0;
+};
+
+class IbverbsPath {
+ public:
+  // The process's path (leaked: the poller and I/O threads may use it during exit).
+  static IbverbsPath& instance();
+
+  // Whether this process has a NIC open (opens it on first call).
+  bool usable();
+  // Why usable() is false, one sentence ("" while usable).
+  std::string why_not();
+  // False once a connection to `peer` failed: operations to it use the fallbacks.
+  bool reachable(const ProcId& peer);
+  // Why `peer` is not reachable ("" when it is).
+  std::string why_unreachable(const ProcId& peer);
+
+  // Owner side: registers [base, base+size) for remote `access`.
+  absl::StatusOr<NicRange> register_range(void* base, size_t size, RdmaAccess access);
+
+  // Requester side: starts `transfer` (transport kIbverbs, remote_address and
+  // rkey set, already tracked by Transfers); completes it through Transfers.
+  void start(const std::shared_ptr<Transfer>& transfer);
+
+  // The rdma service's CONNECT (owner side) and CONNECTED (requester side).
+  void on_connect(proc::ProcHost& host, const ProcId& peer, const wire::v1::RdmaHeader& header);
+  void on_connected(const ProcId& peer, const wire::v1::RdmaHeader& header);
+  // Proc `peer` is gone: destroys the endpoints to it (Transfers fails its operations).
+  void peer_lost(const ProcId& peer);
+
+  struct State;
+
+ private:
+  IbverbsPath();
+  State* state_;
+};
+
+}  // namespace castmesh::rdma

@@ -1,0 +1,285 @@
+// FakeNic.*: RdmaBuffer's ibverbs transport between real worker procs (this
+// binary re-executed) through the FAKE rdma plugin of this folder (the
+// backend's logic over a fake verbs provider that moves bytes between
+// processes; CTest puts it on CASTMESH_BACKEND_PATH). With a real NIC the
+// same code runs with the real plugin.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "castmesh/castmesh.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/rdma.h"
+
+namespace {
+
+using castmesh::DType;
+using castmesh::RdmaAccess;
+using castmesh::RdmaBuffer;
+using castmesh::RdmaOptions;
+using castmesh::RdmaTransport;
+using castmesh::TensorView;
+
+uint8_t pattern(size_t i, int seed) { return static_cast<uint8_t>(i * 131 + seed * 17 + (i >> 12)); }
+
+TensorView filled(size_t size, int seed) {
+  TensorView t = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
+  auto* p = static_cast<uint8_t*>(t.data());
+  for (size_t i = 0; i < size; ++i) p[i] = pattern(i, seed);
+  return t;
+}
+
+// "" when bytes [0, length) of `data` are pattern(offset + i, seed), else the first difference.
+std::string mismatch(const void* data, size_t offset, size_t length, int seed) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < length; ++i) {
+    if (p[i] != pattern(offset + i, seed)) {
+      return absl::StrCat("byte ", i, " is ", int{p[i]}, ", expected ", int{pattern(offset + i, seed)});
+    }
+  }
+  return "";
+}
+
+// Messages to the owner actors: comma-separated integers.
+struct FakeNicNumbers {
+  std::vector<int64_t> values;
+};
+absl::Status encode_numbers(const FakeNicNumbers& m, std::string* out) {
+  *out = absl::StrJoin(m.values, ",");
+  return absl::OkStatus();
+}
+absl::Status decode_numbers(std::string_view bytes, FakeNicNumbers* m) {
+  m->values.clear();
+  if (bytes.empty()) return absl::OkStatus();
+  for (absl::string_view part : absl::StrSplit(absl::string_view(bytes.data(), bytes.size()), ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v)) return absl::InvalidArgumentError("bad FakeNicNumbers");
+    m->values.push_back(v);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(FakeNicNumbers, "castmesh.test.fake_nic.Numbers", encode_numbers, decode_numbers);
+
+namespace {
+
+// {size} -> registers memory filled with pattern(seed 1); {seed, offset, length} -> "" when the
+// owner's bytes [offset, offset+length) are pattern(0.., seed), else the first difference.
+class FakeNicOwner : public castmesh::Actor {
+ public:
+  absl::StatusOr<RdmaBuffer> make(const FakeNicNumbers& m) {
+    if (m.values.size() == 1) {
+      memory_ = filled(static_cast<size_t>(m.values.at(0)), 1);
+      return RdmaBuffer::register_memory(memory_, RdmaAccess::kReadWrite);
+    }
+    return absl::InvalidArgumentError(mismatch(static_cast<char*>(memory_.data()) + m.values.at(1), 0,
+                                               static_cast<size_t>(m.values.at(2)), static_cast<int>(m.values[0])));
+  }
+  using Handlers = castmesh::Handlers<&FakeNicOwner::make>;
+
+ private:
+  TensorView memory_;
+};
+
+}  // namespace
+
+CASTMESH_REGISTER_ACTOR(FakeNicOwner);
+
+namespace {
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// Two owner procs with the fake NIC (owners_[0], owners_[1]) and one whose
+// NIC cannot be opened (owners_[2]).
+class FakeNic : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto procs = castmesh::LocalAllocator().allocate(runtime_, 2);
+    ASSERT_TRUE(procs.ok()) << procs.status();
+    nic_procs_ = *procs;
+    {
+      ScopedEnv no_nic("CASTMESH_RDMA_DEVICE", "fake_nic_absent");  // inherited by the worker only
+      auto plain = castmesh::LocalAllocator().allocate(runtime_, 1);
+      ASSERT_TRUE(plain.ok()) << plain.status();
+      plain_procs_ = *plain;
+    }
+    auto owners = nic_procs_.spawn<FakeNicOwner>("owner");
+    ASSERT_TRUE(owners.ok()) << owners.status();
+    auto plain_owner = plain_procs_.spawn<FakeNicOwner>("owner");
+    ASSERT_TRUE(plain_owner.ok()) << plain_owner.status();
+    owners_ = {owners->at(0), owners->at(1), plain_owner->at(0)};
+  }
+  void TearDown() override {
+    (void)nic_procs_.stop();
+    (void)plain_procs_.stop();
+  }
+
+  RdmaBuffer make(size_t owner, size_t size) {
+    auto made = owners_.at(owner).ask(FakeNicNumbers{{static_cast<int64_t>(size)}}).get(absl::Seconds(30));
+    EXPECT_TRUE(made.ok()) << made.status();
+    return made.ok() ? *made : RdmaBuffer();
+  }
+  std::string verify(size_t owner, int seed, size_t offset, size_t length) {
+    auto answer = owners_.at(owner)
+                      .ask(FakeNicNumbers{{seed, static_cast<int64_t>(offset), static_cast<int64_t>(length)}})
+                      .get(absl::Seconds(30));
+    return std::string(answer.status().message());
+  }
+
+  castmesh::Runtime runtime_;
+  castmesh::ProcMesh nic_procs_;
+  castmesh::ProcMesh plain_procs_;
+  std::vector<castmesh::ActorRef<FakeNicOwner>> owners_;
+};
+
+TEST_F(FakeNic, ReadsAndWritesOfSeveralSizesUseIbverbs) {
+  for (size_t size : {size_t{1}, size_t{4095}, size_t{300000}, (size_t{64} << 20) + 3}) {
+    SCOPED_TRACE(absl::StrCat("size ", size));
+    RdmaBuffer buffer = make(0, size);
+    ASSERT_TRUE(buffer.valid());
+    ASSERT_FALSE(buffer.transports().empty());
+    EXPECT_EQ(buffer.transports().front(), RdmaTransport::kIbverbs);
+    TensorView dst = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
+    auto read = buffer.read_into(dst).get(absl::Seconds(60));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->bytes, size);
+    EXPECT_EQ(read->transport, RdmaTransport::kIbverbs);
+    ASSERT_EQ(mismatch(dst.data(), 0, size, 1), "");
+    TensorView src = filled(size, 2);
+    auto wrote = buffer.write_from(src).get(absl::Seconds(60));
+    ASSERT_TRUE(wrote.ok()) << wrote.status();
+    EXPECT_EQ(wrote->transport, RdmaTransport::kIbverbs);
+    EXPECT_EQ(verify(0, 2, 0, size), "");
+    ASSERT_TRUE(buffer.release().get(absl::Seconds(30)).ok());
+  }
+}
+
+TEST_F(FakeNic, OffsetsAndBorrowedMemoryOnTwoOwners) {
+  RdmaBuffer a = make(0, 200000), b = make(1, 100000);
+  std::vector<uint8_t> borrowed(150000);
+  TensorView dst = TensorView::Contiguous(borrowed.data(), DType::kUInt8, {150000});
+  auto read = a.read_into(dst, RdmaOptions{.offset = 12345, .length = 100001}).get(absl::Seconds(30));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(mismatch(dst.data(), 12345, 100001, 1), "");
+  std::vector<uint8_t> source(70001);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = pattern(i, 5);
+  TensorView src = TensorView::Contiguous(source.data(), DType::kUInt8, {70001});
+  auto wrote = b.write_from(src, RdmaOptions{.offset = 29999}).get(absl::Seconds(30));
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  EXPECT_EQ(wrote->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(verify(1, 5, 29999, 70001), "");
+}
+
+TEST_F(FakeNic, OwnerWithoutANicFallsBack) {
+  RdmaBuffer buffer = make(2, 100000);
+  for (RdmaTransport t : buffer.transports()) EXPECT_NE(t, RdmaTransport::kIbverbs);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {100000});
+  auto read = buffer.read_into(dst).get(absl::Seconds(30));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_NE(read->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(mismatch(dst.data(), 0, 100000, 1), "");
+}
+
+TEST_F(FakeNic, ForbiddenFallbackSucceedsWithTheNicAndFailsWithout) {
+  RdmaBuffer nic = make(0, 1000), plain = make(2, 1000);
+  ScopedEnv forbid("CASTMESH_RDMA_FALLBACK", "error");
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {1000});
+  auto read = nic.read_into(dst).get(absl::Seconds(30));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->transport, RdmaTransport::kIbverbs);
+  auto refused = plain.read_into(dst).get(absl::Seconds(30));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_NE(refused.status().message().find("CASTMESH_RDMA_FALLBACK"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("without an RDMA NIC"), std::string::npos) << refused.status();
+}
+
+TEST_F(FakeNic, FailedConnectFailsTheOperationThenFallsBack) {
+  RdmaBuffer plain = make(2, 100000);
+  // The plain owner's handle as if its owner had a NIC: transports += [ibverbs]
+  // (field 7), nic_address (field 8) and rkey (field 9).
+  std::string bytes = plain.serialize() + std::string("\x38\x01\x40\x80\x20\x48\x01", 7);
+  auto forged = RdmaBuffer::deserialize(bytes);
+  ASSERT_TRUE(forged.ok()) << forged.status();
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {100000});
+  auto failed = forged->read_into(dst).get(absl::Seconds(30));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable) << failed.status();
+  EXPECT_NE(failed.status().message().find("ibverbs connection"), std::string::npos) << failed.status();
+  auto fallback = forged->read_into(dst).get(absl::Seconds(30));
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_NE(fallback->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(mismatch(dst.data(), 0, 100000, 1), "");
+}
+
+TEST_F(FakeNic, ReleaseThenUseFailsAndTheConnectionRecovers) {
+  RdmaBuffer buffer = make(0, 50000), other = make(0, 50000);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {50000});
+  ASSERT_TRUE(buffer.read_into(dst).get(absl::Seconds(30)).ok());
+  ASSERT_TRUE(buffer.release().get(absl::Seconds(30)).ok());
+  auto late = buffer.read_into(dst).get(absl::Seconds(30));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
+  EXPECT_NE(late.status().message().find("released"), std::string::npos) << late.status();
+  // The failed completion took the endpoint down; the next operation connects anew.
+  auto again = other.read_into(dst).get(absl::Seconds(30));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(mismatch(dst.data(), 0, 50000, 1), "");
+}
+
+TEST_F(FakeNic, KilledOwnerFailsPendingOperations) {
+  RdmaBuffer buffer = make(0, 300000);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {300000});
+  ASSERT_TRUE(buffer.read_into(dst).get(absl::Seconds(30)).ok());  // connected
+  ScopedEnv slow("CASTMESH_FAKE_NIC_DELAY_MS", "60000");           // the fake NIC holds the next read
+  auto pending = buffer.read_into(dst, RdmaOptions{.timeout = absl::Seconds(60)});
+  ASSERT_EQ(::kill(static_cast<pid_t>(nic_procs_.proc(0).pid), SIGKILL), 0);
+  auto result = pending.get(absl::Seconds(30));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
+}
+
+TEST_F(FakeNic, TimedOutReadWritesNoLateByte) {
+  RdmaBuffer buffer = make(0, 300000);
+  std::vector<uint8_t> memory(300000 + 2 * 4096, 0xAB);
+  TensorView dst = TensorView::Contiguous(memory.data() + 4096, DType::kUInt8, {300000});
+  {
+    ScopedEnv slow("CASTMESH_FAKE_NIC_DELAY_MS", "1000");  // the fake NIC moves the bytes after the timeout
+    auto read = buffer.read_into(dst, RdmaOptions{.timeout = absl::Milliseconds(100)}).get(absl::Seconds(30));
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded) << read.status();
+  }
+  // A later read on the same connection completes only after the held one
+  // (RC completes in order): by then the late bytes have landed, if anywhere.
+  TensorView other = TensorView::Allocate(DType::kUInt8, {300000});
+  auto after = buffer.read_into(other).get(absl::Seconds(30));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->transport, RdmaTransport::kIbverbs);
+  for (size_t i = 0; i < memory.size(); ++i) ASSERT_EQ(memory[i], 0xAB) << "byte " << i;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // worker procs never return from here
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
