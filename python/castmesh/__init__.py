@@ -33,7 +33,8 @@ from .tensor import Tensor, empty, from_dlpack, zeros
 
 __all__ = [
     "__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir",
-    "Actor", "endpoint", "concurrent_endpoint", "current_rank", "current_size", "ActorError", "CastmeshError", "ProcError",
+    "Actor", "endpoint", "concurrent_endpoint", "current_rank", "current_size",
+    "ActorError", "CastmeshError", "ProcError",
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
     "Rendezvous", "rendezvous_proc_mesh",
     "Point", "Shape", "ValueMesh",

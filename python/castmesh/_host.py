@@ -23,7 +23,27 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 from . import _context, _serial
 from .errors import ActorError, SupervisionError
+from .ports import Port
 from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
+
+
+class _AnsweringPort(Port[Any]):
+    """The response port a concurrent explicit-response call gets: it
+    remembers whether the call answered (pickles as a plain Port)."""
+
+    __slots__ = ("answered",)
+
+    def __init__(self, port: Port[Any]) -> None:
+        super().__init__(port.address, port._rank)
+        self.answered = False
+
+    def send(self, value: Any) -> None:
+        self.answered = True
+        super().send(value)
+
+    def exception(self, error: BaseException) -> None:
+        self.answered = True
+        super().exception(error)
 
 
 _NO_RESULT = object()
@@ -264,29 +284,38 @@ class ActorHost:
     async def _run_concurrent(self, descriptor: Any, port: Any, args: tuple, kwargs: dict) -> None:
         from .ports import DroppingPort
 
+        explicit = descriptor.explicit_response_port
+        if explicit and not isinstance(port, DroppingPort):
+            port = _AnsweringPort(port)
         try:
-            if descriptor.explicit_response_port:
+            if explicit:
                 await descriptor.fn(self._instance, port, *args, **kwargs)
             else:
                 port.send(await descriptor.fn(self._instance, *args, **kwargs))
         except asyncio.CancelledError as error:
-            if not descriptor.explicit_response_port:
-                why = "the actor stopped while it ran" if self._stopping else "it was cancelled"
-                port.exception(self._actor_error(error, f"{descriptor.name}() did not finish: {why}"))
+            why = "the actor stopped while it ran" if self._stopping else "it was cancelled"
+            self._tell_caller(port, self._actor_error(error, f"{descriptor.name}() did not finish: {why}"))
             if self._stopping:
                 return  # cancelled because the actor stops: not a failure
             raise
         except Exception as error:  # noqa: BLE001 - the caller's error, or the actor's failure
-            if descriptor.explicit_response_port:
+            if explicit:
+                self._tell_caller(port, self._actor_error(error))
                 self._fail_later(error, f"{descriptor.name}() raised without answering through its port:")
             elif isinstance(port, DroppingPort):
                 self._report(descriptor.name, _error_reply(error))
             else:
                 port.exception(self._actor_error(error))
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
-            if not descriptor.explicit_response_port:
-                port.exception(self._actor_error(error))
+            self._tell_caller(port, self._actor_error(error))
             self._fail_later(error, f"{descriptor.name}() raised")
+
+    @staticmethod
+    def _tell_caller(port: Any, error: ActorError) -> None:
+        """Sends `error` to a caller still waiting for an answer (not to the
+        caller of an explicit-response call that was answered already)."""
+        if not getattr(port, "answered", False):
+            port.exception(error)
 
     def _actor_error(self, error: BaseException, message: Optional[str] = None) -> ActorError:
         """What the caller of a concurrent call raises for `error` (as for

@@ -117,7 +117,8 @@ def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_respo
     :class:`castmesh.ActorError`) and the actor keeps running; with
     ``explicit_response_port=True`` the method must forward errors itself
     (``port.exception(e)``), and one it lets escape fails the actor, as does
-    a ``BaseException`` that is not an ``Exception``. Calls still running
+    a ``BaseException`` that is not an ``Exception`` (a caller still waiting
+    for the call's answer gets that error as an ActorError). Calls still running
     when the actor stops are cancelled and awaited before its
     ``__cleanup__`` runs. ``instrument`` is accepted for Monarch
     compatibility (castmesh has no per-endpoint telemetry). Raises

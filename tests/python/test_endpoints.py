@@ -195,3 +195,45 @@ def test_concurrent_endpoint_takes_only_async_methods():
         concurrent_endpoint(endpoint(method))
     with pytest.raises(NotImplementedError):
         concurrent_endpoint(propagate="cached")
+
+
+class Fragile(Actor):
+    @concurrent_endpoint
+    async def exit_now(self) -> None:
+        await asyncio.sleep(0)
+        raise SystemExit("bye")
+
+    @concurrent_endpoint(explicit_response_port=True)
+    async def forget_to_answer(self, port) -> None:
+        raise ValueError("never answered")
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["base_exception", "explicit_port_escape"])
+def test_a_concurrent_call_can_fail_its_actor(procs, faults, how):
+    import time
+
+    mesh = procs.slice(x=1).spawn(f"fragile_{how}", Fragile)
+    try:
+        if how == "base_exception":
+            with pytest.raises(ActorError, match="bye"):
+                mesh.exit_now.call_one().get(timeout=30)
+        else:
+            pending = mesh.forget_to_answer.call_one()
+        deadline = time.monotonic() + 30
+        while not faults and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(faults) == 1 and isinstance(faults[0], castmesh.MeshFailure)
+        assert ("bye" if how == "base_exception" else "never answered") in faults[0].report()
+        with pytest.raises(castmesh.SupervisionError):
+            mesh.ping.call_one().get(timeout=30)
+        if how != "base_exception":
+            # Its caller is told why no answer comes, instead of waiting forever.
+            with pytest.raises(ActorError, match="never answered"):
+                pending.get(timeout=30)
+    finally:
+        mesh.stop().get(timeout=30)
