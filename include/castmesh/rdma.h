@@ -17,8 +17,8 @@
 //                  all in flight at once (no per-chunk round trip); the
 //                  owner sends straight from the registered memory.
 //
-// (ibverbs one-sided READ/WRITE through the rdma backend is the transport
-// for NICs; see docs/rdma.md for what is wired today.)
+//   ibverbs        (tried first) both procs have an RDMA NIC: one-sided
+//                  RDMA READ/WRITE through the rdma backend (docs/rdma.md).
 //
 // CASTMESH_RDMA_FALLBACK=auto|error: `error` makes an operation that would
 // need a fallback transport fail instead (kFailedPrecondition); `auto`

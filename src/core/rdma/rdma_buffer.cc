@@ -66,9 +66,10 @@ absl::StatusOr<bool> fallback_forbidden() {
       absl::StrCat("CASTMESH_RDMA_FALLBACK is '", value, "'; it must be 'auto' (default) or 'error'"));
 }
 
-// Whether ibverbs can carry an operation of `length` bytes on `handle`.
-bool ibverbs_reaches(const detail::RdmaHandle& handle, size_t length) {
-  return length > 0 && offers(handle, RdmaTransport::kIbverbs) && handle.nic_address != 0 &&
+// Whether ibverbs can carry operations on `handle` (of any size: a 0-byte
+// READ/WRITE is a legal work request).
+bool ibverbs_reaches(const detail::RdmaHandle& handle) {
+  return offers(handle, RdmaTransport::kIbverbs) && handle.nic_address != 0 &&
          rdma::IbverbsPath::instance().reachable(handle.owner);
 }
 
@@ -86,8 +87,8 @@ std::string why_no_ibverbs(const detail::RdmaHandle& handle) {
 absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length) {
   absl::StatusOr<bool> forbidden = fallback_forbidden();
   if (!forbidden.ok()) return forbidden.status();
-  if (ibverbs_reaches(handle, length)) return RdmaTransport::kIbverbs;
-  if (*forbidden && length > 0) {
+  if (ibverbs_reaches(handle)) return RdmaTransport::kIbverbs;
+  if (*forbidden) {
     return absl::FailedPreconditionError(absl::StrCat(
         "CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(handle),
         "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));

@@ -190,6 +190,10 @@ TEST_F(FakeNic, OffsetsAndBorrowedMemoryOnTwoOwners) {
   ASSERT_TRUE(wrote.ok()) << wrote.status();
   EXPECT_EQ(wrote->transport, RdmaTransport::kIbverbs);
   EXPECT_EQ(verify(1, 5, 29999, 70001), "");
+  auto empty = a.read_into(dst, RdmaOptions{.offset = 200000, .length = 0}).get(absl::Seconds(30));
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->bytes, 0u);
+  EXPECT_EQ(empty->transport, RdmaTransport::kIbverbs);
 }
 
 TEST_F(FakeNic, OwnerWithoutANicFallsBack) {
