@@ -248,7 +248,7 @@ class EndpointRef(Generic[R]):
             try:
                 return True, receiver.recv().get(timeout)
             except TimeoutError:
-                raise
+                raise TimeoutError(f"no further result of {self._name}() within {timeout} s") from None
             except Exception as error:  # noqa: BLE001 - that member's answer was an error
                 return False, error
 

@@ -132,6 +132,14 @@ def test_stream_futures_can_be_awaited_and_carry_each_members_error(gates):
 
 
 @pytest.mark.timeout(60)
+def test_stream_timeout_fails_only_the_results_still_missing(gates):
+    futures = list(gates.answer.stream(timeout=5))
+    assert sorted(f.get(timeout=30) for f in futures[:3]) == [1, 2, 3]
+    with pytest.raises(TimeoutError, match="no further result"):
+        futures[3].get(timeout=30)  # member 0 is never released
+
+
+@pytest.mark.timeout(60)
 def test_concurrent_calls_of_one_actor_interleave(gates):
     one = gates.slice(x=2)
     first = one.meet.call_one("a")
