@@ -196,6 +196,34 @@ TEST_F(FakeNic, OffsetsAndBorrowedMemoryOnTwoOwners) {
   EXPECT_EQ(empty->transport, RdmaTransport::kIbverbs);
 }
 
+TEST_F(FakeNic, MoreOperationsThanTheSendQueueHoldsAllComplete) {
+  constexpr size_t kPart = 1000;
+  constexpr size_t kOps = 400;  // the send queue holds 128: the rest wait for completions
+  RdmaBuffer buffer = make(0, kOps * kPart);
+  std::vector<TensorView> parts;
+  std::vector<castmesh::Future<castmesh::RdmaResult>> pending;
+  for (size_t i = 0; i < kOps; ++i) {
+    if (i % 2 == 0) {
+      parts.push_back(TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(kPart)}));
+      pending.push_back(buffer.read_into(parts.back(), RdmaOptions{.offset = i * kPart}));
+    } else {
+      parts.push_back(filled(kPart, static_cast<int>(i % 7 + 3)));
+      pending.push_back(buffer.write_from(parts.back(), RdmaOptions{.offset = i * kPart}));
+    }
+  }
+  for (size_t i = 0; i < kOps; ++i) {
+    auto done = pending[i].get(absl::Seconds(60));
+    ASSERT_TRUE(done.ok()) << "op " << i << ": " << done.status();
+    EXPECT_EQ(done->transport, RdmaTransport::kIbverbs);
+    if (i % 2 == 0) {
+      ASSERT_EQ(mismatch(parts[i].data(), i * kPart, kPart, 1), "") << "op " << i;
+    }
+  }
+  for (size_t i = 1; i < kOps; i += 2) {
+    ASSERT_EQ(verify(0, static_cast<int>(i % 7 + 3), i * kPart, kPart), "") << "op " << i;
+  }
+}
+
 TEST_F(FakeNic, OwnerWithoutANicFallsBack) {
   RdmaBuffer buffer = make(2, 100000);
   for (RdmaTransport t : buffer.transports()) EXPECT_NE(t, RdmaTransport::kIbverbs);
