@@ -124,6 +124,13 @@ struct IbverbsPath::State {
 
 namespace {
 
+// A waiting operation whose connection failed while others were posted.
+Outcome connection_gone(std::shared_ptr<Transfer> transfer) {
+  std::string owner = transfer->owner;
+  return Outcome{std::move(transfer),
+                 absl::AbortedError(absl::StrCat("the ibverbs connection to proc ", owner, " failed")), nullptr};
+}
+
 void report(std::vector<Outcome>& outcomes) {
   for (Outcome& outcome : outcomes) {
     Transfer& t = *outcome.transfer;
@@ -225,7 +232,8 @@ void IbverbsPath::State::post(Pair& pair, const ProcId& peer, std::shared_ptr<Tr
   info.struct_size = sizeof info;
   castmesh_error_v1 error{};
   const uint32_t access = transfer->write ? 0 : CASTMESH_RDMA_ACCESS_LOCAL_WRITE;
-  int32_t status = table->register_memory(device, local, std::max<uint64_t>(transfer->length, 1), access, &info, &error);
+  int32_t status =
+      table->register_memory(device, local, std::max<uint64_t>(transfer->length, 1), access, &info, &error);
   if (status != CASTMESH_STATUS_OK) {
     outcomes->push_back(Outcome{std::move(transfer), status_of(status, error), nullptr});
     return;
@@ -360,7 +368,7 @@ void IbverbsPath::State::poll_loop() {
         for (auto& transfer : retry) {
           it = pairs.find(peer);
           if (it == pairs.end()) {
-            outcomes.push_back(Outcome{std::move(transfer), absl::AbortedError("the ibverbs connection failed"), nullptr});
+            outcomes.push_back(connection_gone(std::move(transfer)));
             continue;
           }
           post(*it->second, peer, std::move(transfer), &outcomes);
@@ -550,7 +558,7 @@ void IbverbsPath::on_connected(const ProcId& peer, const v1::RdmaHeader& header)
       for (auto& transfer : waiting) {
         auto found = state_->pairs.find(peer);
         if (found == state_->pairs.end()) {
-          outcomes.push_back(Outcome{std::move(transfer), absl::AbortedError("the ibverbs connection failed"), nullptr});
+          outcomes.push_back(connection_gone(std::move(transfer)));
           continue;
         }
         state_->post(*found->second, peer, std::move(transfer), &outcomes);
