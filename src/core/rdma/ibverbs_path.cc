@@ -69,10 +69,14 @@ bool is_finished(const std::shared_ptr<Transfer>& transfer) {
 }
 
 // One operation whose work requests the NIC holds.
+// One operation with its local memory registered: waiting to be posted, or
+// whose work requests the NIC holds.
 struct InFlight {
   std::shared_ptr<Transfer> transfer;
   std::unique_ptr<char[]> bounce;  // reads, and writes from memory without an owner
-  uint64_t mr = 0;                 // local registration (0: none)
+  char* local = nullptr;           // what the NIC reads or writes: the bounce region or the source
+  uint64_t mr = 0;                 // its registration
+  uint32_t lkey = 0;
 };
 
 // This process's endpoint towards one peer (it starts the operations).
@@ -83,7 +87,7 @@ struct Pair {
   uint64_t connect_id = 0;
   std::chrono::steady_clock::time_point connect_started;
   std::weak_ptr<proc::ProcHost> host;
-  std::vector<std::shared_ptr<Transfer>> waiting;  // connecting, or the send queue was full
+  std::vector<InFlight> waiting;  // connecting, or the send queue was full
   absl::flat_hash_map<uint64_t, InFlight> in_flight;  // by wr_id
 };
 
@@ -113,7 +117,9 @@ struct IbverbsPath::State {
 
   void open();
   void destroy_endpoint(uint64_t endpoint);
-  void post(Pair& pair, const ProcId& peer, std::shared_ptr<Transfer> transfer, std::vector<Outcome>* outcomes)
+  absl::StatusOr<InFlight> prepare(std::shared_ptr<Transfer> transfer);
+  void drop(InFlight& op);
+  void post(Pair& pair, const ProcId& peer, InFlight op, std::vector<Outcome>* outcomes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void fail_pair(const ProcId& peer, const absl::Status& why, bool socket_only, std::vector<Outcome>* outcomes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -204,10 +210,12 @@ void IbverbsPath::State::fail_pair(const ProcId& peer, const absl::Status& why, 
   std::unique_ptr<Pair> pair = std::move(it->second);
   pairs.erase(it);
   if (pair->endpoint != 0) destroy_endpoint(pair->endpoint);  // before any bounce region goes
-  for (auto& transfer : pair->waiting) outcomes->push_back(Outcome{std::move(transfer), why, nullptr});
+  for (InFlight& op : pair->waiting) {
+    drop(op);
+    outcomes->push_back(Outcome{std::move(op.transfer), why, nullptr});
+  }
   for (auto& [wr_id, op] : pair->in_flight) {
-    castmesh_error_v1 error{};
-    if (op.mr != 0) (void)table->deregister_memory(device, op.mr, &error);
+    drop(op);
     outcomes->push_back(Outcome{std::move(op.transfer), why, nullptr});
   }
   if (mark_socket_only && socket_only.try_emplace(peer, std::string(why.message())).second) {
@@ -216,70 +224,78 @@ void IbverbsPath::State::fail_pair(const ProcId& peer, const absl::Status& why, 
   }
 }
 
-void IbverbsPath::State::post(Pair& pair, const ProcId& peer, std::shared_ptr<Transfer> transfer,
-                              std::vector<Outcome>* outcomes) {
-  if (is_finished(transfer)) return;  // timed out while it waited
+absl::StatusOr<InFlight> IbverbsPath::State::prepare(std::shared_ptr<Transfer> transfer) {
   InFlight op;
-  char* local = transfer->bytes;
+  op.local = transfer->bytes;
   if (!transfer->write || transfer->local.owner() == nullptr) {
     // Reads always land in a bounce region (see docs/rdma.md: no late byte);
     // a borrowed source is copied, as its caller may free it after a timeout.
     op.bounce.reset(new char[std::max<size_t>(transfer->length, 1)]);
-    if (transfer->write) std::memcpy(op.bounce.get(), transfer->bytes, transfer->length);
-    local = op.bounce.get();
+    if (transfer->write && transfer->length > 0) std::memcpy(op.bounce.get(), transfer->bytes, transfer->length);
+    op.local = op.bounce.get();
   }
   castmesh_rdma_mr_info_v1 info{};
   info.struct_size = sizeof info;
   castmesh_error_v1 error{};
   const uint32_t access = transfer->write ? 0 : CASTMESH_RDMA_ACCESS_LOCAL_WRITE;
-  int32_t status =
-      table->register_memory(device, local, std::max<uint64_t>(transfer->length, 1), access, &info, &error);
-  if (status != CASTMESH_STATUS_OK) {
-    outcomes->push_back(Outcome{std::move(transfer), status_of(status, error), nullptr});
-    return;
-  }
+  const int32_t status =
+      table->register_memory(device, op.local, std::max<uint64_t>(transfer->length, 1), access, &info, &error);
+  if (status != CASTMESH_STATUS_OK) return status_of(status, error);
   op.mr = info.handle;
+  op.lkey = info.lkey;
+  op.transfer = std::move(transfer);
+  return op;
+}
+
+void IbverbsPath::State::drop(InFlight& op) {
+  castmesh_error_v1 ignored{};
+  if (op.mr != 0) (void)table->deregister_memory(device, op.mr, &ignored);
+  op.mr = 0;
+}
+
+void IbverbsPath::State::post(Pair& pair, const ProcId& peer, InFlight op, std::vector<Outcome>* outcomes) {
+  Transfer& transfer = *op.transfer;
+  if (is_finished(op.transfer)) return drop(op);  // timed out while it waited
   const uint64_t wr_id = next_wr++;
   std::vector<castmesh_rdma_op_v1> ops;
   uint64_t at = 0;
   do {
-    const uint64_t n = std::min(kMaxMessage, transfer->length - at);
+    const uint64_t n = std::min(kMaxMessage, transfer.length - at);
     castmesh_rdma_op_v1 wr{};
     wr.wr_id = wr_id;
-    wr.opcode = transfer->write ? CASTMESH_RDMA_OP_WRITE : CASTMESH_RDMA_OP_READ;
-    wr.local_addr = reinterpret_cast<uint64_t>(local) + at;
-    wr.remote_addr = transfer->remote_address + transfer->offset + at;
+    wr.opcode = transfer.write ? CASTMESH_RDMA_OP_WRITE : CASTMESH_RDMA_OP_READ;
+    wr.local_addr = reinterpret_cast<uint64_t>(op.local) + at;
+    wr.remote_addr = transfer.remote_address + transfer.offset + at;
     wr.length = n;
-    wr.lkey = info.lkey;
-    wr.rkey = transfer->rkey;
+    wr.lkey = op.lkey;
+    wr.rkey = transfer.rkey;
     ops.push_back(wr);
     at += n;
-  } while (at < transfer->length);
+  } while (at < transfer.length);
   uint32_t posted = 0;
-  status = table->post(device, pair.endpoint, ops.data(), static_cast<uint32_t>(ops.size()), &posted, &error);
+  castmesh_error_v1 error{};
+  const int32_t status =
+      table->post(device, pair.endpoint, ops.data(), static_cast<uint32_t>(ops.size()), &posted, &error);
   if (status == CASTMESH_STATUS_OK) {
-    op.transfer = std::move(transfer);
     pair.in_flight.emplace(wr_id, std::move(op));
     wake.notify_one();
     return;
   }
-  if (posted > 0) {  // the NIC holds part of it: the endpoint failed; keep the region until it is destroyed
-    op.transfer = transfer;
+  if (posted > 0) {  // the NIC holds part of it: the endpoint failed; keep the memory until it is destroyed
     pair.in_flight.emplace(wr_id, std::move(op));
     return fail_pair(peer, status_of(status, error), false, outcomes);
   }
-  (void)table->deregister_memory(device, op.mr, &error);
   if (status == CASTMESH_STATUS_RESOURCE_EXHAUSTED) {
-    pair.waiting.push_back(std::move(transfer));  // posted again once completions free the queue
+    pair.waiting.push_back(std::move(op));  // posted again once completions free the queue
     return;
   }
+  drop(op);
+  outcomes->push_back(Outcome{std::move(op.transfer), status_of(status, error), nullptr});
   if (status == CASTMESH_STATUS_FAILED_PRECONDITION) {  // the endpoint failed earlier: reconnect next time
-    outcomes->push_back(Outcome{std::move(transfer), status_of(status, error), nullptr});
-    return fail_pair(peer, absl::AbortedError(absl::StrCat("the ibverbs connection to proc ", peer, " failed: ",
-                                                           error.message)),
-                     false, outcomes);
+    fail_pair(peer, absl::AbortedError(absl::StrCat("the ibverbs connection to proc ", peer, " failed: ",
+                                                    error.message)),
+              false, outcomes);
   }
-  outcomes->push_back(Outcome{std::move(transfer), status_of(status, error), nullptr});
 }
 
 bool IbverbsPath::State::poll_pair(const ProcId& peer, Pair& pair, std::vector<Outcome>* outcomes) {
@@ -312,7 +328,7 @@ bool IbverbsPath::State::poll_pair(const ProcId& peer, Pair& pair, std::vector<O
     // Only the last chunk is signalled; on RC it completes after the others.
     InFlight op = std::move(it->second);
     pair.in_flight.erase(it);
-    (void)table->deregister_memory(device, op.mr, &error);
+    drop(op);
     outcomes->push_back(Outcome{std::move(op.transfer), absl::OkStatus(), std::move(op.bounce)});
   }
   if (failed) {
@@ -363,15 +379,16 @@ void IbverbsPath::State::poll_loop() {
         progress = poll_pair(peer, pair, &outcomes) || progress;
         it = pairs.find(peer);
         if (it == pairs.end() || it->second->waiting.empty()) continue;
-        std::vector<std::shared_ptr<Transfer>> retry = std::move(it->second->waiting);
+        std::vector<InFlight> retry = std::move(it->second->waiting);
         it->second->waiting.clear();
-        for (auto& transfer : retry) {
+        for (InFlight& op : retry) {
           it = pairs.find(peer);
           if (it == pairs.end()) {
-            outcomes.push_back(connection_gone(std::move(transfer)));
+            drop(op);
+            outcomes.push_back(connection_gone(std::move(op.transfer)));
             continue;
           }
-          post(*it->second, peer, std::move(transfer), &outcomes);
+          post(*it->second, peer, std::move(op), &outcomes);
         }
       }
     }
@@ -439,6 +456,10 @@ absl::StatusOr<NicRange> IbverbsPath::register_range(void* base, size_t size, Rd
 }
 
 void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
+  // Copying a borrowed source and registering with the NIC (which pins
+  // pages) run here, on the caller's thread, outside the lock.
+  absl::StatusOr<InFlight> prepared = state_->prepare(transfer);
+  if (!prepared.ok()) return Transfers::instance().finish(transfer, prepared.status());
   std::vector<Outcome> outcomes;
   v1::RdmaHeader connect;
   std::weak_ptr<proc::ProcHost> host;
@@ -453,7 +474,7 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
       castmesh_error_v1 error{};
       const int32_t status =
           state_->table->create_endpoint(state_->device, kSendQueueDepth, &pair.endpoint, blob, &error);
-      pair.waiting.push_back(transfer);
+      pair.waiting.push_back(*std::move(prepared));
       if (status != CASTMESH_STATUS_OK) {
         pair.endpoint = 0;
         state_->fail_pair(transfer->owner,
@@ -471,9 +492,9 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
         state_->wake.notify_one();
       }
     } else if (it->second->phase == Pair::Phase::kConnecting) {
-      it->second->waiting.push_back(transfer);
+      it->second->waiting.push_back(*std::move(prepared));
     } else {
-      state_->post(*it->second, transfer->owner, transfer, &outcomes);
+      state_->post(*it->second, transfer->owner, *std::move(prepared), &outcomes);
     }
   }
   if (connect.kind() == v1::RdmaHeader::CONNECT) {
@@ -553,15 +574,16 @@ void IbverbsPath::on_connected(const ProcId& peer, const v1::RdmaHeader& header)
                         true, &outcomes);
     } else {
       pair.phase = Pair::Phase::kReady;
-      std::vector<std::shared_ptr<Transfer>> waiting = std::move(pair.waiting);
+      std::vector<InFlight> waiting = std::move(pair.waiting);
       pair.waiting.clear();
-      for (auto& transfer : waiting) {
+      for (InFlight& op : waiting) {
         auto found = state_->pairs.find(peer);
         if (found == state_->pairs.end()) {
-          outcomes.push_back(connection_gone(std::move(transfer)));
+          state_->drop(op);
+          outcomes.push_back(connection_gone(std::move(op.transfer)));
           continue;
         }
-        state_->post(*found->second, peer, std::move(transfer), &outcomes);
+        state_->post(*found->second, peer, std::move(op), &outcomes);
       }
     }
   }

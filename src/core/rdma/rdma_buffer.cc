@@ -10,7 +10,6 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "castmesh/backend.h"
 #include "castmesh/rdma.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/rdma.pb.h"
