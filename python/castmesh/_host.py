@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import sys
 import struct
+import sys
 import threading
 import traceback
 from typing import Any, Callable, List, Optional, Set, Tuple

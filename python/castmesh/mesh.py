@@ -24,6 +24,7 @@ import inspect
 import itertools
 import operator
 import os
+import queue
 import sys
 import threading
 import warnings
@@ -235,7 +236,7 @@ class EndpointRef(Generic[R]):
             impl_refs = self._mesh._refs_in_cmesh_order()
             return ResultStream(len(refs), self._tree_results(cmesh.stream(self._name, payload), impl_refs), timeout)
         futures = [_call_future(ref, self._name, payload) for ref in refs]
-        return ResultStream.of_futures(futures, timeout)
+        return ResultStream.of_futures(futures, self._name, timeout)
 
     def _port_results(self, handled: Future[Any], receiver: Any) -> Callable[[Optional[float]], Any]:
         """next(timeout) -> (ok, value) of each explicit-response answer."""
@@ -400,7 +401,7 @@ class ResultStream(Generic[R]):
     __slots__ = ("_count", "_yielded", "_lock", "_cond", "_arrived", "_error", "_callbacks", "_next_result",
                  "_timeout", "_pumping")
 
-    def __init__(self, count: int, next_result: Optional[Callable[[Optional[float]], Tuple[bool, Any]]] = None,
+    def __init__(self, count: int, next_result: Callable[[Optional[float]], Tuple[bool, Any]],
                  timeout: Optional[float] = None) -> None:
         # next_result(timeout) -> (ok, value | error): the next result to
         # arrive, pulled by one pump thread (started at the first wait).
@@ -416,16 +417,26 @@ class ResultStream(Generic[R]):
         self._pumping = False
 
     @classmethod
-    def of_futures(cls, futures: List[Future[Any]], timeout: Optional[float] = None) -> "ResultStream[Any]":
-        """A stream of the results of `futures`, in completion order."""
-        stream: ResultStream[Any] = cls(len(futures), None, timeout)
-        for fut in futures:
-            fut.add_done_callback(stream._on_future_done)
-        return stream
+    def of_futures(cls, futures: List[Future[Any]], name: str,
+                   timeout: Optional[float] = None) -> "ResultStream[Any]":
+        """A stream of the results of `futures` (calls of the endpoint
+        `name`), in completion order."""
+        arrived: "queue.SimpleQueue[Tuple[bool, Any]]" = queue.SimpleQueue()
 
-    def _on_future_done(self, fut: Future[Any]) -> None:
-        error = fut.exception(0)
-        self._arrive((True, fut.get(0)) if error is None else (False, error))
+        def on_done(fut: Future[Any]) -> None:
+            error = fut.exception(0)
+            arrived.put((True, fut.get(0)) if error is None else (False, error))
+
+        for fut in futures:
+            fut.add_done_callback(on_done)
+
+        def next_result(wait: Optional[float]) -> Tuple[bool, Any]:
+            try:
+                return arrived.get(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError(f"no further result of {name}() within {wait} s") from None
+
+        return cls(len(futures), next_result, timeout)
 
     def _arrive(self, outcome: Tuple[bool, Any]) -> None:
         with self._cond:
@@ -451,7 +462,7 @@ class ResultStream(Generic[R]):
     def _start_pump(self) -> None:
         """Pulls every result of a pulled source on a daemon thread (once)."""
         with self._lock:
-            if self._next_result is None or self._pumping:
+            if self._pumping:
                 return
             self._pumping = True
         next_result, count, timeout = self._next_result, self._count, self._timeout

@@ -97,16 +97,18 @@ def test_other_functions_fold_in_the_caller(values):
     assert total_folds(values) == before
 
 
+# (String concatenation is left out: it depends on the order, which neither
+# path fixes.)
+CASES = [(name, combine) for name in ("value", "mixed", "text", "big", "flag") for combine in (operator.add, min, max)
+         if not (name == "text" and combine is operator.add)]
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("endpoint_name", ["value", "mixed", "text", "big", "flag"])
-@pytest.mark.parametrize("combine,identity", [(operator.add, None), (min, None), (max, None)])
-def test_both_paths_give_the_same_values(values, endpoint_name, combine, identity):
+@pytest.mark.parametrize("endpoint_name,combine", CASES)
+def test_both_paths_give_the_same_values(values, endpoint_name, combine):
     ep = getattr(values, endpoint_name)
     results = list(ep.call().get(timeout=30).values())
-    if identity is None:
-        identity = results[0]  # of the endpoint's type (str for text)
-    if combine is operator.add and endpoint_name == "text":
-        pytest.skip("string concatenation depends on the order, which neither path fixes")
+    identity = results[0]  # of the endpoint's type (str for text)
     expected = identity
     for r in results:
         expected = combine(expected, r)

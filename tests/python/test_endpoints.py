@@ -74,6 +74,13 @@ class Gate(Actor):
     async def ping(self) -> str:
         return "pong"
 
+    @endpoint
+    def slow(self, seconds: float) -> str:
+        import time
+
+        time.sleep(seconds)
+        return "slow"
+
     def __cleanup__(self, exc) -> None:
         if self.path:
             with open(self.path + ".tmp", "w") as out:
@@ -245,3 +252,20 @@ def test_a_concurrent_call_can_fail_its_actor(procs, faults, how):
                 pending.get(timeout=30)
     finally:
         mesh.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_stream_of_a_mesh_reached_through_its_members_refs():
+    # this_proc().spawn talks to the member's ref, not through a C++ mesh.
+    from castmesh import this_proc
+
+    local = this_proc().spawn("local_gate", Gate)
+    try:
+        assert [f.get(timeout=30) for f in local.ping.stream()] == ["pong"]
+        # Its one result cannot come before 2 s: a 0.2 s stream timeout passes first.
+        waiting = list(local.slow.stream(2, timeout=0.2))
+        with pytest.raises(TimeoutError, match="no further result of slow"):
+            waiting[0].get(timeout=30)
+        assert [f.get(timeout=30) for f in local.slow.stream(0)] == ["slow"]
+    finally:
+        local.stop().get(timeout=30)
