@@ -38,10 +38,11 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
   std::unique_lock lock(mu_);
   if (!done_) {
-    // A pooled actor about to block hands its queued work to other workers
-    // (with mu_ released: that takes the scheduler's locks).
+    // A pooled actor about to block hands its queued work to other workers,
+    // or to a helper when none is left (with mu_ released: that takes the
+    // scheduler's locks).
     lock.unlock();
-    Scheduler::before_blocking_on_this_thread();
+    Scheduler::BlockingScope blocking;
     lock.lock();
     if (!wait_for(cv_, lock, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
       return absl::DeadlineExceededError(

@@ -44,8 +44,9 @@ void FutureStateBase::publish() {
 
 bool FutureStateBase::wait(absl::Time deadline) {
   if (is_ready()) return true;
-  // A pooled worker about to block: let other workers run what it queued.
-  Scheduler::before_blocking_on_this_thread();
+  // A pooled worker about to block: other workers (or a helper, when none is
+  // left) run what it queued and the actors its answer may depend on.
+  Scheduler::BlockingScope blocking;
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool ready = true;
   while (ready_.load(std::memory_order_seq_cst) == 0) {

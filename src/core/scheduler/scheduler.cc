@@ -1,6 +1,7 @@
 #include "core/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/scheduler/futex.h"
 
@@ -11,6 +12,7 @@ constexpr int kMaxNextStreak = 16;   // next-slot picks before the local queue g
 constexpr int kGlobalCheckEvery = 61;
 constexpr int kSpinRounds = 32;      // short spin before parking (about 1-3 us)
 constexpr int kPausesPerRound = 16;
+constexpr size_t kMaxHelpers = 256;    // helper threads alive per scheduler (BlockingScope)
 }  // namespace
 
 void SchedQueue::push(Schedulable* s) {
@@ -70,6 +72,7 @@ struct Scheduler::Worker {
   SchedQueue queue;
   std::atomic<size_t> queue_size{0};
   std::atomic<uint32_t> wake_token{0};
+  std::atomic<bool> finished{false};  // helpers: the thread has left run_helper
 };
 
 namespace {
@@ -139,6 +142,84 @@ void Scheduler::before_blocking() {
 
 void Scheduler::before_blocking_on_this_thread() {
   if (Worker* w = tl_worker) w->owner->before_blocking();
+}
+
+Scheduler::BlockingScope::BlockingScope() {
+  if (Worker* w = tl_worker) {
+    scheduler_ = w->owner;
+    scheduler_->enter_blocking();
+  }
+}
+
+Scheduler::BlockingScope::~BlockingScope() {
+  if (scheduler_ != nullptr) scheduler_->leave_blocking();
+}
+
+void Scheduler::enter_blocking() {
+  before_blocking();
+  const int blocked = blocked_.fetch_add(1, std::memory_order_acq_rel) + 1;
+  const int threads = static_cast<int>(workers_.size()) + helpers_alive_.load(std::memory_order_acquire);
+  if (blocked < threads || done_.load(std::memory_order_acquire)) return;
+  // Every thread that could run actors waits: one more runs them meanwhile
+  // (bounded, in case a program blocks without end).
+  std::lock_guard lock(helpers_mu_);
+  // Reap helpers that have left (their threads end right after).
+  for (auto it = helpers_.begin(); it != helpers_.end();) {
+    if ((*it)->finished.load(std::memory_order_acquire)) {
+      (*it)->thread.join();
+      it = helpers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (helpers_.size() >= kMaxHelpers) return;
+  auto helper = std::make_unique<Worker>();
+  helper->owner = this;
+  helper->index = workers_.size() + helpers_.size();
+  helper->rng = 0x85ebca6bu * static_cast<uint32_t>(helper->index + 1);
+  Worker* raw = helper.get();
+  helpers_alive_.fetch_add(1, std::memory_order_acq_rel);
+  helpers_started_.fetch_add(1, std::memory_order_relaxed);
+  raw->thread = std::thread([this, raw] { run_helper(raw); });
+  helpers_.push_back(std::move(helper));
+}
+
+void Scheduler::leave_blocking() { blocked_.fetch_sub(1, std::memory_order_acq_rel); }
+
+void Scheduler::run_helper(Worker* w) {
+  tl_worker = w;
+  if (on_thread_start_) on_thread_start_();
+  int idle_rounds = 0;
+  while (!done_.load(std::memory_order_acquire)) {
+    if (Schedulable* s = find_work(w)) {
+      idle_rounds = 0;
+      if (s->run_turn(batch_) == Schedulable::TurnResult::kMore) push_local(w, s);
+      continue;
+    }
+    // Nothing runnable: leave once a worker is free to run what comes next.
+    const int threads = static_cast<int>(workers_.size()) + helpers_alive_.load(std::memory_order_acquire);
+    if (blocked_.load(std::memory_order_acquire) < threads - 1) break;
+    // Helpers poll (they are rare and short-lived): 50 us, backing off to 2 ms.
+    std::this_thread::sleep_for(std::chrono::microseconds(std::min(2000, 50 << std::min(idle_rounds++, 6))));
+  }
+  // Hand back anything still queued here; nobody steals from a helper.
+  bool moved = false;
+  if (w->next) {
+    push_global(std::exchange(w->next, nullptr));
+    moved = true;
+  }
+  {
+    std::lock_guard lock(w->mu);
+    while (Schedulable* s = w->queue.pop()) {
+      push_global(s);
+      moved = true;
+    }
+    w->queue_size.store(0, std::memory_order_relaxed);
+  }
+  helpers_alive_.fetch_sub(1, std::memory_order_acq_rel);
+  if (moved) notify_one();
+  tl_worker = nullptr;
+  w->finished.store(true, std::memory_order_release);
 }
 
 void Scheduler::push_global(Schedulable* s) {
@@ -318,7 +399,18 @@ void Scheduler::run(Worker* w) {
 }
 
 void Scheduler::stop() {
+  auto join_helpers = [this] {
+    std::vector<std::unique_ptr<Worker>> helpers;
+    {
+      std::lock_guard lock(helpers_mu_);
+      helpers.swap(helpers_);
+    }
+    for (auto& h : helpers) {
+      if (h->thread.joinable() && h->thread.get_id() != std::this_thread::get_id()) h->thread.join();
+    }
+  };
   if (done_.exchange(true)) {
+    join_helpers();
     for (auto& w : workers_) {
       if (w->thread.joinable() && w->thread.get_id() != std::this_thread::get_id()) w->thread.join();
     }
@@ -335,6 +427,7 @@ void Scheduler::stop() {
   for (auto& w : workers_) {
     if (w->thread.joinable()) w->thread.join();
   }
+  join_helpers();
 }
 
 DedicatedThread::DedicatedThread(Schedulable* s, int batch, std::function<void()> on_thread_start)

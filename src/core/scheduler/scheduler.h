@@ -9,6 +9,11 @@
 // Idle workers spin briefly, then park on a futex; pushing work wakes one
 // parked worker only when no worker is already searching, so wake-ups cost
 // one system call and an idle runtime uses no CPU.
+// A handler that blocks (Future::get, a blocking collective) opens a
+// BlockingScope: its queued work goes to the others, and while every worker
+// is blocked, helper threads run the runnable actors (so actors that wait for
+// each other, e.g. the members of a collective, cannot deadlock a pool with
+// fewer workers than members). Helpers leave once a worker is free again.
 // Thread-safety: schedule() from any thread; the rest is internal.
 #pragma once
 
@@ -65,6 +70,23 @@ class Scheduler {
   void before_blocking();
   // before_blocking() on the scheduler of the calling worker thread, if any.
   static void before_blocking_on_this_thread();
+
+  // Marks the calling thread, if it is a worker (or helper) of a scheduler,
+  // as blocked from construction to destruction: before_blocking(), and a
+  // helper thread starts when no worker is left to run actors. Use around
+  // every wait a handler may make; on other threads it does nothing.
+  class BlockingScope {
+   public:
+    BlockingScope();
+    ~BlockingScope();
+    BlockingScope(const BlockingScope&) = delete;
+    BlockingScope& operator=(const BlockingScope&) = delete;
+
+   private:
+    Scheduler* scheduler_ = nullptr;
+  };
+  // Helper threads started so far (statistics and tests).
+  int helpers_started() const { return helpers_started_.load(std::memory_order_relaxed); }
   // True when called on one of this scheduler's workers.
   bool on_worker_thread() const;
   // Stops and joins the workers (work still queued is not run). Idempotent.
@@ -85,6 +107,10 @@ class Scheduler {
   bool cancel_sleep(Worker* w);
   void notify_one();
   void leave_searching(Worker* w);
+  // Blocking accounting (BlockingScope) and the helper threads it starts.
+  void enter_blocking();
+  void leave_blocking();
+  void run_helper(Worker* w);
 
   const int batch_;
   std::function<void()> on_thread_start_;
@@ -99,6 +125,13 @@ class Scheduler {
   std::vector<Worker*> sleepers_;
   std::atomic<int> num_sleepers_{0};
   std::atomic<int> num_searching_{0};
+
+  // Threads (workers and helpers) inside a BlockingScope, and helpers alive.
+  std::atomic<int> blocked_{0};
+  std::atomic<int> helpers_alive_{0};
+  std::atomic<int> helpers_started_{0};
+  std::mutex helpers_mu_;
+  std::vector<std::unique_ptr<Worker>> helpers_;  // guarded by helpers_mu_; joined by stop()
 };
 
 // A thread that runs one actor (SpawnOptions::dedicated_thread).

@@ -102,6 +102,29 @@ TEST_F(CommunicatorTest, AllreduceSmallAndLargeMatchReferenceOnEveryRank) {
   }
 }
 
+// More blocking members than workers: the members that wait in the
+// allreduce hold both workers, and the scheduler's helper threads run the
+// others (without them this mesh never finishes: the call times out).
+TEST(CommunicatorBlocking, MoreBlockingMembersThanWorkersComplete) {
+  Runtime runtime(RuntimeOptions{.workers = 2});
+  auto mesh = ActorMesh<Member>::Spawn(runtime, *Shape::Create({{"ranks", size_t{6}}}),
+                                       MeshOptions{.name = "crowded"});
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  for (int round = 0; round < 3; ++round) {
+    auto values = mesh->call(RunScenario{[](Communicator& c) {
+                   int64_t v = c.rank() + 1;
+                   TensorView t = TensorView::Contiguous(&v, DType::kInt64, {1});
+                   if (absl::Status st = c.allreduce(t, t, ReduceOp::kSum); !st.ok()) return fail(st);
+                   if (absl::Status st = c.barrier(); !st.ok()) return fail(st);
+                   return Outcome{"", {double(v)}};
+                 }})
+                      .get(absl::Seconds(60));
+    ASSERT_TRUE(values.ok()) << values.status();
+    for (const Outcome& o : values->values()) EXPECT_EQ(o.values, std::vector<double>{21}) << o.error;
+  }
+  mesh->stop();
+}
+
 TEST_F(CommunicatorTest, EveryBuiltinOpAndAvg) {
   auto outcomes = run(4, [](Communicator& c) {
     std::vector<double> got;
