@@ -25,6 +25,10 @@ class CollectivesService final : public proc::ProcService {
     host.on_data(kCollectiveDataType, [weak](const ProcId& peer, const std::string& header, wire::Payload payload) {
       Exchange::instance().on_frame(weak, peer, header, std::move(payload));
     });
+    // Bodies of frames whose receive is already posted land in its buffer.
+    host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, const std::string& header, uint64_t size) {
+      return Exchange::instance().sink_for_frame(peer, header, size);
+    });
     observer_ = host.add_peer_lost_observer(
         [](const ProcId& peer, const absl::Status& why) { Exchange::instance().on_peer_lost(peer, why); });
   }
@@ -214,6 +218,22 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
   key.signature = header.signature();
   if (header.token() != 0) key.remote = std::make_shared<SingleCopyBody>(host, peer, header);
   box->deliver(std::move(key), body, body_size, std::move(payload));
+}
+
+std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& peer, const std::string& header_bytes,
+                                                                uint64_t size) {
+  v1::CollectiveHeader header;
+  if (!header.ParseFromString(header_bytes) || header.token() != 0 || header.fallback_body() ||
+      (header.channel() != v1::CollectiveHeader::CHANNEL_P2P &&
+       header.channel() != v1::CollectiveHeader::CHANNEL_COLLECTIVE)) {
+    return nullptr;  // on_frame handles (or drops) it
+  }
+  MessageKey key;
+  key.channel = header.channel() == v1::CollectiveHeader::CHANNEL_COLLECTIVE ? Channel::kCollective : Channel::kP2P;
+  key.source = static_cast<int>(header.source());
+  key.tag = header.tag();
+  key.signature = header.signature();
+  return mailbox(header.comm(), static_cast<int>(header.dest()))->sink_for(key, size);
 }
 
 void Exchange::on_peer_alive(const ProcId& peer) {

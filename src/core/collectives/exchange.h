@@ -53,6 +53,10 @@ class Exchange {
   // A frame from proc `peer` to proc `host` (ProcHost data handler, I/O thread).
   void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header,
                 wire::Payload payload);
+  // A sink for the body of a frame whose header arrived from `peer`, when a
+  // posted receive matches it (RankMailbox::sink_for); else nullptr.
+  std::shared_ptr<transport::PayloadSink> sink_for_frame(const ProcId& peer, const std::string& header,
+                                                         uint64_t size);
   // A single-copy receive that must wait for the body as a frame (the
   // kernel refused the read): parked until that frame comes.
   void park(const ProcId& peer, uint64_t token, PostedRecv recv, MessageKey key);

@@ -1,5 +1,6 @@
 #include "core/collectives/rank_mailbox.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -55,6 +56,61 @@ absl::Status RankMailbox::failure_for(const PostedRecv& recv) {
   }
   auto it = dead_sources_.find(recv.source);
   return it == dead_sources_.end() ? absl::OkStatus() : it->second;
+}
+
+namespace {
+
+// Reads a frame's body straight into the buffer of the receive it matched.
+class PostedRecvSink final : public transport::PayloadSink {
+ public:
+  PostedRecvSink(PostedRecv recv, MessageKey key, size_t size)
+      : recv_(std::move(recv)), key_(std::move(key)), size_(size), error_(fill_error(recv_, key_, size)) {}
+
+  size_t receive(size_t offset, size_t n, const std::function<size_t(char* into, size_t max)>& take) override {
+    if (error_.ok()) return take(static_cast<char*>(recv_.buffer) + offset, n);
+    scratch_.resize(std::min<size_t>(n, 64 * 1024));  // the receive fails: read past the body
+    return take(scratch_.data(), scratch_.size());
+  }
+
+  void finish(bool complete) override {
+    if (!complete) {
+      recv_.request->complete(absl::UnavailableError(
+          absl::StrCat("the connection to rank ", key_.source, " was lost while its message arrived")));
+      return;
+    }
+    if (!error_.ok()) {
+      recv_.request->complete(error_);
+      return;
+    }
+    const int tag = key_.channel == Channel::kP2P ? static_cast<int>(key_.tag) : 0;
+    recv_.request->complete(MessageStatus{key_.source, tag, size_});
+  }
+
+ private:
+  const PostedRecv recv_;
+  const MessageKey key_;
+  const size_t size_;
+  const absl::Status error_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+std::shared_ptr<transport::PayloadSink> RankMailbox::sink_for(const MessageKey& key, size_t size) {
+  if (key.remote != nullptr) return nullptr;
+  std::optional<PostedRecv> matched;
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+      if (matches(*it, key)) {
+        matched = std::move(*it);
+        posted_.erase(it);
+        break;
+      }
+    }
+  }
+  if (!matched) return nullptr;
+  return std::make_shared<PostedRecvSink>(*std::move(matched), key, size);
 }
 
 void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::Payload payload) {

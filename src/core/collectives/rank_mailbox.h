@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "castmesh/communicator.h"
 #include "core/collectives/request_state.h"
+#include "core/transport/endpoint.h"
 #include "core/wire/payload.h"
 
 namespace castmesh::collectives {
@@ -76,6 +77,12 @@ class RankMailbox {
   // A message for this rank. `data[0, size)` is read before deliver returns
   // unless `payload` owns it (then it may be kept).
   void deliver(MessageKey key, const char* data, size_t size, wire::Payload payload = {});
+  // A message of `size` bytes whose header arrived and whose body has not:
+  // when a posted receive matches it now (it is taken, in arrival order as
+  // deliver would), a sink that reads the body straight into that
+  // receive's buffer and completes it; else nullptr (deliver comes later).
+  // Only for bodies that travel in the frame (no single copy).
+  std::shared_ptr<transport::PayloadSink> sink_for(const MessageKey& key, size_t size);
   // Posts a receive; it completes now when a queued message matches.
   void post(PostedRecv recv);
   // Removes a posted receive not yet matched (true) — e.g. a cancelled one.
