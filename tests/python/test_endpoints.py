@@ -74,6 +74,15 @@ class Gate(Actor):
     async def ping(self) -> str:
         return "pong"
 
+    @concurrent_endpoint
+    async def record(self, i: int) -> None:
+        self.arrived.append(i)  # before the first await: in the order calls start
+        await asyncio.sleep(0)
+
+    @endpoint
+    def recorded(self) -> list:
+        return self.arrived
+
     @endpoint
     def slow(self, seconds: float) -> str:
         import time
@@ -154,6 +163,17 @@ def test_concurrent_calls_of_one_actor_interleave(gates):
     # One at a time, "a" would wait for "b" forever.
     assert first.get(timeout=30) == ["a", "b"]
     assert second.get(timeout=30) == ["a", "b"]
+
+
+@pytest.mark.timeout(60)
+def test_concurrent_calls_from_one_sender_start_in_order(gates):
+    one = gates.slice(x=1)
+    for i in range(20):
+        one.record.broadcast(i)
+    calls = [one.record.call_one(i) for i in range(20, 40)]
+    for call in calls:
+        call.get(timeout=30)
+    assert one.recorded.call_one().get(timeout=30) == list(range(40))
 
 
 @pytest.mark.timeout(60)

@@ -313,3 +313,27 @@ def test_spawn_on_a_reversed_proc_mesh(procs):
         assert sorted(pid for _, pid in mesh.where.stream().values()) == sorted([pids[3], pids[1]])
     finally:
         mesh.stop().get(timeout=30)
+
+
+class Spawner(Actor):
+    """Gets a proc mesh in a message, slices it and spawns on the slice."""
+
+    @endpoint
+    def spawn_on(self, procs, sel) -> list:
+        mesh = procs.slice(gpus=sel).spawn("grandchildren", Where)
+        try:
+            return [pid for _, pid in mesh.where.call().get(timeout=30).values()]
+        finally:
+            mesh.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(120)
+def test_a_reversed_proc_mesh_passed_to_an_actor_keeps_its_order(procs):
+    pids = procs.pids
+    spawner = procs.slice(gpus=0).spawn("spawner", Spawner)
+    try:
+        back = procs.slice(gpus=slice(None, None, -1))
+        assert spawner.spawn_on.call_one(back, slice(0, 3)).get(timeout=60) == [pids[3], pids[2], pids[1]]
+        assert spawner.spawn_on.call_one(back, slice(None, None, -2)).get(timeout=60) == [pids[0], pids[2]]
+    finally:
+        spawner.stop().get(timeout=30)
