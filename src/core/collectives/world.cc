@@ -114,8 +114,7 @@ class WorldService final : public proc::ProcService {
     if (st.ok()) {
       for (const ProcId& p : roster_) roster.add_procs(p);
     } else {
-      roster.set_error_code(static_cast<int>(st.code()));
-      roster.set_error_message(std::string(st.message()));
+      wire::status_to_wire(st, &roster);
     }
     (void)host_->send_control(peer, roster, correlation, /*is_reply=*/true);
   }
@@ -206,7 +205,7 @@ absl::StatusOr<std::vector<ProcId>> join_rank_zero(proc::ProcHost& host, const p
     collectives::Exchange::instance().on_peer_alive(launch.controller);
     v1::WorldRoster roster;
     if (!roster.ParseFromString(*answer)) return absl::InternalError("world: malformed roster from rank 0");
-    if (roster.error_code() != 0) return wire::status_from_wire(roster.error_code(), roster.error_message());
+    if (roster.error_code() != 0) return wire::status_from_wire(roster);
     if (roster.procs_size() > 0) collectives::Exchange::instance().on_peer_alive(roster.procs(0));
     return std::vector<ProcId>(roster.procs().begin(), roster.procs().end());
   }

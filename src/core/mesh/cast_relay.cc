@@ -275,7 +275,7 @@ absl::Status CastRelay::install_table(const std::shared_ptr<const CastTable>& ta
     v1::CastMeshSetupReply reply;
     absl::Status st = answer.status();
     if (st.ok() && !reply.ParseFromString(*answer)) st = absl::InternalError("malformed CastMeshSetupReply");
-    if (st.ok()) st = wire::status_from_wire(reply.error_code(), reply.error_message());
+    if (st.ok()) st = wire::status_from_wire(reply);
     if (!st.ok()) {
       drop_table(*table);
       return absl::Status(st.code(), absl::StrCat("installing the cast tree of mesh '", table->name, "' in proc ",
@@ -302,8 +302,7 @@ void CastRelay::drop_table(const CastTable& table) {
 void CastRelay::on_setup(const ProcId& peer, uint64_t correlation, const std::string& payload) {
   v1::CastMeshSetupReply reply;
   auto fail = [&](const absl::Status& st) {
-    reply.set_error_code(static_cast<int>(st.code()));
-    reply.set_error_message(std::string(st.message()));
+    wire::status_to_wire(st, &reply);
   };
   v1::CastMeshSetup setup;
   if (!setup.ParseFromString(payload)) {
@@ -463,8 +462,7 @@ void CastRelay::send_up(const Node& node, std::vector<CastPiece> pieces) {
     if (p.error.ok()) {
       w->set_value(std::move(p.value));
     } else {
-      w->set_error_code(static_cast<int>(p.error.code()));
-      w->set_error_message(std::string(p.error.message()));
+      wire::status_to_wire(p.error, w);
     }
   }
   if (node.parent.proc == id_) {
@@ -715,7 +713,7 @@ void CastRelay::handle_reply(const v1::CastReply& reply) {
   pieces.reserve(reply.pieces_size());
   for (const v1::CastPiece& p : reply.pieces()) {
     pieces.push_back(CastPiece{p.first_rank(), std::max<uint64_t>(p.count(), 1),
-                               wire::status_from_wire(p.error_code(), p.error_message()), p.value()});
+                               wire::status_from_wire(p), p.value()});
   }
   if (!pieces.empty()) add_pieces(node, reply.slot(), std::move(pieces));
   if (reply.slot_error_code() != 0) {

@@ -23,8 +23,7 @@ constexpr absl::Duration kJoinAnswerTimeout = absl::Seconds(10);
 
 void answer_join(ProcHost& host, const ProcId& peer, uint64_t correlation, const absl::Status& verdict) {
   v1::JoinReply reply;
-  reply.set_error_code(static_cast<int>(verdict.code()));
-  reply.set_error_message(std::string(verdict.message()));
+  wire::status_to_wire(verdict, &reply);
   if (absl::Status st = host.send_control(peer, reply, correlation); !st.ok()) {
     CASTMESH_LOG_WARN("castmesh-proc {}: cannot answer the join of {}: {}", host.id(), peer, st.ToString());
   }
@@ -214,7 +213,7 @@ absl::Status join_controller(ProcHost& host, const ProcId& controller, int rank,
                     if (peer != state->controller || !reply.ParseFromString(payload)) return;
                     std::lock_guard lock(state->mu);
                     if (correlation != state->attempt || state->outcome) return;  // a late answer
-                    state->outcome = wire::status_from_wire(reply.error_code(), reply.error_message());
+                    state->outcome = wire::status_from_wire(reply);
                     state->accepted = state->outcome->ok();
                     state->cv.notify_all();
                   });

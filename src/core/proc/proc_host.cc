@@ -63,8 +63,7 @@ class ProcHost::Router : public RemoteRouter {
     envelope.set_message_type(msg.type_name);
     if (msg.reply_to) envelope.set_reply_to(msg.reply_to->to_string());
     if (!msg.error.ok()) {
-      envelope.set_error_code(static_cast<int>(msg.error.code()));
-      envelope.set_error_message(std::string(msg.error.message()));
+      wire::status_to_wire(msg.error, &envelope);
     }
     ProcHost* host = host_;
     const ProcId& peer = msg.destination.proc;
@@ -394,8 +393,7 @@ bool ProcHost::forward_failure(const SupervisionEvent& event) {
 void ProcHost::handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload) {
   v1::SpawnReply reply;
   auto fail = [&](const absl::Status& error) {
-    reply.set_error_code(static_cast<int>(error.code()));
-    reply.set_error_message(std::string(error.message()));
+    wire::status_to_wire(error, &reply);
   };
   v1::SpawnRequest request;
   if (!request.ParseFromString(payload)) {
@@ -606,7 +604,7 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
   } else {
     const PortAddress port{*destination, envelope.port()};
     if (envelope.error_code() != 0) {
-      runtime_.fail_reply_port(port, wire::status_from_wire(envelope.error_code(), envelope.error_message()));
+      runtime_.fail_reply_port(port, wire::status_from_wire(envelope));
     } else {
       delivered = runtime_.deliver_serialized_reply(port, envelope.message_type(), payload.view());
     }

@@ -2,6 +2,7 @@
 // code and a message. Any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,6 +19,20 @@ inline absl::Status status_from_wire(int code, const std::string& message) {
     return absl::UnknownError(absl::StrCat(message, " (status code ", code, ")"));
   }
   return absl::Status(static_cast<absl::StatusCode>(code), message);
+}
+
+// The status of a message with the usual error_code / error_message fields.
+template <typename Message>
+absl::Status status_from_wire(const Message& message) {
+  return status_from_wire(message.error_code(), message.error_message());
+}
+
+// Writes `status` into a message's error_code / error_message fields: the one
+// way a status goes on the wire (status_from_wire reads it back).
+template <typename Message>
+void status_to_wire(const absl::Status& status, Message* message) {
+  message->set_error_code(static_cast<int32_t>(status.code()));
+  message->set_error_message(std::string(status.message()));
 }
 
 }  // namespace castmesh::wire
