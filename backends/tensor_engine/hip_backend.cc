@@ -87,6 +87,10 @@ const castmesh_backend_v1 kHipBackend = {
     &hip_shutdown,
     &hip_query_devices,
     nullptr,  /* rdma: none (ABI 1.1) */
+    // tensor_engine: not yet on HIP. te_engine.c is vendor-neutral; a HIP
+    // te_runtime_ops (hipMalloc, hipStreamCreateWithFlags, ...) and RCCL
+    // through te_nccl_dlopen("librccl.so") would plug in here.
+    nullptr,
 };
 
 }  // namespace

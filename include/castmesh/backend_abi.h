@@ -20,7 +20,8 @@
  * thread between castmesh_backend_init_v1 and the return of shutdown.
  *
  * History: 1.0 init/shutdown/query_devices. 1.1 appends castmesh_backend_v1.rdma
- * (one-sided RDMA through the rdma backend) and status codes 6..10.
+ * (one-sided RDMA through the rdma backend), status codes 6..10 and
+ * castmesh_backend_v1.tensor_engine (device memory, streams, collectives).
  */
 #ifndef CASTMESH_BACKEND_ABI_H_
 #define CASTMESH_BACKEND_ABI_H_
@@ -242,6 +243,139 @@ typedef struct castmesh_rdma_table_v1 {
                   uint32_t capacity, uint32_t* count, castmesh_error_v1* error);
 } castmesh_rdma_table_v1;
 
+/* ---- ABI 1.1: device memory, streams and collectives (tensor_engine) ----
+ *
+ * A thin, vendor-neutral layer over the CUDA (or HIP) runtime and NCCL (or
+ * RCCL). Work is enqueued on a stream and runs in stream order; nothing here
+ * waits for device work except stream_synchronize and event_synchronize.
+ * The collective library is opened at first use of a comm_* or collective
+ * function; without it every such call returns NO_DRIVER saying what to
+ * install, and memory, streams, events and copies keep working.
+ *
+ * Threads: every function may be called from any thread. Stream, event and
+ * communicator handles may be shared between threads, but one communicator's
+ * collectives must be enqueued in the same order on every rank (the NCCL
+ * rule), and group_begin/group_end bracket the calls of one thread. A handle
+ * must not be used during or after its destroy call. Buffers must stay alive
+ * until the work that uses them has completed (an event recorded after it
+ * reports done). */
+
+typedef struct castmesh_te_stream_v1 castmesh_te_stream_v1; /* opaque; from stream_create */
+typedef struct castmesh_te_event_v1 castmesh_te_event_v1;   /* opaque; from event_create */
+typedef struct castmesh_te_comm_v1 castmesh_te_comm_v1;     /* opaque; from comm_create */
+
+/* The communicator's rendezvous id: one rank creates it (comm_unique_id), the
+ * core sends the bytes to every rank, each passes them to comm_create. The
+ * size is NCCL's (and RCCL's) ncclUniqueId. */
+#define CASTMESH_TE_UNIQUE_ID_BYTES 128
+typedef struct castmesh_te_unique_id_v1 {
+  uint8_t bytes[CASTMESH_TE_UNIQUE_ID_BYTES];
+} castmesh_te_unique_id_v1;
+
+/* Element types of device collectives (values of the ABI). */
+typedef enum castmesh_te_dtype_v1 {
+  CASTMESH_TE_DTYPE_INT8 = 0,
+  CASTMESH_TE_DTYPE_UINT8 = 1,
+  CASTMESH_TE_DTYPE_INT32 = 2,
+  CASTMESH_TE_DTYPE_UINT32 = 3,
+  CASTMESH_TE_DTYPE_INT64 = 4,
+  CASTMESH_TE_DTYPE_UINT64 = 5,
+  CASTMESH_TE_DTYPE_FLOAT16 = 6,
+  CASTMESH_TE_DTYPE_FLOAT32 = 7,
+  CASTMESH_TE_DTYPE_FLOAT64 = 8,
+  CASTMESH_TE_DTYPE_BFLOAT16 = 9
+} castmesh_te_dtype_v1;
+
+/* Reductions of device collectives (values of the ABI). */
+typedef enum castmesh_te_reduce_op_v1 {
+  CASTMESH_TE_REDUCE_SUM = 0,
+  CASTMESH_TE_REDUCE_PROD = 1,
+  CASTMESH_TE_REDUCE_MAX = 2,
+  CASTMESH_TE_REDUCE_MIN = 3,
+  CASTMESH_TE_REDUCE_AVG = 4
+} castmesh_te_reduce_op_v1;
+
+/* Direction of a copy (values of the ABI); host memory may be pageable or
+ * pinned, pageable memory makes the copy synchronous with the host. */
+typedef enum castmesh_te_copy_kind_v1 {
+  CASTMESH_TE_COPY_HOST_TO_DEVICE = 1,
+  CASTMESH_TE_COPY_DEVICE_TO_HOST = 2,
+  CASTMESH_TE_COPY_DEVICE_TO_DEVICE = 3
+} castmesh_te_copy_kind_v1;
+
+/* The tensor_engine backend's operations (castmesh_backend_v1.tensor_engine).
+ * Every function returns a castmesh_status_v1 and fills *error unless it
+ * returns OK; the message names the failing runtime call and how to fix it.
+ * `device` is the backend-local ordinal of query_devices. */
+typedef struct castmesh_tensor_engine_table_v1 {
+  size_t struct_size;
+  /* Device memory of `bytes` (> 0) on `device`; RESOURCE_EXHAUSTED when full. */
+  int32_t (*device_alloc)(int32_t device, uint64_t bytes, void** ptr, castmesh_error_v1* error);
+  /* Frees device_alloc memory after the device finished with it; NULL is a no-op. */
+  int32_t (*device_free)(void* ptr, castmesh_error_v1* error);
+  /* Page-locked host memory (fast, asynchronous copies). */
+  int32_t (*pinned_alloc)(uint64_t bytes, void** ptr, castmesh_error_v1* error);
+  /* Frees pinned_alloc memory; NULL is a no-op. */
+  int32_t (*pinned_free)(void* ptr, castmesh_error_v1* error);
+  /* A stream on `device` that does not synchronise with the legacy default stream. */
+  int32_t (*stream_create)(int32_t device, castmesh_te_stream_v1** stream, castmesh_error_v1* error);
+  /* Destroys a stream once its pending work is done (the call does not wait). */
+  int32_t (*stream_destroy)(castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* *done = 1 when every piece of work enqueued so far has completed, else 0. */
+  int32_t (*stream_query)(castmesh_te_stream_v1* stream, int32_t* done, castmesh_error_v1* error);
+  /* Blocks the calling thread until the stream's work enqueued so far completed. */
+  int32_t (*stream_synchronize)(castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* An event (timing disabled) on `device`. */
+  int32_t (*event_create)(int32_t device, castmesh_te_event_v1** event, castmesh_error_v1* error);
+  int32_t (*event_destroy)(castmesh_te_event_v1* event, castmesh_error_v1* error);
+  /* Captures the work enqueued on `stream` so far; the event completes when it has. */
+  int32_t (*event_record)(castmesh_te_event_v1* event, castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* *done = 1 when the captured work completed (or the event was never recorded). */
+  int32_t (*event_query)(castmesh_te_event_v1* event, int32_t* done, castmesh_error_v1* error);
+  /* Blocks the calling thread until the event completed. */
+  int32_t (*event_synchronize)(castmesh_te_event_v1* event, castmesh_error_v1* error);
+  /* Work enqueued on `stream` after this call waits for the event (no host wait). */
+  int32_t (*stream_wait_event)(castmesh_te_stream_v1* stream, castmesh_te_event_v1* event, castmesh_error_v1* error);
+  /* Copies `bytes` in the direction `kind` (castmesh_te_copy_kind_v1), in stream order. */
+  int32_t (*copy)(void* dst, const void* src, uint64_t bytes, int32_t kind, castmesh_te_stream_v1* stream,
+                  castmesh_error_v1* error);
+  /* A fresh rendezvous id for a new communicator (called on one rank). */
+  int32_t (*comm_unique_id)(castmesh_te_unique_id_v1* id, castmesh_error_v1* error);
+  /* Joins communicator `id` as `rank` of `nranks` on `device`. Blocks until
+   * every rank joined (the collective library's rule). */
+  int32_t (*comm_create)(int32_t device, const castmesh_te_unique_id_v1* id, int32_t nranks, int32_t rank,
+                         castmesh_te_comm_v1** comm, castmesh_error_v1* error);
+  /* Frees a communicator whose work completed. */
+  int32_t (*comm_destroy)(castmesh_te_comm_v1* comm, castmesh_error_v1* error);
+  /* Aborts the communicator's pending work (a peer died or hung) and frees it:
+   * blocked collectives end, their streams move on, the buffers' contents are undefined. */
+  int32_t (*comm_abort)(castmesh_te_comm_v1* comm, castmesh_error_v1* error);
+  /* OK while the communicator is healthy, else the asynchronous error its
+   * device work hit (a peer failure, a network error), which the caller
+   * handles by aborting. Does not block. */
+  int32_t (*comm_async_error)(castmesh_te_comm_v1* comm, castmesh_error_v1* error);
+  /* Collectives, enqueued on `stream`; counts are elements of dtype. */
+  int32_t (*allreduce)(castmesh_te_comm_v1* comm, const void* send, void* recv, uint64_t count, int32_t dtype,
+                       int32_t op, castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  int32_t (*broadcast)(castmesh_te_comm_v1* comm, const void* send, void* recv, uint64_t count, int32_t dtype,
+                       int32_t root, castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* recv holds nranks * send_count elements, rank r's at r * send_count. */
+  int32_t (*allgather)(castmesh_te_comm_v1* comm, const void* send, void* recv, uint64_t send_count,
+                       int32_t dtype, castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* send holds nranks * recv_count elements; rank r receives the reduced block r. */
+  int32_t (*reduce_scatter)(castmesh_te_comm_v1* comm, const void* send, void* recv, uint64_t recv_count,
+                            int32_t dtype, int32_t op, castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* Point to point; a rank that both sends and receives must bracket the
+   * calls with group_begin/group_end, or the two ranks block each other. */
+  int32_t (*send)(castmesh_te_comm_v1* comm, const void* buf, uint64_t count, int32_t dtype, int32_t peer,
+                  castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  int32_t (*recv)(castmesh_te_comm_v1* comm, void* buf, uint64_t count, int32_t dtype, int32_t peer,
+                  castmesh_te_stream_v1* stream, castmesh_error_v1* error);
+  /* Collectives called by this thread between the two are launched together at group_end. */
+  int32_t (*group_begin)(castmesh_error_v1* error);
+  int32_t (*group_end)(castmesh_error_v1* error);
+} castmesh_tensor_engine_table_v1;
+
 /* The table a backend returns. Static storage in the backend; never freed. */
 typedef struct castmesh_backend_v1 {
   size_t struct_size;
@@ -268,6 +402,10 @@ typedef struct castmesh_backend_v1 {
   /* One-sided RDMA; NULL for a backend without it. A reader touches this
    * field only if struct_size reaches past it (a 1.0 table ends above). */
   const struct castmesh_rdma_table_v1* rdma;
+  /* Device memory, streams, copies and device collectives; NULL for a backend
+   * without them. Read only if struct_size reaches past it (the rdma-era 1.1
+   * tables of earlier builds end above). */
+  const struct castmesh_tensor_engine_table_v1* tensor_engine;
 } castmesh_backend_v1;
 
 #if defined(__GNUC__)

@@ -491,6 +491,40 @@ const castmesh_rdma_table_v1* rdma_table(const castmesh_backend_v1& table) {
 
 const castmesh_rdma_table_v1* rdma_table(const Backend& backend) { return rdma_table(backend.table()); }
 
+const castmesh_tensor_engine_table_v1* tensor_engine_table(const castmesh_backend_v1& table) {
+  if (table.struct_size < offsetof(castmesh_backend_v1, tensor_engine) + sizeof table.tensor_engine) return nullptr;
+  const castmesh_tensor_engine_table_v1* te = table.tensor_engine;
+  if (te == nullptr || te->struct_size < offsetof(castmesh_tensor_engine_table_v1, group_end) + sizeof te->group_end) {
+    return nullptr;
+  }
+  // Every entry is mandatory: a caller must never find a NULL function.
+  using Entry = void (*)();
+  const Entry entries[] = {
+      reinterpret_cast<Entry>(te->device_alloc),     reinterpret_cast<Entry>(te->device_free),
+      reinterpret_cast<Entry>(te->pinned_alloc),     reinterpret_cast<Entry>(te->pinned_free),
+      reinterpret_cast<Entry>(te->stream_create),    reinterpret_cast<Entry>(te->stream_destroy),
+      reinterpret_cast<Entry>(te->stream_query),     reinterpret_cast<Entry>(te->stream_synchronize),
+      reinterpret_cast<Entry>(te->event_create),     reinterpret_cast<Entry>(te->event_destroy),
+      reinterpret_cast<Entry>(te->event_record),     reinterpret_cast<Entry>(te->event_query),
+      reinterpret_cast<Entry>(te->event_synchronize), reinterpret_cast<Entry>(te->stream_wait_event),
+      reinterpret_cast<Entry>(te->copy),             reinterpret_cast<Entry>(te->comm_unique_id),
+      reinterpret_cast<Entry>(te->comm_create),      reinterpret_cast<Entry>(te->comm_destroy),
+      reinterpret_cast<Entry>(te->comm_abort),       reinterpret_cast<Entry>(te->comm_async_error),
+      reinterpret_cast<Entry>(te->allreduce),        reinterpret_cast<Entry>(te->broadcast),
+      reinterpret_cast<Entry>(te->allgather),        reinterpret_cast<Entry>(te->reduce_scatter),
+      reinterpret_cast<Entry>(te->send),             reinterpret_cast<Entry>(te->recv),
+      reinterpret_cast<Entry>(te->group_begin),      reinterpret_cast<Entry>(te->group_end),
+  };
+  for (const Entry entry : entries) {
+    if (entry == nullptr) return nullptr;
+  }
+  return te;
+}
+
+const castmesh_tensor_engine_table_v1* tensor_engine_table(const Backend& backend) {
+  return tensor_engine_table(backend.table());
+}
+
 absl::StatusOr<const Backend*> load_backend(std::string_view name_or_path) {
   return plugin::process_registry().load(name_or_path);
 }

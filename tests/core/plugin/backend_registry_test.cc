@@ -176,6 +176,45 @@ TEST(BackendRegistry, AnRdmaTableTooShortForAbi11IsIgnored) {
   EXPECT_EQ(rdma_table(**loaded), nullptr);
 }
 
+TEST(BackendRegistry, AnAbi10BackendHasNoTensorEngineTable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("abi10")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_abi10");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(tensor_engine_table(**loaded), nullptr);
+}
+
+TEST(BackendRegistry, AnRdmaEraAbi11BackendKeepsItsRdmaTableAndHasNoTensorEngineTable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("rdmaera")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_rdmaera");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->table().struct_size, offsetof(castmesh_backend_v1, tensor_engine));
+  EXPECT_NE(rdma_table(**loaded), nullptr);
+  // The field lies past this table: the accessor must not read it.
+  EXPECT_EQ(tensor_engine_table(**loaded), nullptr);
+}
+
+TEST(BackendRegistry, AnAbi11BackendOffersItsTensorEngineTable) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("withte")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_withte");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(rdma_table(**loaded), nullptr);
+  const castmesh_tensor_engine_table_v1* te = tensor_engine_table(**loaded);
+  ASSERT_NE(te, nullptr);
+  void* ptr = &ptr;
+  castmesh_error_v1 error{};
+  EXPECT_EQ(te->device_alloc(0, 64, &ptr, &error), CASTMESH_STATUS_UNIMPLEMENTED);
+  EXPECT_EQ(ptr, nullptr);
+  EXPECT_STREQ(error.message, "test_withte has no device memory");
+}
+
+TEST(BackendRegistry, ATensorEngineTableTooShortForAbi11IsIgnored) {
+  BackendRegistry registry([] { return SearchTiers{{plugin_dir("shortte")}}; });
+  absl::StatusOr<const Backend*> loaded = registry.load("test_shortte");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_NE((*loaded)->table().tensor_engine, nullptr);
+  EXPECT_EQ(tensor_engine_table(**loaded), nullptr);
+}
+
 TEST(BackendRegistry, LibraryWithoutEntrySymbolIsRejected) {
   BackendRegistry registry([] { return SearchTiers{{plugin_dir("noentry")}}; });
   const BackendInfo info = find(registry.backends(), "test_noentry");

@@ -6,6 +6,9 @@
  *   TEST_TABLE_SIZE      struct_size it claims (default: the real one)
  *   TEST_RDMA_TABLE_SIZE define to offer an rdma table (1.1) of this struct_size,
  *                        whose functions answer UNIMPLEMENTED naming this backend
+ *   TEST_TE_TABLE_SIZE   define to offer a tensor_engine table (1.1) of this
+ *                        struct_size; device_alloc answers UNIMPLEMENTED naming
+ *                        this backend, the other entries are never called
  *   TEST_INIT_STATUS     what init returns (default OK)
  *   TEST_DEVICE_COUNT    devices its query reports (default 1)
  *   TEST_NO_ENTRY        define to export no entry symbol at all
@@ -131,9 +134,58 @@ static const castmesh_rdma_table_v1 kRdmaTable = {
 #define TEST_RDMA_TABLE NULL
 #endif
 
+#ifdef TEST_TE_TABLE_SIZE
+static int32_t test_te_device_alloc(int32_t device, uint64_t bytes, void** ptr, castmesh_error_v1* error) {
+  (void)device;
+  (void)bytes;
+  *ptr = NULL;
+  error->code = CASTMESH_STATUS_UNIMPLEMENTED;
+  snprintf(error->message, sizeof error->message, "%s has no device memory", TEST_BACKEND_NAME);
+  return CASTMESH_STATUS_UNIMPLEMENTED;
+}
+/* The loader only checks that entries are present; the test calls device_alloc alone. */
+static void test_te_never_called(void) {}
+#define TEST_TE_ENTRY(field) \
+  ((__typeof__(((castmesh_tensor_engine_table_v1*)0)->field))(void (*)(void))test_te_never_called)
+static const castmesh_tensor_engine_table_v1 kTeTable = {
+    TEST_TE_TABLE_SIZE,
+    &test_te_device_alloc,
+    TEST_TE_ENTRY(device_free),
+    TEST_TE_ENTRY(pinned_alloc),
+    TEST_TE_ENTRY(pinned_free),
+    TEST_TE_ENTRY(stream_create),
+    TEST_TE_ENTRY(stream_destroy),
+    TEST_TE_ENTRY(stream_query),
+    TEST_TE_ENTRY(stream_synchronize),
+    TEST_TE_ENTRY(event_create),
+    TEST_TE_ENTRY(event_destroy),
+    TEST_TE_ENTRY(event_record),
+    TEST_TE_ENTRY(event_query),
+    TEST_TE_ENTRY(event_synchronize),
+    TEST_TE_ENTRY(stream_wait_event),
+    TEST_TE_ENTRY(copy),
+    TEST_TE_ENTRY(comm_unique_id),
+    TEST_TE_ENTRY(comm_create),
+    TEST_TE_ENTRY(comm_destroy),
+    TEST_TE_ENTRY(comm_abort),
+    TEST_TE_ENTRY(comm_async_error),
+    TEST_TE_ENTRY(allreduce),
+    TEST_TE_ENTRY(broadcast),
+    TEST_TE_ENTRY(allgather),
+    TEST_TE_ENTRY(reduce_scatter),
+    TEST_TE_ENTRY(send),
+    TEST_TE_ENTRY(recv),
+    TEST_TE_ENTRY(group_begin),
+    TEST_TE_ENTRY(group_end),
+};
+#define TEST_TE_TABLE (&kTeTable)
+#else
+#define TEST_TE_TABLE NULL
+#endif
+
 static const castmesh_backend_v1 kTable = {
     TEST_TABLE_SIZE, TEST_ABI_MAJOR, TEST_ABI_MINOR,      TEST_BACKEND_NAME, "9.9.9",
-    &test_init,      &test_shutdown, &test_query_devices, TEST_RDMA_TABLE,
+    &test_init,      &test_shutdown, &test_query_devices, TEST_RDMA_TABLE,   TEST_TE_TABLE,
 };
 
 #ifndef TEST_NO_ENTRY
