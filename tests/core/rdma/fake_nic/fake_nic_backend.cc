@@ -32,15 +32,28 @@ const castmesh_rdma_table_v1 kFakeRdmaTable = {
     &rdma_engine_poll,
 };
 
-const castmesh_backend_v1 kFakeBackend = {
-    sizeof(castmesh_backend_v1), CASTMESH_BACKEND_ABI_MAJOR, CASTMESH_BACKEND_ABI_MINOR, "rdma", "fake-nic",
-    &fake_init,                  &fake_shutdown,             &fake_query_devices,       &kFakeRdmaTable,
-};
+// Built field by field: fields a later ABI appends stay zero.
+const castmesh_backend_v1* fake_backend() {
+  static const castmesh_backend_v1 backend = [] {
+    castmesh_backend_v1 made{};
+    made.struct_size = sizeof made;
+    made.abi_major = CASTMESH_BACKEND_ABI_MAJOR;
+    made.abi_minor = CASTMESH_BACKEND_ABI_MINOR;
+    made.name = "rdma";
+    made.version = "fake-nic";
+    made.init = &fake_init;
+    made.shutdown = &fake_shutdown;
+    made.query_devices = &fake_query_devices;
+    made.rdma = &kFakeRdmaTable;
+    return made;
+  }();
+  return &backend;
+}
 
 }  // namespace
 
 extern "C" CASTMESH_BACKEND_EXPORT const castmesh_backend_v1* castmesh_backend_init_v1(
     const castmesh_host_api_v1* host) {
   if (host == nullptr || host->abi_major != CASTMESH_BACKEND_ABI_MAJOR) return nullptr;
-  return &kFakeBackend;
+  return fake_backend();
 }

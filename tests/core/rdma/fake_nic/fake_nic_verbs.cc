@@ -323,8 +323,9 @@ ibv_wc_status execute(State& s, FakeQp& qp, const Wr& queued) {
     return IBV_WC_LOC_PROT_ERR;
   }
   if (std::memcmp(qp.dgid.raw, "FAKE", 4) != 0) return IBV_WC_RETRY_EXC_ERR;
-  pid_t pid = 0;
-  for (int i = 0; i < 4; ++i) pid = (pid << 8) | qp.dgid.raw[4 + i];
+  uint32_t pid_bits = 0;
+  for (int i = 0; i < 4; ++i) pid_bits = (pid_bits << 8) | qp.dgid.raw[4 + i];
+  const auto pid = static_cast<pid_t>(pid_bits);
   uint64_t address = 0;
   std::memcpy(&address, qp.dgid.raw + 8, 8);
   auto peer = std::make_unique<Exports>();
