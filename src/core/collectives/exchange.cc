@@ -125,8 +125,9 @@ class SingleCopyBody final : public RemoteBody {
       recv.request->complete(error);
       return answer(false);
     }
-    absl::Status read = same_pids_ ? read_process_memory(pid_, address_, recv.buffer, size_)
-                                   : absl::FailedPreconditionError("another pid namespace");
+    absl::Status read = !same_pids_         ? absl::FailedPreconditionError("another pid namespace")
+                        : !pid_is_the_peers() ? absl::PermissionDeniedError("the offer names another process")
+                                              : read_process_memory(pid_, address_, recv.buffer, size_);
     if (read.ok()) {
       recv.request->complete(
           MessageStatus{key.source, key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0, size_});
@@ -141,6 +142,20 @@ class SingleCopyBody final : public RemoteBody {
   }
 
  private:
+  // The offer's pid is the sending process itself where the kernel tells
+  // the connection's peer (Unix sockets): a peer cannot point this process
+  // at another process's memory. Over TCP the authenticated peer is trusted.
+  bool pid_is_the_peers() const {
+    std::shared_ptr<proc::ProcHost> host = host_.lock();
+    if (host == nullptr) return false;
+    std::optional<long> peer_pid = host->peer_pid(peer_);
+    if (!peer_pid || *peer_pid == pid_) return true;
+    CASTMESH_LOG_WARN("castmesh-collectives: {} offered a single copy from pid {}, but its connection is pid {}; "
+                      "asking for the bytes over the transport instead",
+                      peer_, pid_, *peer_pid);
+    return false;
+  }
+
   void answer(bool fallback) const {
     std::shared_ptr<proc::ProcHost> host = host_.lock();
     if (host == nullptr) return;

@@ -116,6 +116,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // spawned for this proc (Supervision message), before it is delivered.
   uint64_t add_remote_failure_observer(RemoteFailureObserver observer);
   void remove_remote_failure_observer(uint64_t id);
+  // `peer`'s process id as the kernel tells it for their Unix-socket
+  // connection, or nullopt (TCP, no connection now). Services that act on a
+  // pid a peer sends (cross-memory copies) check it against this.
+  std::optional<long> peer_pid(const ProcId& peer) const { return endpoint_->peer_pid(peer); }
   // A human description used in errors about `peer` ("rank 2, pid 1234").
   void describe_peer(const ProcId& peer, std::string description);
   // Failures of actors this proc spawned for another proc go back to the

@@ -224,7 +224,11 @@ void on_lease_granted(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost&
     (void)send(host, peer, header_of(v1::RdmaHeader::LEASE_END, header.op()));
     return;
   }
-  if (header.pid() != transfer->owner_pid || transfer->owner != peer) {
+  // The lease must name the owner process of the handle, and (where the
+  // kernel tells) the process at the other end of this connection: a peer
+  // cannot point this process's copy at a third process's memory.
+  const std::optional<long> connected = host.peer_pid(peer);
+  if (header.pid() != transfer->owner_pid || transfer->owner != peer || (connected && *connected != header.pid())) {
     (void)send(host, peer, header_of(v1::RdmaHeader::LEASE_END, header.op()));
     return finish(transfer, absl::InternalError(absl::StrCat("proc ", peer, " granted a lease in process ",
                                                              header.pid(), ", not the buffer's owner process ",

@@ -181,6 +181,7 @@ class Endpoint::Impl {
   absl::Status send(std::string_view peer, v1::Envelope envelope, wire::Payload payload);
   void disconnect(std::string_view peer);
   std::vector<std::string> peers() const;
+  std::optional<long> peer_pid(std::string_view peer) const;
   bool on_io_thread() const { return io_.get_executor().running_in_this_thread(); }
   void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
 
@@ -260,6 +261,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::string& peer() const { return peer_; }
   bool established() const { return established_.load(std::memory_order_acquire); }
   const std::string& remote() const { return remote_; }
+  // The peer process's pid as the kernel tells it (Unix sockets), or -1.
+  long peer_pid() const { return peer_pid_.load(std::memory_order_acquire); }
 
   // I/O thread: an accepted socket, counted against `admission_key`'s caps
   // until it authenticates or closes; sends the challenge.
@@ -267,6 +270,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     admission_key_ = std::move(admission_key);
     admitted_ = true;
     remote_ = describe_remote(socket_.native_handle());
+    peer_pid_.store(unix_peer_pid(socket_.native_handle()).value_or(-1), std::memory_order_release);
     set_no_delay(socket_);
     my_nonce_ = wire::make_nonce();
     v1::Handshake hs;
@@ -303,6 +307,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       }
       self->remote_ = describe_remote(self->socket_.native_handle());
+      self->peer_pid_.store(unix_peer_pid(self->socket_.native_handle()).value_or(-1), std::memory_order_release);
       set_no_delay(self->socket_);
       self->my_nonce_ = wire::make_nonce();
       self->start_read();
@@ -769,6 +774,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const bool outgoing_;
   std::string peer_;     // outgoing: the address dialed; incoming: the id proven in the handshake
   std::string remote_;   // socket-level description, for logs
+  std::atomic<long> peer_pid_{-1};  // SO_PEERCRED (Unix sockets); -1 unknown
   bool closed_ = false;  // I/O thread
   std::atomic<bool> established_{false};  // written on the I/O thread only
   std::string my_nonce_, acceptor_nonce_, acceptor_proc_;
@@ -1102,6 +1108,13 @@ void Endpoint::Impl::disconnect(std::string_view peer) {
   });
 }
 
+std::optional<long> Endpoint::Impl::peer_pid(std::string_view peer) const {
+  std::lock_guard lock(peers_mu_);
+  auto it = peers_.find(std::string(peer));
+  if (it == peers_.end() || !it->second->established() || it->second->peer_pid() < 0) return std::nullopt;
+  return it->second->peer_pid();
+}
+
 std::vector<std::string> Endpoint::Impl::peers() const {
   std::lock_guard lock(peers_mu_);
   std::vector<std::string> out;
@@ -1181,6 +1194,7 @@ absl::Status Endpoint::send(std::string_view peer, v1::Envelope envelope, wire::
 }
 void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }
 std::vector<std::string> Endpoint::peers() const { return impl_->peers(); }
+std::optional<long> Endpoint::peer_pid(std::string_view peer) const { return impl_->peer_pid(peer); }
 bool Endpoint::on_io_thread() const { return impl_->on_io_thread(); }
 void Endpoint::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 

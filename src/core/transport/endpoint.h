@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -145,6 +146,11 @@ class Endpoint {
 
   // Closes the connection to `peer` (if any) without reporting it lost.
   void disconnect(std::string_view peer);
+
+  // The process id of `peer` as the kernel reports it for its authenticated
+  // Unix-socket connection (SO_PEERCRED), or nullopt (no connection now, TCP,
+  // or a system that does not tell). Any thread.
+  std::optional<long> peer_pid(std::string_view peer) const;
 
   // Proc ids of the peers with an authenticated connection now.
   std::vector<std::string> peers() const;
