@@ -203,6 +203,7 @@ static const castmesh_backend_v1 kCudaBackend = {
 CASTMESH_BACKEND_EXPORT const castmesh_backend_v1* castmesh_backend_init_v1(const castmesh_host_api_v1* host) {
   if (host == NULL || host->abi_major != CASTMESH_BACKEND_ABI_MAJOR) return NULL;
   g_host = host;
+  if (g_engine.runtime != NULL) return &kCudaBackend; /* a second call keeps the engine and its NCCL */
   g_engine.runtime = te_cuda_runtime();
   g_engine.load_nccl = te_nccl_dlopen;
   g_engine.nccl_library = TE_NCCL_LIBRARY;

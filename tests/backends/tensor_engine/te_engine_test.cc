@@ -301,6 +301,22 @@ TEST(FakeTensorEngine, BadCollectiveArgumentsAreRejectedBeforeEnqueueing) {
   });
 }
 
+TEST(FakeTensorEngine, ALibraryErrorAtEnqueueCarriesTheLibrarysOwnExplanation) {
+  Engine engine;
+  const castmesh_te_unique_id_v1 id = new_id(engine.get());
+  run_ranks(2, [&](int rank) {
+    Rank<uint16_t> r(engine.get(), id, 2, rank, 1);
+    castmesh_error_v1 error{};
+    // A valid castmesh dtype the fake NCCL does not implement: its refusal
+    // (ncclInvalidArgument + ncclGetLastError's text) reaches the caller.
+    EXPECT_EQ(te_allreduce(engine.get(), r.comm, r.device, r.out, 1, CASTMESH_TE_DTYPE_FLOAT16,
+                           CASTMESH_TE_REDUCE_SUM, r.stream, &error),
+              CASTMESH_STATUS_INVALID_ARGUMENT);
+    EXPECT_THAT(error.message, HasSubstr("ncclAllReduce failed: invalid argument"));
+    EXPECT_THAT(error.message, HasSubstr("the fake NCCL has no float16/bfloat16"));
+  });
+}
+
 TEST(FakeTensorEngine, ADeadPeerIsReportedAsAnAsyncErrorAndAbortEndsThePendingCollective) {
   Engine engine;
   const castmesh_te_unique_id_v1 id = new_id(engine.get());

@@ -369,7 +369,7 @@ TEST(ProcessBackends, RdmaBackendBuiltHereOffersAnAbi11RdmaTable) {
   ASSERT_NE(library, nullptr) << dlerror();
   auto entry = reinterpret_cast<castmesh_backend_init_v1_fn>(dlsym(library, CASTMESH_BACKEND_ENTRY_SYMBOL));
   ASSERT_NE(entry, nullptr);
-  castmesh_host_api_v1 host{};
+  static castmesh_host_api_v1 host{};  // the plugin keeps the pointer
   host.struct_size = sizeof host;
   host.abi_major = CASTMESH_BACKEND_ABI_MAJOR;
   host.abi_minor = CASTMESH_BACKEND_ABI_MINOR;
@@ -401,6 +401,31 @@ TEST(ProcessBackends, TensorEngineBuiltHereIsFoundAndReportsDevicesOrWhyNot) {
     EXPECT_THAT(te.message, ::testing::AnyOf(HasSubstr("no CUDA driver"), HasSubstr("no CUDA device"),
                                              HasSubstr("HIP")));
   }
+}
+
+// The CUDA build offers a complete tensor_engine table even on machines
+// without a GPU (it is read from the raw table: the registry does not load a
+// backend without devices). Handle checks need no CUDA call.
+TEST(ProcessBackends, TheCudaTensorEngineOffersItsTable) {
+  const std::string path = core_library_folder() + "/castmesh/backends/libcastmesh_tensor_engine.so";
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto init = reinterpret_cast<castmesh_backend_init_v1_fn>(dlsym(library, CASTMESH_BACKEND_ENTRY_SYMBOL));
+  ASSERT_NE(init, nullptr);
+  static castmesh_host_api_v1 host{};  // the plugin keeps the pointer
+  host.struct_size = sizeof host;
+  host.abi_major = CASTMESH_BACKEND_ABI_MAJOR;
+  host.abi_minor = CASTMESH_BACKEND_ABI_MINOR;
+  host.core_version = "test";
+  const castmesh_backend_v1* table = init(&host);
+  ASSERT_NE(table, nullptr);
+  if (!std::string(table->version).ends_with("+cuda")) GTEST_SKIP() << "the HIP build has no tensor_engine table yet";
+  const castmesh_tensor_engine_table_v1* te = tensor_engine_table(*table);
+  ASSERT_NE(te, nullptr);
+  castmesh_error_v1 error{};
+  int32_t done = 0;
+  EXPECT_EQ(te->stream_query(nullptr, &done, &error), CASTMESH_STATUS_INVALID_ARGUMENT);
+  EXPECT_THAT(error.message, HasSubstr("unknown stream handle"));
 }
 #endif
 
