@@ -154,10 +154,9 @@ int event_record(void* event, void* stream) {
     generation = ++e->recorded;
   }
   static_cast<Stream*>(stream)->enqueue([e, generation] {
-    {
-      std::lock_guard<std::mutex> lock(e->mu);
-      if (e->completed < generation) e->completed = generation;
-    }
+    // Notified under the lock: a waiter that returns may destroy the event.
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->completed < generation) e->completed = generation;
     e->cv.notify_all();
   });
   return kCudaSuccess;

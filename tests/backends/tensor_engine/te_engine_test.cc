@@ -323,10 +323,10 @@ TEST(FakeTensorEngine, ADeadPeerIsReportedAsAnAsyncErrorAndAbortEndsThePendingCo
   castmesh_te_comm_v1* survivor = nullptr;
   castmesh_te_stream_v1* stream = nullptr;
   EXPECT_TE_OK(te_stream_create(engine.get(), 0, &stream, ERR));
+  castmesh_te_comm_v1* dead = nullptr;
   std::thread peer([&] {
-    castmesh_te_comm_v1* comm = nullptr;
-    EXPECT_TE_OK(te_comm_create(engine.get(), 1, &id, 2, 1, &comm, ERR));
-    // Rank 1 then "dies": it never joins the allreduce and its comm is abandoned.
+    EXPECT_TE_OK(te_comm_create(engine.get(), 1, &id, 2, 1, &dead, ERR));
+    // Rank 1 then "dies": it never joins the allreduce.
   });
   EXPECT_TE_OK(te_comm_create(engine.get(), 0, &id, 2, 0, &survivor, ERR));
   peer.join();
@@ -348,6 +348,7 @@ TEST(FakeTensorEngine, ADeadPeerIsReportedAsAnAsyncErrorAndAbortEndsThePendingCo
   EXPECT_TE_OK(te_stream_synchronize(engine.get(), stream, ERR));  // no longer blocked
   EXPECT_EQ(result, 0);  // never computed
   EXPECT_TE_OK(te_stream_destroy(engine.get(), stream, ERR));
+  EXPECT_TE_OK(te_comm_abort(engine.get(), dead, ERR));  // what the dead process would have released
 }
 
 TEST(TensorEngineNcclDlopen, AMissingLibraryLeavesMemoryAndStreamsWorkingAndCollectivesSayWhatToInstall) {
