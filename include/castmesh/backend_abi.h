@@ -295,8 +295,10 @@ typedef enum castmesh_te_reduce_op_v1 {
   CASTMESH_TE_REDUCE_AVG = 4
 } castmesh_te_reduce_op_v1;
 
-/* Direction of a copy (values of the ABI); host memory may be pageable or
- * pinned, pageable memory makes the copy synchronous with the host. */
+/* Direction of a copy (values of the ABI). Host memory may be pageable or
+ * pinned: a host source may be reused as soon as copy returns, a host
+ * destination may be read once the stream (or an event recorded after the
+ * copy) completed; only pinned memory lets the copy overlap other work. */
 typedef enum castmesh_te_copy_kind_v1 {
   CASTMESH_TE_COPY_HOST_TO_DEVICE = 1,
   CASTMESH_TE_COPY_DEVICE_TO_HOST = 2,
