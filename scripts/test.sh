@@ -117,7 +117,15 @@ consumer_checks() {
 # that preset in tests/sanitizer-known-failures.txt (printed, never silent).
 sanitizer_run() {
   local preset=$1
-  cmake --preset "${preset}" -DCASTMESH_WITH_RDMA=ON
+  # The Python extension and pytest run under ASan/UBSan too (the interpreter
+  # is not instrumented: tests/python preloads the ASan runtime); under TSan
+  # an uninstrumented interpreter's threads would be all false reports.
+  local python=()
+  if [ "${preset}" = asan ]; then
+    python=(-DCASTMESH_BUILD_PYTHON=ON "-DPython_EXECUTABLE=${TOOLS_VENV}/bin/python"
+            "-Dpybind11_DIR=$("${TOOLS_VENV}/bin/python" -m pybind11 --cmakedir)")
+  fi
+  cmake --preset "${preset}" -DCASTMESH_WITH_RDMA=ON "${python[@]}"
   cmake --build --preset "${preset}" -j"${JOBS}"
   local known=() line regex
   while IFS= read -r line; do
