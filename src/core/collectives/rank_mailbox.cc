@@ -96,18 +96,23 @@ class PostedRecvSink final : public transport::PayloadSink {
 
 }  // namespace
 
+std::optional<PostedRecv> RankMailbox::take_posted(const MessageKey& key) {
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if (matches(*it, key)) {
+      PostedRecv recv = std::move(*it);
+      posted_.erase(it);
+      return recv;
+    }
+  }
+  return std::nullopt;
+}
+
 std::shared_ptr<transport::PayloadSink> RankMailbox::sink_for(const MessageKey& key, size_t size) {
   if (key.remote != nullptr) return nullptr;
   std::optional<PostedRecv> matched;
   {
     std::lock_guard lock(mu_);
-    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-      if (matches(*it, key)) {
-        matched = std::move(*it);
-        posted_.erase(it);
-        break;
-      }
-    }
+    matched = take_posted(key);
   }
   if (!matched) return nullptr;
   return std::make_shared<PostedRecvSink>(*std::move(matched), key, size);
@@ -117,13 +122,7 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
   std::optional<PostedRecv> matched;
   {
     std::lock_guard lock(mu_);
-    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
-      if (matches(*it, key)) {
-        matched = std::move(*it);
-        posted_.erase(it);
-        break;
-      }
-    }
+    matched = take_posted(key);
     if (!matched) {
       wire::Payload bytes;
       if (key.remote != nullptr) {

@@ -117,6 +117,8 @@ class RankMailbox {
 
  private:
   absl::Status failure_for(const PostedRecv& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes and returns the oldest posted receive matching `key`, if any.
+  std::optional<PostedRecv> take_posted(const MessageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `record` (which notes a failure) under the lock, then fails every
   // posted receive that the failure now covers.
   void record_failure(const std::function<void()>& record);

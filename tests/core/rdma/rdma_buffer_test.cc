@@ -21,6 +21,7 @@
 #include "castmesh/castmesh.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/rdma.h"
+#include "rdma_test_bytes.h"
 #include "core/platform/platform.h"
 
 namespace {
@@ -34,45 +35,12 @@ using castmesh::RdmaResult;
 using castmesh::RdmaTransport;
 using castmesh::TensorView;
 
-// Byte i of a buffer filled with `seed`.
-uint8_t pattern(size_t i, int seed) { return static_cast<uint8_t>(i * 131 + seed * 17 + (i >> 12)); }
-
-TensorView filled(size_t size, int seed) {
-  TensorView t = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
-  auto* p = static_cast<uint8_t*>(t.data());
-  for (size_t i = 0; i < size; ++i) p[i] = pattern(i, seed);
-  return t;
-}
-
-// "" when bytes [0, length) of `data` are pattern(offset + i, seed), else the first difference.
-std::string mismatch(const void* data, size_t offset, size_t length, int seed) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < length; ++i) {
-    if (p[i] != pattern(offset + i, seed)) {
-      return absl::StrCat("byte ", i, " is ", int{p[i]}, ", expected ", int{pattern(offset + i, seed)});
-    }
-  }
-  return "";
-}
-
-// Messages to the worker actors: "a,b,c" integer fields.
-struct Numbers {
-  std::vector<int64_t> values;
-};
-absl::Status encode_numbers(const Numbers& m, std::string* out) {
-  *out = absl::StrJoin(m.values, ",");
-  return absl::OkStatus();
-}
-absl::Status decode_numbers(std::string_view bytes, Numbers* m) {
-  m->values.clear();
-  if (bytes.empty()) return absl::OkStatus();
-  for (absl::string_view part : absl::StrSplit(absl::string_view(bytes.data(), bytes.size()), ',')) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v)) return absl::InvalidArgumentError("bad Numbers");
-    m->values.push_back(v);
-  }
-  return absl::OkStatus();
-}
+using castmesh::rdma_test::decode_numbers;
+using castmesh::rdma_test::encode_numbers;
+using castmesh::rdma_test::filled;
+using castmesh::rdma_test::mismatch;
+using castmesh::rdma_test::Numbers;
+using castmesh::rdma_test::pattern;
 
 // Owner: registers memory filled with pattern(seed 1). Verify: {seed, offset, length} -> "" when the
 // owner's bytes [offset, offset+length) are pattern(0.., seed) (what write_from(filled(length, seed)) wrote),

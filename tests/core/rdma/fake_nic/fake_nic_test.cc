@@ -20,6 +20,7 @@
 #include "castmesh/castmesh.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/rdma.h"
+#include "rdma_test_bytes.h"  // tests/core/rdma/
 
 namespace {
 
@@ -30,48 +31,15 @@ using castmesh::RdmaOptions;
 using castmesh::RdmaTransport;
 using castmesh::TensorView;
 
-uint8_t pattern(size_t i, int seed) { return static_cast<uint8_t>(i * 131 + seed * 17 + (i >> 12)); }
-
-TensorView filled(size_t size, int seed) {
-  TensorView t = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
-  auto* p = static_cast<uint8_t*>(t.data());
-  for (size_t i = 0; i < size; ++i) p[i] = pattern(i, seed);
-  return t;
-}
-
-// "" when bytes [0, length) of `data` are pattern(offset + i, seed), else the first difference.
-std::string mismatch(const void* data, size_t offset, size_t length, int seed) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < length; ++i) {
-    if (p[i] != pattern(offset + i, seed)) {
-      return absl::StrCat("byte ", i, " is ", int{p[i]}, ", expected ", int{pattern(offset + i, seed)});
-    }
-  }
-  return "";
-}
-
-// Messages to the owner actors: comma-separated integers.
-struct FakeNicNumbers {
-  std::vector<int64_t> values;
-};
-absl::Status encode_numbers(const FakeNicNumbers& m, std::string* out) {
-  *out = absl::StrJoin(m.values, ",");
-  return absl::OkStatus();
-}
-absl::Status decode_numbers(std::string_view bytes, FakeNicNumbers* m) {
-  m->values.clear();
-  if (bytes.empty()) return absl::OkStatus();
-  for (absl::string_view part : absl::StrSplit(absl::string_view(bytes.data(), bytes.size()), ',')) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v)) return absl::InvalidArgumentError("bad FakeNicNumbers");
-    m->values.push_back(v);
-  }
-  return absl::OkStatus();
-}
+using castmesh::rdma_test::filled;
+using castmesh::rdma_test::mismatch;
+using castmesh::rdma_test::pattern;
 
 }  // namespace
 
-CASTMESH_REGISTER_MESSAGE(FakeNicNumbers, "castmesh.test.fake_nic.Numbers", encode_numbers, decode_numbers);
+using castmesh::rdma_test::Numbers;
+CASTMESH_REGISTER_MESSAGE(Numbers, "castmesh.test.fake_nic.Numbers", castmesh::rdma_test::encode_numbers,
+                          castmesh::rdma_test::decode_numbers);
 
 namespace {
 
@@ -79,7 +47,7 @@ namespace {
 // owner's bytes [offset, offset+length) are pattern(0.., seed), else the first difference.
 class FakeNicOwner : public castmesh::Actor {
  public:
-  absl::StatusOr<RdmaBuffer> make(const FakeNicNumbers& m) {
+  absl::StatusOr<RdmaBuffer> make(const Numbers& m) {
     if (m.values.size() == 1) {
       memory_ = filled(static_cast<size_t>(m.values.at(0)), 1);
       return RdmaBuffer::register_memory(memory_, RdmaAccess::kReadWrite);
@@ -136,13 +104,13 @@ class FakeNic : public ::testing::Test {
   }
 
   RdmaBuffer make(size_t owner, size_t size) {
-    auto made = owners_.at(owner).ask(FakeNicNumbers{{static_cast<int64_t>(size)}}).get(absl::Seconds(30));
+    auto made = owners_.at(owner).ask(Numbers{{static_cast<int64_t>(size)}}).get(absl::Seconds(30));
     EXPECT_TRUE(made.ok()) << made.status();
     return made.ok() ? *made : RdmaBuffer();
   }
   std::string verify(size_t owner, int seed, size_t offset, size_t length) {
     auto answer = owners_.at(owner)
-                      .ask(FakeNicNumbers{{seed, static_cast<int64_t>(offset), static_cast<int64_t>(length)}})
+                      .ask(Numbers{{seed, static_cast<int64_t>(offset), static_cast<int64_t>(length)}})
                       .get(absl::Seconds(30));
     return std::string(answer.status().message());
   }
