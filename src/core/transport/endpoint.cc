@@ -263,6 +263,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::string& remote() const { return remote_; }
   // The peer process's pid as the kernel tells it (Unix sockets), or -1.
   long peer_pid() const { return peer_pid_.load(std::memory_order_acquire); }
+  // Linux answers SO_PEERCRED on a TCP socket too, with pid 0: only a real
+  // pid counts.
+  void record_peer_pid() {
+    const long pid = unix_peer_pid(socket_.native_handle()).value_or(-1);
+    peer_pid_.store(pid > 0 ? pid : -1, std::memory_order_release);
+  }
 
   // I/O thread: an accepted socket, counted against `admission_key`'s caps
   // until it authenticates or closes; sends the challenge.
@@ -270,7 +276,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     admission_key_ = std::move(admission_key);
     admitted_ = true;
     remote_ = describe_remote(socket_.native_handle());
-    peer_pid_.store(unix_peer_pid(socket_.native_handle()).value_or(-1), std::memory_order_release);
+    record_peer_pid();
     set_no_delay(socket_);
     my_nonce_ = wire::make_nonce();
     v1::Handshake hs;
@@ -307,7 +313,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       }
       self->remote_ = describe_remote(self->socket_.native_handle());
-      self->peer_pid_.store(unix_peer_pid(self->socket_.native_handle()).value_or(-1), std::memory_order_release);
+      self->record_peer_pid();
       set_no_delay(self->socket_);
       self->my_nonce_ = wire::make_nonce();
       self->start_read();
@@ -1111,7 +1117,7 @@ void Endpoint::Impl::disconnect(std::string_view peer) {
 std::optional<long> Endpoint::Impl::peer_pid(std::string_view peer) const {
   std::lock_guard lock(peers_mu_);
   auto it = peers_.find(std::string(peer));
-  if (it == peers_.end() || !it->second->established() || it->second->peer_pid() < 0) return std::nullopt;
+  if (it == peers_.end() || !it->second->established() || it->second->peer_pid() <= 0) return std::nullopt;
   return it->second->peer_pid();
 }
 

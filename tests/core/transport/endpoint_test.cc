@@ -3,6 +3,7 @@
 // play misbehaving peers. Kind "unix" is the platform's default Unix address
 // (abstract on Linux, a socket file in the private folder elsewhere).
 #include "core/transport/endpoint.h"
+#include "core/platform/platform.h"
 
 #include <netinet/in.h>
 #include <poll.h>
@@ -297,6 +298,16 @@ TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
   EXPECT_EQ(at_b[0].payload.view(), "pong");
   if (GetParam() != "local") {
     EXPECT_EQ(b->peers(), std::vector<std::string>{(*a)->id()});
+  }
+  // The kernel names a Unix-socket peer's process (both ends are this one);
+  // over TCP it does not (Linux answers SO_PEERCRED there with pid 0).
+  const bool unix_socket = GetParam().rfind("unix", 0) == 0;
+  if (unix_socket && platform::uses_linux_facilities()) {
+    EXPECT_EQ(b->peer_pid((*a)->id()), std::optional<long>(::getpid()));
+    EXPECT_EQ((*a)->peer_pid(b->id()), std::optional<long>(::getpid()));
+  } else if (!unix_socket) {
+    EXPECT_EQ(b->peer_pid((*a)->id()), std::nullopt);
+    EXPECT_EQ((*a)->peer_pid(b->id()), std::nullopt);
   }
 }
 
