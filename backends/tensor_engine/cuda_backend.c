@@ -11,7 +11,6 @@
  * collective use (te_nccl_dlopen.c; never linked, never bundled). The logic
  * is in te_engine.c, which the unit tests run against fakes. */
 #include <cuda_runtime_api.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "castmesh/backend_abi.h"
@@ -26,16 +25,6 @@
 static const castmesh_host_api_v1* g_host;
 static int g_device_count;
 
-static int32_t fail(castmesh_error_v1* error, int32_t code, const char* format, ...) {
-  va_list args;
-  if (error != NULL) {
-    error->code = code;
-    va_start(args, format);
-    vsnprintf(error->message, sizeof error->message, format, args);
-    va_end(args);
-  }
-  return code;
-}
 
 static int32_t cuda_init(castmesh_error_v1* error) {
   int runtime = 0;
@@ -46,17 +35,17 @@ static int32_t cuda_init(castmesh_error_v1* error) {
   status = cudaGetDeviceCount(&g_device_count);
   if (status == cudaErrorNoDevice || (status == cudaSuccess && g_device_count == 0)) {
     g_device_count = 0;
-    return fail(error, CASTMESH_STATUS_NO_DEVICE, "no CUDA device (driver %d, runtime %d): %s", driver, runtime,
+    return te_fail(error, CASTMESH_STATUS_NO_DEVICE, "no CUDA device (driver %d, runtime %d): %s", driver, runtime,
                 status == cudaSuccess ? "cudaGetDeviceCount found 0 devices" : cudaGetErrorString(status));
   }
   if (status != cudaSuccess) {
     g_device_count = 0;
     if (driver == 0) {
-      return fail(error, CASTMESH_STATUS_NO_DRIVER,
+      return te_fail(error, CASTMESH_STATUS_NO_DRIVER,
                   "no CUDA driver (libcuda.so.1 not found; %s); install the NVIDIA driver to use GPUs",
                   cudaGetErrorString(status));
     }
-    return fail(error, CASTMESH_STATUS_NO_DRIVER,
+    return te_fail(error, CASTMESH_STATUS_NO_DRIVER,
                 "the CUDA driver (version %d) cannot run CUDA runtime %d (%s); update the NVIDIA driver", driver,
                 runtime, cudaGetErrorString(status));
   }
@@ -74,14 +63,14 @@ static int32_t cuda_query_devices(castmesh_device_info_v1* devices, uint32_t cap
                                   castmesh_error_v1* error) {
   int i;
   *count = 0;
-  if (g_device_count == 0) return fail(error, CASTMESH_STATUS_NO_DEVICE, "no CUDA device");
+  if (g_device_count == 0) return te_fail(error, CASTMESH_STATUS_NO_DEVICE, "no CUDA device");
   for (i = 0; i < g_device_count && (uint32_t)i < capacity; ++i) {
     struct cudaDeviceProp prop;
     castmesh_device_info_v1* out = &devices[i];
     cudaError_t status = cudaGetDeviceProperties(&prop, i);
     if (out->struct_size < sizeof(castmesh_device_info_v1)) break;
     if (status != cudaSuccess) {
-      return fail(error, CASTMESH_STATUS_INTERNAL, "cudaGetDeviceProperties(%d): %s", i,
+      return te_fail(error, CASTMESH_STATUS_INTERNAL, "cudaGetDeviceProperties(%d): %s", i,
                   cudaGetErrorString(status));
     }
     out->kind = CASTMESH_DEVICE_KIND_CUDA;

@@ -29,9 +29,7 @@ struct castmesh_te_comm_v1 {
   void* native;
 };
 
-static int32_t fail(castmesh_error_v1* error, int32_t code, const char* format, ...)
-    __attribute__((format(printf, 3, 4)));
-static int32_t fail(castmesh_error_v1* error, int32_t code, const char* format, ...) {
+int32_t te_fail(castmesh_error_v1* error, int32_t code, const char* format, ...) {
   va_list args;
   if (error != NULL) {
     error->code = code;
@@ -49,7 +47,7 @@ static int32_t runtime_fail(struct te_engine* e, castmesh_error_v1* error, const
   if (status == CASTMESH_STATUS_RESOURCE_EXHAUSTED) hint = "free device memory or use smaller buffers";
   if (status == CASTMESH_STATUS_NO_DEVICE) hint = "pass a device index that query_devices reported";
   if (status == CASTMESH_STATUS_INVALID_ARGUMENT) hint = "check the pointers, sizes and handles passed";
-  return fail(error, status, "%s %s failed: %s (%d); %s", e->runtime->vendor, call, e->runtime->error_string(code),
+  return te_fail(error, status, "%s %s failed: %s (%d); %s", e->runtime->vendor, call, e->runtime->error_string(code),
               code, hint);
 }
 
@@ -62,7 +60,7 @@ void te_engine_init(struct te_engine* engine) {
 
 static int32_t use_device(struct te_engine* e, int32_t device, castmesh_error_v1* error) {
   int code;
-  if (device < 0) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "device %d: device indices start at 0", device);
+  if (device < 0) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "device %d: device indices start at 0", device);
   code = e->runtime->set_device(device);
   return code == 0 ? CASTMESH_STATUS_OK : runtime_fail(e, error, "set device", code);
 }
@@ -70,7 +68,7 @@ static int32_t use_device(struct te_engine* e, int32_t device, castmesh_error_v1
 #define TE_CHECK(handle, kind_tag, what)                                                                         \
   do {                                                                                                           \
     if ((handle) == NULL || (handle)->tag != (kind_tag)) {                                                       \
-      return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,                                                       \
+      return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,                                                       \
                   "unknown %s handle %p: pass one this backend's %s_create returned and did not destroy", what, \
                   (const void*)(handle), what);                                                                  \
     }                                                                                                            \
@@ -80,7 +78,7 @@ int32_t te_device_alloc(struct te_engine* e, int32_t device, uint64_t bytes, voi
   int32_t status;
   int code;
   if (ptr == NULL || bytes == 0) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "device_alloc needs bytes > 0 and a result pointer");
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "device_alloc needs bytes > 0 and a result pointer");
   }
   *ptr = NULL;
   status = use_device(e, device, error);
@@ -99,7 +97,7 @@ int32_t te_device_free(struct te_engine* e, void* ptr, castmesh_error_v1* error)
 int32_t te_pinned_alloc(struct te_engine* e, uint64_t bytes, void** ptr, castmesh_error_v1* error) {
   int code;
   if (ptr == NULL || bytes == 0) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "pinned_alloc needs bytes > 0 and a result pointer");
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "pinned_alloc needs bytes > 0 and a result pointer");
   }
   *ptr = NULL;
   code = e->runtime->malloc_host(ptr, (size_t)bytes);
@@ -118,12 +116,12 @@ int32_t te_stream_create(struct te_engine* e, int32_t device, castmesh_te_stream
   struct castmesh_te_stream_v1* made;
   int32_t status;
   int code;
-  if (stream == NULL) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "stream_create needs a result pointer");
+  if (stream == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "stream_create needs a result pointer");
   *stream = NULL;
   status = use_device(e, device, error);
   if (status != CASTMESH_STATUS_OK) return status;
   made = (struct castmesh_te_stream_v1*)calloc(1, sizeof *made);
-  if (made == NULL) return fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for a stream");
+  if (made == NULL) return te_fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for a stream");
   code = e->runtime->stream_create(&made->native);
   if (code != 0) {
     free(made);
@@ -147,7 +145,7 @@ int32_t te_stream_destroy(struct te_engine* e, castmesh_te_stream_v1* stream, ca
 /* A query's answer: done, pending, or the failure of the work. */
 static int32_t query_result(struct te_engine* e, int code, int32_t* done, const char* call,
                             castmesh_error_v1* error) {
-  if (done == NULL) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "%s needs a result pointer", call);
+  if (done == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "%s needs a result pointer", call);
   *done = code == 0;
   if (code == 0 || code == e->runtime->not_ready) return CASTMESH_STATUS_OK;
   return runtime_fail(e, error, call, code);
@@ -169,12 +167,12 @@ int32_t te_event_create(struct te_engine* e, int32_t device, castmesh_te_event_v
   struct castmesh_te_event_v1* made;
   int32_t status;
   int code;
-  if (event == NULL) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "event_create needs a result pointer");
+  if (event == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "event_create needs a result pointer");
   *event = NULL;
   status = use_device(e, device, error);
   if (status != CASTMESH_STATUS_OK) return status;
   made = (struct castmesh_te_event_v1*)calloc(1, sizeof *made);
-  if (made == NULL) return fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for an event");
+  if (made == NULL) return te_fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for an event");
   code = e->runtime->event_create(&made->native);
   if (code != 0) {
     free(made);
@@ -201,7 +199,7 @@ int32_t te_event_record(struct te_engine* e, castmesh_te_event_v1* event, castme
   TE_CHECK(event, kEventTag, "event");
   TE_CHECK(stream, kStreamTag, "stream");
   if (event->device != stream->device) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
                 "event of device %d recorded on a stream of device %d: create the event on the stream's device",
                 event->device, stream->device);
   }
@@ -236,11 +234,11 @@ int32_t te_copy(struct te_engine* e, void* dst, const void* src, uint64_t bytes,
   int code;
   TE_CHECK(stream, kStreamTag, "stream");
   if (kind < CASTMESH_TE_COPY_HOST_TO_DEVICE || kind > CASTMESH_TE_COPY_DEVICE_TO_DEVICE) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
                 "copy kind %d: use CASTMESH_TE_COPY_HOST_TO_DEVICE, _DEVICE_TO_HOST or _DEVICE_TO_DEVICE", kind);
   }
   if (bytes == 0) return CASTMESH_STATUS_OK;
-  if (dst == NULL || src == NULL) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "copy of %llu bytes with a NULL pointer", (unsigned long long)bytes);
+  if (dst == NULL || src == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "copy of %llu bytes with a NULL pointer", (unsigned long long)bytes);
   status = use_device(e, stream->device, error);
   if (status != CASTMESH_STATUS_OK) return status;
   code = e->runtime->memcpy_async(dst, src, (size_t)bytes, kind, stream->native);
@@ -260,7 +258,7 @@ static int32_t nccl(struct te_engine* e, const struct te_nccl_ops** ops, castmes
   state = e->nccl_state;
   pthread_mutex_unlock(&e->mu);
   if (state < 0) {
-    return fail(error, CASTMESH_STATUS_NO_DRIVER,
+    return te_fail(error, CASTMESH_STATUS_NO_DRIVER,
                 "device collectives need %s (%s could not be loaded: %s); memory, streams and copies still work",
                 e->nccl_hint, e->nccl_library, e->nccl_why);
   }
@@ -290,16 +288,16 @@ static int32_t nccl_fail(const struct te_nccl_ops* ops, castmesh_error_v1* error
     default:
       break;
   }
-  return fail(error, status, "%s failed: %s%s%s; %s", call, ops->get_error_string(result),
+  return te_fail(error, status, "%s failed: %s%s%s; %s", call, ops->get_error_string(result),
               last != NULL && last[0] != '\0' ? ": " : "", last != NULL ? last : "", hint);
 }
 
 static int32_t check_dtype_op(int32_t dtype, int32_t op, castmesh_error_v1* error) {
   if (dtype < CASTMESH_TE_DTYPE_INT8 || dtype > CASTMESH_TE_DTYPE_BFLOAT16) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "dtype %d is not a castmesh_te_dtype_v1", dtype);
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "dtype %d is not a castmesh_te_dtype_v1", dtype);
   }
   if (op < CASTMESH_TE_REDUCE_SUM || op > CASTMESH_TE_REDUCE_AVG) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
                 "reduce op %d is not a castmesh_te_reduce_op_v1 (user-defined reductions: stage to host)", op);
   }
   return CASTMESH_STATUS_OK;
@@ -312,7 +310,7 @@ static int32_t collective_prologue(struct te_engine* e, castmesh_te_comm_v1* com
   TE_CHECK(comm, kCommTag, "comm");
   TE_CHECK(stream, kStreamTag, "stream");
   if (comm->device != stream->device) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT,
                 "communicator of device %d used with a stream of device %d: use a stream of the communicator's device",
                 comm->device, stream->device);
   }
@@ -326,7 +324,7 @@ int32_t te_comm_unique_id(struct te_engine* e, castmesh_te_unique_id_v1* id, cas
   int32_t status = nccl(e, &ops, error);
   int result;
   if (status != CASTMESH_STATUS_OK) return status;
-  if (id == NULL) return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "comm_unique_id needs a result pointer");
+  if (id == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "comm_unique_id needs a result pointer");
   result = ops->get_unique_id(id->bytes);
   return result == 0 ? CASTMESH_STATUS_OK : nccl_fail(ops, error, "ncclGetUniqueId", result, NULL);
 }
@@ -338,18 +336,18 @@ int32_t te_comm_create(struct te_engine* e, int32_t device, const castmesh_te_un
   int32_t status;
   int result;
   if (comm == NULL || id == NULL) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "comm_create needs a unique id and a result pointer");
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "comm_create needs a unique id and a result pointer");
   }
   *comm = NULL;
   if (nranks < 1 || rank < 0 || rank >= nranks) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "rank %d of %d: need 0 <= rank < nranks", rank, nranks);
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "rank %d of %d: need 0 <= rank < nranks", rank, nranks);
   }
   status = nccl(e, &ops, error);
   if (status != CASTMESH_STATUS_OK) return status;
   status = use_device(e, device, error);
   if (status != CASTMESH_STATUS_OK) return status;
   made = (struct castmesh_te_comm_v1*)calloc(1, sizeof *made);
-  if (made == NULL) return fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for a communicator");
+  if (made == NULL) return te_fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for a communicator");
   result = ops->comm_init_rank(&made->native, nranks, id->bytes, rank);
   if (result != 0) {
     free(made);
@@ -422,7 +420,7 @@ int32_t te_broadcast(struct te_engine* e, castmesh_te_comm_v1* comm, const void*
   status = check_dtype_op(dtype, CASTMESH_TE_REDUCE_SUM, error);
   if (status != CASTMESH_STATUS_OK) return status;
   if (root < 0 || root >= comm->nranks) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "broadcast root %d of %d ranks", root, comm->nranks);
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "broadcast root %d of %d ranks", root, comm->nranks);
   }
   return TE_COLLECTIVE_RESULT("ncclBroadcast",
                               ops->broadcast(send, recv, (size_t)count, dtype, root, comm->native, stream->native));
@@ -453,7 +451,7 @@ int32_t te_reduce_scatter(struct te_engine* e, castmesh_te_comm_v1* comm, const 
 
 static int32_t check_peer(castmesh_te_comm_v1* comm, int32_t peer, castmesh_error_v1* error) {
   if (peer < 0 || peer >= comm->nranks || peer == comm->rank) {
-    return fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "peer %d: rank %d of %d needs another rank in [0, %d)",
+    return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "peer %d: rank %d of %d needs another rank in [0, %d)",
                 peer, comm->rank, comm->nranks, comm->nranks);
   }
   return CASTMESH_STATUS_OK;

@@ -35,6 +35,10 @@ struct te_engine {
   char nccl_why[320];
 };
 
+/* Fills *error (when not NULL) with `code` and the formatted message; returns
+ * `code`. The one error writer of the tensor_engine backend's C sources. */
+int32_t te_fail(castmesh_error_v1* error, int32_t code, const char* format, ...) __attribute__((format(printf, 3, 4)));
+
 void te_engine_init(struct te_engine* engine);
 
 int32_t te_device_alloc(struct te_engine* e, int32_t device, uint64_t bytes, void** ptr, castmesh_error_v1* error);
