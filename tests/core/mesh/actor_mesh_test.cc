@@ -181,9 +181,13 @@ TEST_F(ActorMeshTest, MemberKilledDuringCallFailsTheCallNamingThePoint) {
   std::mutex mu;
   std::vector<std::string> handled;
   MeshOptions options{.name = "sup", .fanout = 2, .on_failure = [&](const MeshEvent& e) {
+                        // Count only after recording, so a reader that sees the
+                        // count also sees the point.
+                        {
+                          std::lock_guard<std::mutex> lock(mu);
+                          handled.push_back(e.point.to_string());
+                        }
                         handler_calls++;
-                        std::lock_guard<std::mutex> lock(mu);
-                        handled.push_back(e.point.to_string());
                         return MeshFailureAction::kContinue;
                       }};
   ActorMesh<Worker> mesh = spawn(shape_2x4(), options);
