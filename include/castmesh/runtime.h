@@ -6,14 +6,9 @@
 // (on_stop runs, queued requests fail), then every thread is joined.
 // Refs must not be used after their runtime is destroyed.
 //
-// Cross-process seam (implemented by the transport, see docs/actors.md):
-//  * set_proc_id() names this proc (default "local") before the first spawn.
-//  * Sends to an address of another proc are encoded with the message type's
-//    codec and handed to the RemoteRouter as a WireMessage.
-//  * The transport injects incoming messages with deliver_wire() (or
-//    deliver_serialized / deliver_serialized_reply / fail_reply_port).
-//  * fail_pending_to_proc(), report_remote_down() and
-//    deliver_supervision_event() report dead procs and actors.
+// Cross-process seam: set_proc_id() names this proc (default "local")
+// before the first spawn; the transport reaches the runtime through the
+// internal castmesh/detail/runtime_transport.h (not user API; docs/actors.md).
 #pragma once
 
 #include <absl/status/status.h>
@@ -70,38 +65,9 @@ struct RuntimeOptions {
   std::function<void(const SupervisionEvent&)> on_unhandled_failure{};
 };
 
-// One message crossing procs, in either direction. For a message to an
-// actor `port` is 0; for an answer, `port` names the reply port on
-// `destination.proc` and a non-OK `error` means the request failed.
-struct WireMessage {
-  Address destination;
-  uint64_t port = 0;
-  Address sender;                        // empty when not sent by an actor
-  std::string type_name;                 // the codec's wire name
-  std::string payload;                   // codec bytes
-  std::optional<PortAddress> reply_to;   // requests: where the answer goes
-  absl::Status error;                    // answers only
-};
-
-// Carries messages to other procs. Implemented by the transport and
-// installed with Runtime::set_remote_router. Called on the sending thread
-// (any thread, including actor handlers); must not block for long. It may
-// call back into the runtime (e.g. deliver_wire for a loopback).
-class RemoteRouter {
- public:
-  virtual ~RemoteRouter() = default;
-  // Sends `msg` to msg.destination.proc. Delivery failures are reported
-  // back later through fail_reply_port / fail_pending_to_proc.
-  virtual void route(WireMessage msg) = 0;
-  // Monitors of the remote actor `actor` started: the transport must call
-  // report_remote_down when it stops (or is not there), or report_proc_down
-  // when its proc is lost. Called once per actor until it was reported down
-  // (later monitors of it share that report).
-  virtual void watch(const Address& actor) {}
-};
-
 namespace detail {
 class RuntimeCore;
+class RuntimeTransportSeam;
 class ActorCell;
 // Registers a new actor (used by the spawn templates).
 absl::StatusOr<std::shared_ptr<Endpoint>> spawn_actor(RuntimeCore* rt, ActorCell* parent,
@@ -148,35 +114,6 @@ class Runtime {
   const ProcId& proc_id() const;
   // Sets this proc's id; only before the first spawn (else kFailedPrecondition).
   absl::Status set_proc_id(ProcId id);
-  // Installs the router for addresses of other procs (nullptr removes it).
-  void set_remote_router(std::shared_ptr<RemoteRouter> router);
-
-  // Incoming message from the transport (actor message or answer).
-  absl::Status deliver_wire(WireMessage msg);
-  // Injects a serialized message for the local actor `destination`.
-  // Errors: kNotFound (no such actor; an answer to reply_to is sent as
-  // well), kUnimplemented (unknown wire type name), kInvalidArgument
-  // (undecodable payload).
-  absl::Status deliver_serialized(const Address& destination, std::string_view type_name, std::string_view bytes,
-                                  const std::optional<PortAddress>& reply_to = std::nullopt,
-                                  const Address& sender = {});
-  // Injects the answer for a reply port of this proc.
-  absl::Status deliver_serialized_reply(const PortAddress& port, std::string_view type_name, std::string_view bytes);
-  // Fails the request waiting on a reply port of this proc.
-  void fail_reply_port(const PortAddress& port, absl::Status error);
-  // Fails every request waiting for an answer from `proc` (it died).
-  void fail_pending_to_proc(const ProcId& proc, absl::Status error);
-  // A remote actor stopped (`message_type`: what it was handling when it
-  // failed, if known): monitors of it get a DownEvent. Each monitor of a
-  // remote actor is told once, by this or report_proc_down, whichever comes
-  // first; the callbacks run on the runtime's timer thread, never on the
-  // caller's (the transport's I/O thread).
-  void report_remote_down(const Address& actor, absl::Status reason, std::string message_type = {});
-  // A proc died: fail_pending_to_proc, and every monitored actor there is down.
-  void report_proc_down(const ProcId& proc, absl::Status reason);
-  // A failure event for the local actor `parent` (e.g. its remote child
-  // failed); handled like a local child's failure.
-  absl::Status deliver_supervision_event(const Address& parent, SupervisionEvent event);
 
   // Watches `target` from a plain thread: `on_down` runs once when it stops
   // (on the thread where a local target stops, or now if it is gone; for an
@@ -209,9 +146,8 @@ class Runtime {
   // else the most recently created runtime still alive, else nullptr.
   static Runtime* current();
 
-  detail::RuntimeCore* core() const { return core_.get(); }
-
  private:
+  friend class detail::RuntimeTransportSeam;  // the transport's entry points
   TimerId add_timer(absl::Duration delay, absl::Duration period, std::function<void()> fire);
   std::unique_ptr<detail::RuntimeCore> core_;
 };

@@ -6,7 +6,7 @@
 // procs that hold members ("groups", in the order their first member
 // appears in row-major order), so the caller sends at most `fanout` wire
 // messages per cast whatever the mesh's size, and each relay delivers to its
-// own members (Runtime::deliver_serialized) and forwards to at most `fanout`
+// own members (RuntimeTransportSeam::deliver_serialized) and forwards to at most `fanout`
 // child procs. Replies come back up the same tree: each relay sends its
 // subtree's replies to its parent in one message, folded into one value for
 // a reduction whose reducer is registered (Reducer::registered). Wire form:

@@ -1,5 +1,7 @@
 #include "castmesh/runtime.h"
 
+#include "castmesh/detail/runtime_transport.h"
+
 #include "core/actor/runtime_core.h"
 
 namespace castmesh {
@@ -12,52 +14,6 @@ UntypedRef Runtime::resolve(const Address& address) { return UntypedRef(core_->r
 void Runtime::shutdown() { core_->shutdown(); }
 const ProcId& Runtime::proc_id() const { return core_->proc_id(); }
 absl::Status Runtime::set_proc_id(ProcId id) { return core_->set_proc_id(std::move(id)); }
-void Runtime::set_remote_router(std::shared_ptr<RemoteRouter> router) { core_->set_router(std::move(router)); }
-
-absl::Status Runtime::deliver_wire(WireMessage msg) {
-  if (msg.port != 0) {
-    const PortAddress port{msg.destination, msg.port};
-    if (!msg.error.ok()) {
-      core_->fail_reply_port(port, std::move(msg.error));
-      return absl::OkStatus();
-    }
-    return core_->deliver_serialized_reply(port, msg.type_name, msg.payload);
-  }
-  return core_->deliver_serialized(msg.destination, msg.type_name, msg.payload, msg.reply_to, msg.sender);
-}
-
-absl::Status Runtime::deliver_serialized(const Address& destination, std::string_view type_name,
-                                         std::string_view bytes, const std::optional<PortAddress>& reply_to,
-                                         const Address& sender) {
-  return core_->deliver_serialized(destination, type_name, bytes, reply_to, sender);
-}
-
-absl::Status Runtime::deliver_serialized_reply(const PortAddress& port, std::string_view type_name,
-                                               std::string_view bytes) {
-  return core_->deliver_serialized_reply(port, type_name, bytes);
-}
-
-void Runtime::fail_reply_port(const PortAddress& port, absl::Status error) {
-  core_->fail_reply_port(port, std::move(error));
-}
-void Runtime::fail_pending_to_proc(const ProcId& proc, absl::Status error) {
-  core_->fail_pending_to_proc(proc, error);
-}
-void Runtime::report_remote_down(const Address& actor, absl::Status reason, std::string message_type) {
-  core_->report_remote_down(actor, reason, std::move(message_type));
-}
-void Runtime::report_proc_down(const ProcId& proc, absl::Status reason) { core_->report_proc_down(proc, reason); }
-
-absl::Status Runtime::deliver_supervision_event(const Address& parent, SupervisionEvent event) {
-  auto cell = core_->find_local(parent);
-  if (!cell) return absl::NotFoundError("no actor " + parent.to_string());
-  auto* env = new detail::TypedEnvelope<SupervisionEvent>(std::move(event));
-  env->kind = detail::EnvelopeKind::kSupervision;
-  env->type_id = type_id<SupervisionEvent>();
-  if (!cell->mailbox_push_system(env)) return absl::UnavailableError("actor " + parent.to_string() + " stopped");
-  return absl::OkStatus();
-}
-
 MonitorId Runtime::monitor(const UntypedRef& target, std::function<void(const DownEvent&)> on_down) {
   return core_->monitor(target, detail::Watcher{{}, std::move(on_down)});
 }
@@ -78,3 +34,66 @@ Runtime* Runtime::current() {
 }
 
 }  // namespace castmesh
+
+namespace castmesh::detail {
+
+RuntimeCore* RuntimeTransportSeam::core(const Runtime& runtime) { return runtime.core_.get(); }
+
+void RuntimeTransportSeam::set_remote_router(Runtime& runtime, std::shared_ptr<RemoteRouter> router) {
+  runtime.core_->set_router(std::move(router));
+}
+
+absl::Status RuntimeTransportSeam::deliver_wire(Runtime& runtime, WireMessage msg) {
+  RuntimeCore& core = *runtime.core_;
+  if (msg.port != 0) {
+    const PortAddress port{msg.destination, msg.port};
+    if (!msg.error.ok()) {
+      core.fail_reply_port(port, std::move(msg.error));
+      return absl::OkStatus();
+    }
+    return core.deliver_serialized_reply(port, msg.type_name, msg.payload);
+  }
+  return core.deliver_serialized(msg.destination, msg.type_name, msg.payload, msg.reply_to, msg.sender);
+}
+
+absl::Status RuntimeTransportSeam::deliver_serialized(Runtime& runtime, const Address& destination,
+                                                      std::string_view type_name, std::string_view bytes,
+                                                      const std::optional<PortAddress>& reply_to,
+                                                      const Address& sender) {
+  return runtime.core_->deliver_serialized(destination, type_name, bytes, reply_to, sender);
+}
+
+absl::Status RuntimeTransportSeam::deliver_serialized_reply(Runtime& runtime, const PortAddress& port,
+                                                            std::string_view type_name, std::string_view bytes) {
+  return runtime.core_->deliver_serialized_reply(port, type_name, bytes);
+}
+
+void RuntimeTransportSeam::fail_reply_port(Runtime& runtime, const PortAddress& port, absl::Status error) {
+  runtime.core_->fail_reply_port(port, std::move(error));
+}
+
+void RuntimeTransportSeam::fail_pending_to_proc(Runtime& runtime, const ProcId& proc, absl::Status error) {
+  runtime.core_->fail_pending_to_proc(proc, error);
+}
+
+void RuntimeTransportSeam::report_remote_down(Runtime& runtime, const Address& actor, absl::Status reason,
+                                              std::string message_type) {
+  runtime.core_->report_remote_down(actor, reason, std::move(message_type));
+}
+
+void RuntimeTransportSeam::report_proc_down(Runtime& runtime, const ProcId& proc, absl::Status reason) {
+  runtime.core_->report_proc_down(proc, reason);
+}
+
+absl::Status RuntimeTransportSeam::deliver_supervision_event(Runtime& runtime, const Address& parent,
+                                                             SupervisionEvent event) {
+  auto cell = runtime.core_->find_local(parent);
+  if (!cell) return absl::NotFoundError("no actor " + parent.to_string());
+  auto* env = new TypedEnvelope<SupervisionEvent>(std::move(event));
+  env->kind = EnvelopeKind::kSupervision;
+  env->type_id = type_id<SupervisionEvent>();
+  if (!cell->mailbox_push_system(env)) return absl::UnavailableError("actor " + parent.to_string() + " stopped");
+  return absl::OkStatus();
+}
+
+}  // namespace castmesh::detail

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "castmesh/detail/runtime_transport.h"
 #include "castmesh/runtime.h"
 #include "core/mailbox/mailbox.h"
 #include "core/scheduler/scheduler.h"

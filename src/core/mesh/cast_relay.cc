@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/runtime_transport.h"
 #include "castmesh/message.h"
 #include "castmesh/value_mesh.h"
 #include "castmesh/wire/v1/cast.pb.h"
@@ -651,19 +652,20 @@ void CastRelay::handle_hop(const std::shared_ptr<const CastTable>& table, const 
   v1::CastHop child = hop;
   set_lost_groups(lost, &child);
   send_to_children(table, child, plan, node, own.size());
-  detail::RuntimeCore* core = runtime_->core();
+  detail::RuntimeCore* core = detail::RuntimeTransportSeam::core(*runtime_);
   for (size_t i = 0; i < own.size(); ++i) {
     const Address& member = table->members[own[i]];
     if (!node) {
-      absl::Status st = runtime_->deliver_serialized(member, hop.message_type(), hop.message());
+      absl::Status st =
+          detail::RuntimeTransportSeam::deliver_serialized(*runtime_, member, hop.message_type(), hop.message());
       if (!st.ok()) CASTMESH_LOG_DEBUG("cast relay {}: cast to {} not delivered: {}", id_, member.to_string(), st.ToString());
       continue;
     }
     auto* sink = new MemberReplySink(shared_from_this(), node, i, own[i]);
     const uint64_t port = core->register_reply(sink, id_);
     // A failure completes the reply port with the error (and so the slot).
-    (void)runtime_->deliver_serialized(member, hop.message_type(), hop.message(),
-                                       PortAddress{core->reply_owner(), port});
+    (void)detail::RuntimeTransportSeam::deliver_serialized(*runtime_, member, hop.message_type(), hop.message(),
+                                                           PortAddress{core->reply_owner(), port});
   }
 }
 

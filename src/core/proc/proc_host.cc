@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/runtime_transport.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
@@ -19,6 +20,7 @@ namespace castmesh::proc {
 namespace {
 
 namespace v1 = wire::v1;
+using Seam = detail::RuntimeTransportSeam;
 constexpr uint32_t kReplyFlag = 1;
 // A data message (send_data): the payload is the body itself, no protobuf.
 constexpr uint32_t kDataFlag = 2;
@@ -39,7 +41,7 @@ HostDirectory& host_directory() {
 // detaches it (under the exclusive lock) before the endpoint goes away, and
 // a route() racing with that fails its request instead of touching a dead
 // endpoint.
-class ProcHost::Router : public RemoteRouter {
+class ProcHost::Router : public detail::RemoteRouter {
  public:
   Router(ProcHost* host, Runtime* runtime) : host_(host), runtime_(runtime) {}
 
@@ -48,7 +50,7 @@ class ProcHost::Router : public RemoteRouter {
     host_ = nullptr;
   }
 
-  void route(WireMessage msg) override {
+  void route(detail::WireMessage msg) override {
     std::shared_lock lock(mu_);
     if (host_ == nullptr) {
       lock.unlock();
@@ -80,7 +82,7 @@ class ProcHost::Router : public RemoteRouter {
     std::shared_lock lock(mu_);
     if (host_ == nullptr) {
       lock.unlock();
-      runtime_->report_remote_down(actor, absl::UnavailableError(absl::StrCat(
+      Seam::report_remote_down(*runtime_, actor, absl::UnavailableError(absl::StrCat(
                                               "cannot monitor ", actor.to_string(), ": this proc's transport is shut down")));
       return;
     }
@@ -95,10 +97,10 @@ class ProcHost::Router : public RemoteRouter {
   }
 
  private:
-  void fail(const WireMessage& msg, absl::Status error) {
+  void fail(const detail::WireMessage& msg, absl::Status error) {
     if (msg.port == 0 && msg.reply_to) {
       // The reply port lives on this proc: the request fails now.
-      runtime_->fail_reply_port(*msg.reply_to, std::move(error));
+      Seam::fail_reply_port(*runtime_, *msg.reply_to, std::move(error));
     } else {
       CASTMESH_LOG_WARN("dropping message to {}: {}", msg.destination.to_string(), error.ToString());
     }
@@ -164,7 +166,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
         " (allocate procs before spawning actors on the controller's runtime)"));
   }
   host->router_ = std::make_shared<Router>(raw, &runtime);
-  runtime.set_remote_router(host->router_);
+  Seam::set_remote_router(runtime, host->router_);
   host->on_control(v1::SpawnRequest().GetTypeName(),
                    [raw](const ProcId& peer, uint64_t correlation, const std::string& payload) {
                      raw->handle_spawn(peer, correlation, payload);
@@ -209,7 +211,7 @@ ProcHost::~ProcHost() {
   for (auto& [name, service] : services_) service->detach();
   if (router_) {
     router_->detach();
-    runtime_.set_remote_router(nullptr);
+    Seam::set_remote_router(runtime_, nullptr);
   }
   // Joins the I/O thread; a handler still running meanwhile may call
   // endpoint_->send(), which then fails cleanly (the object stays alive).
@@ -350,7 +352,7 @@ void ProcHost::set_root_failure_handler(std::function<void(const SupervisionEven
 void ProcHost::deliver_failure(const std::string& parent, SupervisionEvent event) {
   if (!parent.empty()) {
     auto address = Address::parse(parent);
-    if (address.ok() && runtime_.deliver_supervision_event(*address, event).ok()) return;
+    if (address.ok() && Seam::deliver_supervision_event(runtime_, *address, event).ok()) return;
     CASTMESH_LOG_WARN("castmesh-proc {}: parent {} of failed actor {} is gone; reporting to the root", id(),
                       log::printable(parent), log::printable(event.child.to_string()));
   }
@@ -467,7 +469,7 @@ void ProcHost::watch_remote_actor(const Address& actor) {
     if (it == monitors_sent_.end() || it->second != monitor.monitor_id()) return;  // answered meanwhile
     monitors_sent_.erase(it);
   }
-  runtime_.report_remote_down(actor, absl::UnavailableError(absl::StrCat("cannot monitor ", actor.to_string(),
+  Seam::report_remote_down(runtime_, actor, absl::UnavailableError(absl::StrCat("cannot monitor ", actor.to_string(),
                                                                          ": cannot send to proc ", describe(actor.proc),
                                                                          ": ", sent.message())));
 }
@@ -491,7 +493,7 @@ void ProcHost::handle_actor_down(const ProcId& peer, const std::string& payload)
   }
   CASTMESH_LOG_DEBUG("castmesh-proc {}: monitored actor {} is down ({})", id(), log::printable(message.actor()),
                      message.reason_code() == 0 ? std::string("stopped") : log::printable(message.reason_message()));
-  runtime_.report_remote_down(*actor, wire::status_from_wire(message.reason_code(), message.reason_message()),
+  Seam::report_remote_down(runtime_, *actor, wire::status_from_wire(message.reason_code(), message.reason_message()),
                               message.message_type());
 }
 
@@ -600,13 +602,14 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
     if (!envelope.source().empty()) {
       if (auto s = Address::parse(envelope.source()); s.ok()) sender = std::move(*s);
     }
-    delivered = runtime_.deliver_serialized(*destination, envelope.message_type(), payload.view(), reply_to, sender);
+    delivered =
+        Seam::deliver_serialized(runtime_, *destination, envelope.message_type(), payload.view(), reply_to, sender);
   } else {
     const PortAddress port{*destination, envelope.port()};
     if (envelope.error_code() != 0) {
-      runtime_.fail_reply_port(port, wire::status_from_wire(envelope));
+      Seam::fail_reply_port(runtime_, port, wire::status_from_wire(envelope));
     } else {
-      delivered = runtime_.deliver_serialized_reply(port, envelope.message_type(), payload.view());
+      delivered = Seam::deliver_serialized_reply(runtime_, port, envelope.message_type(), payload.view());
     }
   }
   if (!delivered.ok()) {
@@ -639,7 +642,7 @@ void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
     monitors_served_.erase(peer);  // nobody left to tell
     absl::erase_if(monitors_sent_, [&peer](const auto& entry) { return entry.first.proc == peer; });
   }
-  runtime_.report_proc_down(peer, gone);  // every monitor of an actor there is down
+  Seam::report_proc_down(runtime_, peer, gone);  // every monitor of an actor there is down
   std::vector<std::shared_ptr<PendingRequest>> failed;
   std::vector<PeerLostObserver> observers;
   {

@@ -2,6 +2,7 @@
 // different proc ids joined by a fake router that (like a transport)
 // carries only bytes.
 #include <castmesh/castmesh.h>
+#include <castmesh/detail/runtime_transport.h>
 #include <google/protobuf/wrappers.pb.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +17,8 @@ namespace castmesh::testing {
 namespace {
 
 using namespace std::chrono_literals;
+// The transport side of a runtime, which these tests play.
+using Seam = detail::RuntimeTransportSeam;
 
 // A message type with a user-registered codec.
 struct Point {
@@ -53,7 +56,7 @@ class Geometry : public Actor {
 };
 
 // Carries WireMessages between runtimes by proc id, as bytes only.
-class LoopbackRouter : public RemoteRouter {
+class LoopbackRouter : public detail::RemoteRouter {
  public:
   void add(Runtime* rt) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -63,7 +66,7 @@ class LoopbackRouter : public RemoteRouter {
     std::lock_guard<std::mutex> lock(mu_);
     procs_.erase(p);
   }
-  void route(WireMessage msg) override {
+  void route(detail::WireMessage msg) override {
     routed_.fetch_add(1);
     Runtime* target = nullptr;
     {
@@ -73,7 +76,7 @@ class LoopbackRouter : public RemoteRouter {
     }
     if (target == nullptr) return;  // proc gone: like a lost connection
     // Serialize the parts a transport would send, then rebuild.
-    WireMessage copy;
+    detail::WireMessage copy;
     copy.destination = Address::from_bytes(msg.destination.to_bytes()).value();
     copy.port = msg.port;
     copy.sender = msg.sender;
@@ -81,7 +84,7 @@ class LoopbackRouter : public RemoteRouter {
     copy.payload = std::string(msg.payload.data(), msg.payload.size());
     if (msg.reply_to) copy.reply_to = PortAddress::from_bytes(msg.reply_to->to_bytes()).value();
     copy.error = msg.error;
-    absl::Status st = target->deliver_wire(std::move(copy));
+    absl::Status st = Seam::deliver_wire(*target, std::move(copy));
     if (!st.ok()) last_error_ = st;
   }
   void watch(const Address& actor) override { watched_.fetch_add(1); }
@@ -103,8 +106,8 @@ class RemoteSeam : public ::testing::Test {
     b_ = std::make_unique<Runtime>(RuntimeOptions{.workers = 2, .proc_id = "proc-b"});
     router_->add(a_.get());
     router_->add(b_.get());
-    a_->set_remote_router(router_);
-    b_->set_remote_router(router_);
+    Seam::set_remote_router(*a_, router_);
+    Seam::set_remote_router(*b_, router_);
   }
   void TearDown() override {
     b_.reset();
@@ -147,11 +150,12 @@ TEST_F(RemoteSeam, ErrorsAreClear) {
   auto ghost = ActorRef<Geometry>(a_->resolve(Address{"proc-b", "ghost", 1}).endpoint());
   EXPECT_EQ(ghost.ask(Point{}).get(10s).status().code(), absl::StatusCode::kNotFound);
   // Unknown wire type name and malformed payloads, injected directly.
-  EXPECT_EQ(b_->deliver_serialized(geo.address(), "test.Nope", "").code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(b_->deliver_serialized(geo.address(), "test.Point", "garbage").code(),
+  EXPECT_EQ(Seam::deliver_serialized(*b_, geo.address(), "test.Nope", "").code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Seam::deliver_serialized(*b_, geo.address(), "test.Point", "garbage").code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(a_->deliver_serialized_reply(PortAddress{Address{"proc-a", "_reply", 0}, 999}, "castmesh.i32", "").code(),
-            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      Seam::deliver_serialized_reply(*a_, PortAddress{Address{"proc-a", "_reply", 0}, 999}, "castmesh.i32", "").code(),
+      absl::StatusCode::kNotFound);
   // No router: kUnavailable naming the proc.
   Runtime lone(RuntimeOptions{.workers = 1, .proc_id = "lone"});
   auto r = ActorRef<Geometry>(lone.resolve(geo.address()).endpoint()).ask(Point{}).get(10s);
@@ -166,7 +170,7 @@ TEST_F(RemoteSeam, PendingRequestsToADeadProcFail) {
   auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).endpoint());
   auto pending = via_a.ask(Point{3, 4});
   EXPECT_FALSE(pending.ready());
-  a_->fail_pending_to_proc("proc-b", absl::UnavailableError("proc proc-b died"));
+  Seam::fail_pending_to_proc(*a_, "proc-b", absl::UnavailableError("proc proc-b died"));
   auto r = pending.get(10s);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(std::string(r.status().message()).find("proc-b"), std::string::npos);
@@ -192,7 +196,7 @@ TEST_F(RemoteSeam, RemoteDownReachesMonitors) {
   auto watcher = a_->spawn<RemoteWatcher>();
   EXPECT_TRUE(watcher.ask(Watch{a_->resolve(geo.address())}).get(10s).ok());
   EXPECT_EQ(router_->watched_.load(), 1);
-  a_->report_proc_down("proc-b", absl::UnavailableError("connection lost"));
+  Seam::report_proc_down(*a_, "proc-b", absl::UnavailableError("connection lost"));
   std::vector<DownEvent> downs;
   for (int i = 0; i < 5000 && downs.empty(); ++i) {
     downs = watcher.ask(Downs{}).get(10s).value();
