@@ -71,6 +71,7 @@
 #include "castmesh/cast_tree.h"
 #include "castmesh/detail/mesh_reply.h"
 #include "castmesh/detail/proc_cast.h"
+#include "castmesh/detail/slot_collector.h"
 #include "castmesh/future.h"
 #include "castmesh/port.h"
 #include "castmesh/proc_mesh.h"
@@ -413,37 +414,39 @@ inline std::optional<absl::Status> pieces_error(const Shape& base, const std::ve
 }
 
 // The caller's end of a reduction over the per-proc tree: pieces (each a
-// run of targets, folded by relays where they could) arrive in any order;
-// once they cover every target they are folded in row-major order.
+// run of targets, folded by relays where they could) arrive in any order,
+// each counted in for the run of view positions it covers; once they cover
+// every target they are folded in row-major order. The first batch holding
+// an error fails the reduction.
 template <typename R>
 class PieceFold {
  public:
   using Done = std::function<void(absl::StatusOr<R>)>;
-  PieceFold(size_t expected, Reducer<R> reducer, Shape base, Done done)
-      : expected_(expected), reducer_(std::move(reducer)), base_(std::move(base)), done_(std::move(done)) {}
+  PieceFold(Shape view, Reducer<R> reducer, Shape base, Done done)
+      : view_(std::move(view)), slots_(view_.size()), reducer_(std::move(reducer)), base_(std::move(base)),
+        done_(std::move(done)) {}
 
+  // A batch of pieces from the tree (any thread).
   void add(std::vector<CastPiece> batch) {
-    absl::Status error = pieces_error(base_, batch).value_or(absl::OkStatus());
-    std::vector<CastPiece> all;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
-      if (error.ok()) {
-        for (CastPiece& p : batch) {
-          covered_ += p.count;
-          pieces_.push_back(std::move(p));
-        }
-      }
-      if (error.ok() && covered_ < expected_) return;
-      finished_ = true;
-      all = std::move(pieces_);
-    }
-    if (!error.ok()) {
-      done_(std::move(error));
+    if (std::optional<absl::Status> error = pieces_error(base_, batch)) {
+      if (slots_.fail()) done_(*std::move(error));
       return;
     }
-    std::sort(all.begin(), all.end(),
-              [](const CastPiece& a, const CastPiece& b) { return a.first_rank < b.first_rank; });
+    for (CastPiece& p : batch) {
+      absl::StatusOr<size_t> position = view_.slice().position_of(p.first_rank);
+      if (!position.ok()) {  // relays pass up only their slots' targets
+        if (slots_.fail()) done_(absl::InternalError(absl::StrCat("reply for rank ", p.first_rank, " outside the view")));
+        return;
+      }
+      const size_t count = p.count;
+      SlotFill<CastPiece> fill = slots_.set(*position, std::move(p), count);
+      if (fill.done) finish(*std::move(fill.done));
+    }
+  }
+
+ private:
+  // Every target answered: decodes and folds the pieces in row-major order.
+  void finish(std::vector<CastPiece> all) {
     std::optional<R> folded;
     for (const CastPiece& p : all) {
       absl::StatusOr<R> v = decode_piece<R>(p);
@@ -456,15 +459,11 @@ class PieceFold {
     done_(std::move(*folded));
   }
 
- private:
-  const size_t expected_;
+  const Shape view_;
+  SlotCollector<CastPiece> slots_;  // by position in view_
   const Reducer<R> reducer_;
   const Shape base_;
   const Done done_;
-  std::mutex mu_;
-  std::vector<CastPiece> pieces_;  // guarded by mu_
-  size_t covered_ = 0;             // guarded by mu_
-  bool finished_ = false;          // guarded by mu_
 };
 
 }  // namespace detail
@@ -696,7 +695,7 @@ class ActorMesh {
     auto [port, future] = make_once_port<R>();
     if (const auto& tree = state_->proc_tree()) {
       auto fold = std::make_shared<detail::PieceFold<R>>(
-          view_.size(), reducer, state_->base(), [port = std::move(port)](absl::StatusOr<R> r) {
+          view_, reducer, state_->base(), [port = std::move(port)](absl::StatusOr<R> r) {
             if (r.ok()) {
               port.send(*std::move(r));
             } else {

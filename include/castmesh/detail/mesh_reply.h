@@ -7,10 +7,10 @@
 //                    (call with a reducer)
 //   ReplyQueue<R>    replies handed out as they arrive (stream)
 //
-// All are thread-safe (std::mutex, which ThreadSanitizer understands; the
-// system abseil is not instrumented): replies arrive on whatever thread completes the
-// member's request. Each completes its continuation exactly once, outside
-// its lock.
+// All are thread-safe: replies arrive on whatever thread completes the
+// member's request. ReplyGather and ReduceNode count with SlotCollector
+// (detail/slot_collector.h) and complete their continuation exactly once,
+// outside its lock.
 #pragma once
 
 #include <condition_variable>
@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "castmesh/detail/slot_collector.h"
 #include "castmesh/shape.h"
 #include "castmesh/value_mesh.h"
 
@@ -39,50 +40,31 @@ inline absl::Status member_error(const Point& point, const absl::Status& status)
                                                   point.rank(), "): ", status.message()));
 }
 
+// A call's replies, one per point of `shape` -> ValueMesh<R>; the first
+// failure fails the call.
 template <typename R>
 class ReplyGather {
  public:
   using Done = std::function<void(absl::StatusOr<ValueMesh<R>>)>;
 
-  ReplyGather(Shape shape, Done done)
-      : shape_(std::move(shape)), values_(shape_.size()), remaining_(shape_.size()),
-        done_(std::move(done)) {}
+  ReplyGather(Shape shape, Done done) : shape_(std::move(shape)), slots_(shape_.size()), done_(std::move(done)) {}
 
   // The reply of the member at `position` (row-major position in shape()).
   void set_value(size_t position, R value) {
-    std::optional<ValueMesh<R>> result;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || values_[position].has_value()) return;
-      values_[position].emplace(std::move(value));
-      if (--remaining_ != 0) return;
-      finished_ = true;
-      std::vector<R> all;
-      all.reserve(values_.size());
-      for (auto& v : values_) all.push_back(std::move(*v));
-      result.emplace(*ValueMesh<R>::Create(shape_, std::move(all)));
-    }
-    done_(std::move(*result));
+    SlotFill<R> fill = slots_.set(position, std::move(value));
+    if (fill.done) done_(*ValueMesh<R>::Create(shape_, *std::move(fill.done)));
   }
   // Fails the whole call (first failure wins; later replies are dropped).
   // A member's failure is reported as member_error(its point, status).
   void fail(absl::Status status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
-      finished_ = true;
-    }
-    done_(std::move(status));
+    if (slots_.fail()) done_(std::move(status));
   }
   const Shape& shape() const { return shape_; }
 
  private:
   const Shape shape_;
-  std::mutex mu_;
-  std::vector<std::optional<R>> values_;
-  size_t remaining_;
-  bool finished_ = false;
-  Done done_;
+  SlotCollector<R> slots_;
+  const Done done_;
 };
 
 // One node of a reduction along the cast tree. Slot 0 is the node's own
@@ -95,39 +77,26 @@ class ReduceNode {
   using Done = std::function<void(absl::StatusOr<R>)>;
 
   ReduceNode(size_t slots, Reducer<R> reducer, Done done)
-      : slots_(slots), remaining_(slots), reducer_(std::move(reducer)), done_(std::move(done)) {}
+      : slots_(slots), reducer_(std::move(reducer)), done_(std::move(done)) {}
 
+  // The partial result of slot `slot`; the last one folds and finishes.
   void set_value(size_t slot, R value) {
-    std::optional<R> folded;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || slots_[slot].has_value()) return;
-      slots_[slot].emplace(std::move(value));
-      if (--remaining_ != 0) return;
-      finished_ = true;
-      for (auto& s : slots_) {
-        if (!s.has_value()) continue;  // unreachable: every slot is filled
-        folded = folded ? reducer_.combine(std::move(*folded), std::move(*s)) : std::move(*s);
-      }
-    }
-    done_(std::move(*folded));
+    SlotFill<R> fill = slots_.set(slot, std::move(value));
+    if (!fill.done) return;
+    std::vector<R>& all = *fill.done;
+    R folded = std::move(all.front());
+    for (size_t i = 1; i < all.size(); ++i) folded = reducer_.combine(std::move(folded), std::move(all[i]));
+    done_(std::move(folded));
   }
+  // Fails the subtree (first failure wins).
   void fail(absl::Status status) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (finished_) return;
-      finished_ = true;
-    }
-    done_(std::move(status));
+    if (slots_.fail()) done_(std::move(status));
   }
 
  private:
-  std::mutex mu_;
-  std::vector<std::optional<R>> slots_;
-  size_t remaining_;
-  bool finished_ = false;
-  Reducer<R> reducer_;
-  Done done_;
+  SlotCollector<R> slots_;
+  const Reducer<R> reducer_;
+  const Done done_;
 };
 
 // Replies in arrival order. The producer side (push/close) is used by the

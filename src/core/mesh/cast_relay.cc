@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/runtime_transport.h"
+#include "castmesh/detail/slot_collector.h"
 #include "castmesh/message.h"
 #include "castmesh/value_mesh.h"
 #include "castmesh/wire/v1/cast.pb.h"
@@ -56,14 +58,16 @@ struct CastRelay::Parent {
 };
 
 // One request passing through this relay: a slot per own target member and
-// per child subtree (in rank order when the mesh folds in the tree).
+// per child subtree (in rank order when the mesh folds in the tree). Its
+// targets are counted in by one SlotCollector (a slot per target, slot by
+// slot, each slot's targets in rank order): it finishes once every target
+// has answered. Errors do not finish it: each target is passed up exactly
+// once, value or error.
 struct CastRelay::Node {
   struct Slot {
     ProcId proc;                // the child's proc, or this proc for an own member
     std::vector<size_t> ranks;  // its targets, increasing
-    std::vector<bool> got;      // by index in ranks
-    size_t received = 0;
-    bool done = false;
+    size_t first_target = 0;    // the collector slot of ranks[0] (set by open_node)
   };
 
   ProcId owner;
@@ -74,12 +78,11 @@ struct CastRelay::Node {
   const detail::EncodedFold* fold = nullptr;  // kReduce with a registered reducer
   bool pass_through = false;                  // the root: every batch goes to the handler at once
 
-  std::mutex mu;  // guards the members below
-  std::vector<Slot> slots;
-  std::vector<std::vector<CastPiece>> held;  // values waiting for the subtree's completion, by slot
-  size_t open = 0;
-  bool errored = false;
-  bool finished = false;
+  std::vector<Slot> slots;  // fixed once the node is registered
+  // Every piece answered, by target. Pieces passed up at once (errors, and
+  // every piece of a stream or of the root) are kept without their value;
+  // the others are held here until the subtree completes.
+  std::optional<detail::SlotCollector<CastPiece>> answers;  // made by open_node
 };
 
 // The reply port of one own member's request: encodes the reply (or error)
@@ -362,51 +365,39 @@ void CastRelay::forget_node(const Node& node) {
 }
 
 void CastRelay::add_pieces(const std::shared_ptr<Node>& node, size_t slot, std::vector<CastPiece> pieces) {
+  const Node::Slot& s = node->slots[slot];
+  const bool pass_through = node->pass_through || node->mode == CastMode::kStream;
   std::vector<CastPiece> now;
-  std::vector<CastPiece> final_pieces;
-  bool complete = false;
-  bool fold = false;
-  {
-    std::lock_guard lock(node->mu);
-    Node::Slot& s = node->slots[slot];
-    if (s.done) return;
-    for (CastPiece& p : pieces) {
-      auto it = std::lower_bound(s.ranks.begin(), s.ranks.end(), p.first_rank);
-      if (it == s.ranks.end() || *it != p.first_rank) {
-        CASTMESH_LOG_WARN("cast relay {}: reply for rank {} is not a target of its slot; dropped", id_, p.first_rank);
-        continue;
-      }
-      const size_t first = static_cast<size_t>(it - s.ranks.begin());
-      if (s.got[first]) continue;  // already answered (e.g. failed on a loss, then answered)
-      for (size_t k = first, c = 0; k < s.ranks.size() && c < p.count; ++k, ++c) {
-        if (!s.got[k]) {
-          s.got[k] = true;
-          ++s.received;
-        }
-      }
-      if (!p.error.ok()) {
-        node->errored = true;
-        now.push_back(std::move(p));
-      } else if (node->pass_through || node->mode == CastMode::kStream) {
-        now.push_back(std::move(p));
-      } else {
-        node->held[slot].push_back(std::move(p));
-      }
+  std::optional<std::vector<CastPiece>> answered;
+  for (CastPiece& p : pieces) {
+    auto it = std::lower_bound(s.ranks.begin(), s.ranks.end(), p.first_rank);
+    if (it == s.ranks.end() || *it != p.first_rank) {
+      CASTMESH_LOG_WARN("cast relay {}: reply for rank {} is not a target of its slot; dropped", id_, p.first_rank);
+      continue;
     }
-    if (s.received == s.ranks.size()) {
-      s.done = true;
-      --node->open;
-    }
-    if (node->open == 0 && !node->finished) {
-      node->finished = true;
-      complete = true;
-      fold = node->fold != nullptr && !node->errored;
-      for (auto& held : node->held) {
-        for (CastPiece& p : held) final_pieces.push_back(std::move(p));
-      }
-    }
+    const size_t index = static_cast<size_t>(it - s.ranks.begin());
+    const size_t width = std::min<size_t>(p.count, s.ranks.size() - index);  // a run never spills into the next slot
+    const bool send_now = pass_through || !p.error.ok();
+    // A repeat (e.g. failed on a loss, then answered) is not stored.
+    detail::SlotFill<CastPiece> fill = node->answers->set(
+        s.first_target + index, send_now ? CastPiece{p.first_rank, p.count, p.error, {}} : std::move(p), width);
+    if (fill.stored && send_now) now.push_back(std::move(p));
+    if (fill.done) answered = std::move(fill.done);
   }
-  if (complete) forget_node(*node);
+  std::vector<CastPiece> final_pieces;
+  bool fold = false;
+  if (answered) {
+    forget_node(*node);
+    bool errored = false;
+    for (CastPiece& p : *answered) {
+      if (!p.error.ok()) {
+        errored = true;
+      } else if (!pass_through) {
+        final_pieces.push_back(std::move(p));
+      }
+    }
+    fold = node->fold != nullptr && !errored;
+  }
   if (fold && final_pieces.size() > 1) {
     // Slots are in rank order (fold_in_tree): left to right is row-major.
     std::string value = final_pieces[0].value;
@@ -434,15 +425,9 @@ void CastRelay::add_pieces(const std::shared_ptr<Node>& node, size_t slot, std::
 }
 
 void CastRelay::fail_slot(const std::shared_ptr<Node>& node, size_t slot, const absl::Status& error) {
+  // Every target of the slot; the collector ignores those that answered.
   std::vector<CastPiece> pieces;
-  {
-    std::lock_guard lock(node->mu);
-    const Node::Slot& s = node->slots[slot];
-    if (s.done) return;
-    for (size_t k = 0; k < s.ranks.size(); ++k) {
-      if (!s.got[k]) pieces.push_back(CastPiece{s.ranks[k], 1, error, {}});
-    }
-  }
+  for (size_t rank : node->slots[slot].ranks) pieces.push_back(CastPiece{rank, 1, error, {}});
   add_pieces(node, slot, std::move(pieces));
 }
 
@@ -553,14 +538,15 @@ void plan_children(const CastTable& table, const Targets& targets, std::vector<C
 
 void CastRelay::open_node(const std::shared_ptr<Node>& node, const CastTable& table, const ChildPlan& plan) {
   for (size_t i = 0; i < plan.spans.size(); ++i) {
-    node->slots.push_back(Node::Slot{table.group_procs[plan.spans[i].begin], plan.targets[i],
-                                     std::vector<bool>(plan.targets[i].size(), false)});
+    node->slots.push_back(Node::Slot{table.group_procs[plan.spans[i].begin], plan.targets[i]});
   }
-  for (const auto& [proc, ranks] : plan.unreachable) {
-    node->slots.push_back(Node::Slot{proc, ranks, std::vector<bool>(ranks.size(), false)});
+  for (const auto& [proc, ranks] : plan.unreachable) node->slots.push_back(Node::Slot{proc, ranks});
+  size_t targets = 0;
+  for (Node::Slot& slot : node->slots) {
+    slot.first_target = targets;
+    targets += slot.ranks.size();
   }
-  node->held.resize(node->slots.size());
-  node->open = node->slots.size();
+  node->answers.emplace(targets);
   register_node(node);
 }
 
@@ -645,7 +631,7 @@ void CastRelay::handle_hop(const std::shared_ptr<const CastTable>& table, const 
     if (mode == CastMode::kReduce && table->fold_in_tree && !hop.reducer().empty()) {
       node->fold = detail::find_encoded_fold(hop.reducer(), hop.reducer_type());
     }
-    for (size_t r : own) node->slots.push_back(Node::Slot{id_, {r}, std::vector<bool>(1, false)});
+    for (size_t r : own) node->slots.push_back(Node::Slot{id_, {r}});
     open_node(node, *table, plan);
   }
   // Children first, so they start early; then the own members.
