@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 from . import _castmesh
-from .errors import CastmeshError
+from .errors import CommunicatorError
 from .tensor import Tensor, empty, from_dlpack
 
 ANY_SOURCE: int = _castmesh.ANY_SOURCE
@@ -35,14 +35,6 @@ Request = _castmesh.Request
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "UNDEFINED", "Communicator", "CommunicatorError", "Op", "Request", "Status",
            "current", "mesh_comm", "world"]
-
-
-class CommunicatorError(CastmeshError, RuntimeError):
-    """A communicator operation failed (a dead rank, a mismatched collective, ...); ``code`` names the status."""
-
-    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class Status(NamedTuple):

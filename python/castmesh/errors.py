@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["CastmeshError", "ActorError", "SupervisionError", "ProcError"]
+__all__ = ["CastmeshError", "ActorError", "SupervisionError", "ProcError", "CommunicatorError", "RdmaError"]
 
 
 class CastmeshError(Exception):
-    """Base class of every error castmesh raises on behalf of the runtime."""
+    """Base class of every error castmesh raises on behalf of the runtime.
+
+    Attributes:
+        code: the runtime's status code name (e.g. ``"UNAVAILABLE"``), set by
+            the extension from the C++ status itself (python/src/status_binding.h);
+            ``"UNKNOWN"`` for errors that do not come from a status. The
+            builtin exceptions the extension raises for a status
+            (``ValueError``, ``TimeoutError``, ...) carry it too.
+    """
+
+    def __init__(self, message: str = "", code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class ActorError(CastmeshError):
@@ -65,12 +77,21 @@ class SupervisionError(CastmeshError, RuntimeError):
 class ProcError(SupervisionError):
     """A message could not be delivered or answered: its proc died, stopped
     or became unreachable, or the actor is gone (it failed or was stopped).
-    The message names the proc and the reason given by the runtime.
-
-    Attributes:
-        code: the runtime's status code name (e.g. ``"UNAVAILABLE"``).
+    The message names the proc and the reason given by the runtime;
+    ``code`` the status code (e.g. ``"UNAVAILABLE"``).
     """
 
-    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
-        self.code = code
-        super().__init__(message)
+
+class CommunicatorError(CastmeshError, RuntimeError):
+    """A communicator operation failed (a dead rank, a mismatched collective, ...); ``code`` names the status.
+    Also ``castmesh.collectives.CommunicatorError``."""
+
+
+class RdmaError(CastmeshError, RuntimeError):
+    """An RDMA operation failed (owner lost, buffer released, ...); ``code`` names the status.
+    Also ``castmesh.rdma.RdmaError``."""
+
+
+def with_context(error: CastmeshError, context: str) -> ProcError:
+    """A ProcError saying what failed (`context`) and why (`error`, with its code)."""
+    return ProcError(f"{context}: {error.code}: {error}", error.code)

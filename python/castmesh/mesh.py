@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Generic, Iterator, List, Mapping, Option
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
 from .actor import Actor, EndpointDescriptor
-from .errors import ProcError
+from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
 
@@ -44,13 +44,6 @@ __all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "Endpoint", "Accu
 A = TypeVar("A", bound=Actor)
 R = TypeVar("R")
 T = TypeVar("T")
-
-_STATUS_NAMES = {
-    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
-    6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
-    10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED", 13: "INTERNAL", 14: "UNAVAILABLE",
-    15: "DATA_LOSS", 16: "UNAUTHENTICATED",
-}
 
 
 def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
@@ -75,15 +68,16 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     """Waits for a request slot; its data, or TimeoutError / ProcError naming
     the request (and the failures seen of the mesh `token`, which say why
     members are dead)."""
-    done, code, data = slot.wait(-1.0 if timeout is None else timeout)
-    if not done:
-        raise TimeoutError(f"no {awaited} to {endpoint}() within {timeout} s")
-    if code:
+    try:
+        data = slot.wait(-1.0 if timeout is None else timeout)
+    except ProcError as failed:
         failures = supervision.failures_of(token)
         why = "".join(f"\n  {report}" for report in failures)
-        error = ProcError(f"call {endpoint}() to {target} failed: {data}{why}", _STATUS_NAMES.get(code, str(code)))
+        error = ProcError(f"call {endpoint}() to {target} failed: {failed.code}: {failed}{why}", failed.code)
         error.endpoint = endpoint
-        raise error
+        raise error from None
+    if data is None:
+        raise TimeoutError(f"no {awaited} to {endpoint}() within {timeout} s")
     return data
 
 
@@ -201,8 +195,8 @@ class EndpointRef(Generic[R]):
         if cmesh is not None:
             try:
                 cmesh.cast(self._name, payload)
-            except RuntimeError as error:
-                raise ProcError(f"broadcast {self._name}() to {self._mesh!r} failed: {error}") from None
+            except ProcError as error:
+                raise with_context(error, f"broadcast {self._name}() to {self._mesh!r} failed") from None
             return
         for ref in self._mesh._ordered_refs():
             ref.tell(self._name, payload)
@@ -259,13 +253,14 @@ class EndpointRef(Generic[R]):
         """next(timeout) -> (ok, value) of each reply of a C++ mesh stream."""
 
         def next_result(timeout: Optional[float]) -> Tuple[bool, Any]:
-            kind, position, data = stream.next(-1.0 if timeout is None else timeout)
+            try:
+                kind, position, data = stream.next(-1.0 if timeout is None else timeout)
+            except ProcError as error:
+                raise with_context(error, f"stream {self._name}() to {self._mesh!r} failed") from None
             if kind == "timeout":
                 raise TimeoutError(f"no further result of {self._name}() within {timeout} s")
             if kind == "end":
                 raise ProcError(f"stream {self._name}() to {self._mesh!r} ended early")
-            if kind == "error":
-                raise ProcError(f"stream {self._name}() to {self._mesh!r} failed: {data}")
             return decode_reply(data, refs[position].address)
 
         return next_result
@@ -813,8 +808,8 @@ class ProcMesh(MeshShapeOps):
         spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks, self)
         try:
             cmesh = self._impl.spawn_mesh(name, spec, list(shape.sizes.items()))
-        except RuntimeError as error:
-            raise ProcError(f"spawning {name!r} failed: {error}", "UNKNOWN") from None
+        except ProcError as error:
+            raise with_context(error, f"spawning {name!r} failed") from None
         refs = cmesh.refs()
         mesh = _supervised(ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh), refs, owner)
         (self._root or self)._meshes.append(mesh._token)
@@ -846,10 +841,10 @@ class ProcMesh(MeshShapeOps):
         def stop_procs() -> None:
             try:
                 impl.stop()
-            except RuntimeError as error:
+            except ProcError as error:
                 # Procs busy in an endpoint past the grace period were killed:
                 # the mesh is stopped all the same.
-                warnings.warn(f"castmesh: {error}", RuntimeWarning, stacklevel=2)
+                warnings.warn(f"castmesh: {error.code}: {error}", RuntimeWarning, stacklevel=2)
             finally:
                 # Until here, exit waits for this stop (_shutdown).
                 _live_proc_meshes.discard(self)
@@ -913,8 +908,8 @@ class HostMesh:
         argv = [sys.executable, "-m", "castmesh._worker"]
         try:
             impl = _runtime().allocate(list(shape.sizes.items()), argv, env, join_timeout)
-        except RuntimeError as error:
-            raise ProcError(f"starting {len(shape)} worker procs failed: {error}", "UNAVAILABLE") from None
+        except ProcError as error:
+            raise with_context(error, f"starting {len(shape)} worker procs failed") from None
         return ProcMesh(impl, shape)
 
     def __repr__(self) -> str:
@@ -927,12 +922,6 @@ def _mesh_dims(dims: Optional[Mapping[str, int]]) -> Dict[str, int]:
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"mesh size {label!r} must be a positive int, got {size!r}")
     return dims
-
-
-def _status_name(error: RuntimeError, default: str) -> str:
-    """The status name the C++ error starts with ("DEADLINE_EXCEEDED: ...")."""
-    head = str(error).split(":", 1)[0]
-    return head if head in _STATUS_NAMES.values() else default
 
 
 class Rendezvous:
@@ -969,9 +958,8 @@ class Rendezvous:
         shape = Shape(_mesh_dims(dims))
         try:
             impl = self._runtime.allocate_rendezvous(list(shape.sizes.items()), join_timeout)
-        except RuntimeError as error:
-            raise ProcError(f"waiting for {len(shape)} procs at {self.address} failed: {error}",
-                            _status_name(error, "UNAVAILABLE")) from None
+        except ProcError as error:
+            raise with_context(error, f"waiting for {len(shape)} procs at {self.address} failed") from None
         return ProcMesh(impl, shape)
 
     def __repr__(self) -> str:
@@ -1029,8 +1017,8 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
                 raise RuntimeError("worker procs cannot start procs of their own (yet); use this_proc()")
             try:
                 _runtime_instance = _castmesh.Runtime(0, listen or "", secret, advertise_host)
-            except RuntimeError as error:
-                raise ProcError(f"cannot listen at {listen}: {error}", _status_name(error, "UNAVAILABLE")) from None
+            except ProcError as error:
+                raise with_context(error, f"cannot listen at {listen}") from None
             atexit.register(_shutdown)
             made = _runtime_instance
         elif listen is not None:

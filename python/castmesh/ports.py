@@ -124,11 +124,9 @@ class PortReceiver(Generic[R]):
     def _ranked(slot: Any, timeout: Optional[float], address: str, raw: bool = False) -> Tuple[Optional[int], Any]:
         from ._host import decode_reply
 
-        done, code, data = slot.wait(-1.0 if timeout is None else timeout)
-        if not done:
+        data = slot.wait(-1.0 if timeout is None else timeout)  # the queue itself never fails it
+        if data is None:
             raise TimeoutError(f"no message at port {address} within {timeout} s")
-        if code:  # never set by the queue itself; kept for a closed runtime
-            raise RuntimeError(f"port {address}: {data}")
         rank, reply = _serial.loads(data)
         if raw:
             return rank, reply

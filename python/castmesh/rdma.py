@@ -25,18 +25,10 @@ from __future__ import annotations
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 from . import _castmesh
-from .errors import CastmeshError
+from .errors import RdmaError
 from .future import Future
 
 __all__ = ["RdmaBuffer", "RdmaBatch", "RdmaError", "RdmaResult", "RDMABuffer", "RDMAAction"]
-
-
-class RdmaError(CastmeshError, RuntimeError):
-    """An RDMA operation failed (owner lost, buffer released, ...); ``code`` names the status."""
-
-    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class RdmaResult(NamedTuple):

@@ -42,6 +42,7 @@
 #include "core/proc/proc_host.h"
 #include "core/wire/handshake.h"
 #include "py_reducers.h"
+#include "status_binding.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
@@ -229,11 +230,12 @@ class CallSlot {
     callbacks.clear();
   }
 
-  // (done, status code, bytes or error message). Blocks up to `timeout`
-  // seconds (negative: no limit) with the GIL released.
-  // Without a limit it wakes every 100 ms to run Python's signal handlers,
+  // The result (bytes, or a list of bytes for a mesh call), None when not
+  // done within `timeout` seconds (negative: no limit); a failed call
+  // raises ProcError with its status code. Waits with the GIL released;
+  // without a limit it wakes every 100 ms to run Python's signal handlers,
   // so Ctrl-C interrupts a wait (KeyboardInterrupt).
-  py::tuple wait(double timeout) {
+  py::object wait(double timeout) {
     bool done = false;
     for (;;) {
       const bool bounded = timeout >= 0;
@@ -247,11 +249,9 @@ class CallSlot {
       if (done || bounded) break;
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     }
-    if (!done) return py::make_tuple(false, 0, py::none());
-    if (result_.ok()) return py::make_tuple(true, 0, to_python(*result_));
-    const absl::Status& status = result_.status();
-    return py::make_tuple(true, static_cast<int>(status.code()),
-                          absl::StatusCodeToString(status.code()) + ": " + std::string(status.message()));
+    if (!done) return py::none();
+    if (!result_.ok()) throw_status(result_.status(), ErrorDomain::kProc);
+    return to_python(*result_);
   }
 
   // Runs `callback()` once the call completes (now if it has).
@@ -283,9 +283,7 @@ std::shared_ptr<CallSlot<T>> track(Future<T> future) {
   return slot;
 }
 
-[[noreturn]] void raise_status(const absl::Status& status) {
-  throw std::runtime_error(absl::StatusCodeToString(status.code()) + ": " + std::string(status.message()));
-}
+[[noreturn]] void raise_status(const absl::Status& status) { throw_status(status, ErrorDomain::kProc); }
 
 // A ref to one PyActorHost, wherever it lives.
 struct PyActorRef {
@@ -302,9 +300,7 @@ struct PyActorRef {
 };
 
 PyActorRef ref_from_address(const std::string& text) {
-  auto address = Address::parse(text);
-  if (!address.ok()) throw py::value_error(std::string(address.status().message()));
-  return PyActorRef{ActorRef<PyActorHost>::from_address(std::move(*address))};
+  return PyActorRef{ActorRef<PyActorHost>::from_address(value_or_throw(Address::parse(text), ErrorDomain::kValue))};
 }
 
 // Named sizes of a mesh, outermost first, as Python passes them.
@@ -425,16 +421,12 @@ struct PyActorMesh {
     return out;
   }
   PyActorMesh select_index(const std::string& name, int64_t index) const {
-    auto sub = mesh.slice(name, Selector(index));
-    if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
-    return PyActorMesh{*std::move(sub)};
+    return PyActorMesh{value_or_throw(mesh.slice(name, Selector(index)), ErrorDomain::kValue)};
   }
   PyActorMesh select_range(const std::string& name, int64_t start, int64_t stop, int64_t step) const {
     // Python normalises its slices first (castmesh.shape.normalize_selector):
     // a negative value here is refused by the C++ Shape, never read as "to the end".
-    auto sub = mesh.slice(name, Selector(Range(start, stop, step)));
-    if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
-    return PyActorMesh{*std::move(sub)};
+    return PyActorMesh{value_or_throw(mesh.slice(name, Selector(Range(start, stop, step))), ErrorDomain::kValue)};
   }
   void cast(const std::string& endpoint, std::string payload) const {
     absl::Status status;
@@ -452,10 +444,9 @@ struct PyActorMesh {
   // `op` on the way up the cast tree: one piece for the whole mesh.
   std::shared_ptr<CallFuture> call_reduce(const std::string& endpoint, std::string payload,
                                           const std::string& op) const {
-    absl::StatusOr<Reducer<std::string>> reducer = piece_reducer(op);
-    if (!reducer.ok()) throw py::value_error(std::string(reducer.status().message()));
+    Reducer<std::string> reducer = value_or_throw(piece_reducer(op), ErrorDomain::kValue);
     py::gil_scoped_release release;
-    return track(mesh.call(PyCall{endpoint, std::move(payload)}, *std::move(reducer)));
+    return track(mesh.call(PyCall{endpoint, std::move(payload)}, std::move(reducer)));
   }
   // Through the cast tree like call(), so it stays ordered after casts.
   std::shared_ptr<CallFuture> call_one(const std::string& endpoint, std::string payload) const {
@@ -468,8 +459,9 @@ struct PyActorMesh {
 struct PyReplyStream {
   std::shared_ptr<ReplyStream<std::string>> stream;
 
-  // ("ok", position, bytes) | ("error", position, text) | ("timeout", -1,
-  // None) | ("end", -1, None). Waits up to `timeout` s (< 0: no limit).
+  // ("ok", position, bytes) | ("timeout", -1, None) | ("end", -1, None); a
+  // failed reply or stream raises ProcError with its status code. Waits up
+  // to `timeout` s (< 0: no limit).
   py::tuple next(double timeout) {
     absl::StatusOr<std::pair<Point, absl::StatusOr<std::string>>> item = absl::UnknownError("");
     {
@@ -481,10 +473,10 @@ struct PyReplyStream {
       if (item.status().code() == absl::StatusCode::kDeadlineExceeded) {
         return py::make_tuple("timeout", -1, py::none());
       }
-      return py::make_tuple("error", -1, std::string(item.status().ToString()));
+      throw_status(item.status(), ErrorDomain::kProc);
     }
     const auto position = static_cast<int64_t>(item->first.position());
-    if (!item->second.ok()) return py::make_tuple("error", position, std::string(item->second.status().ToString()));
+    if (!item->second.ok()) throw_status(item->second.status(), ErrorDomain::kProc);
     return py::make_tuple("ok", position, py::bytes(*item->second));
   }
 };
@@ -616,10 +608,9 @@ PyChannel open_channel() {
 // Sends one pickled message to the port at `address`, from any process with
 // a runtime. Fire and forget: a port whose receiver is gone drops it.
 void port_send(const std::string& address, std::string payload) {
-  auto parsed = Address::parse(address);
-  if (!parsed.ok()) throw py::value_error(std::string(parsed.status().message()));
+  Address parsed = value_or_throw(Address::parse(address), ErrorDomain::kValue);
   py::gil_scoped_release release;
-  ActorRef<PyPortActor>::from_address(std::move(*parsed)).tell(PyCall{"port", std::move(payload), true});
+  ActorRef<PyPortActor>::from_address(std::move(parsed)).tell(PyCall{"port", std::move(payload), true});
 }
 
 // One watched actor stopped with an error (see watch_failures).
@@ -795,17 +786,13 @@ void bind_actors(py::module_& module) {
       .def(
           "select_index",
           [](const ProcMesh& m, const std::string& name, int64_t index) {
-            auto sub = m.slice(name, Selector(index));
-            if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
-            return *std::move(sub);
+            return value_or_throw(m.slice(name, Selector(index)), ErrorDomain::kValue);
           },
           py::arg("name"), py::arg("index"), "The procs at one index of a dimension (the dimension dropped).")
       .def(
           "select_range",
           [](const ProcMesh& m, const std::string& name, int64_t start, int64_t stop, int64_t step) {
-            auto sub = m.slice(name, Selector(Range(start, stop, step)));
-            if (!sub.ok()) throw py::value_error(std::string(sub.status().message()));
-            return *std::move(sub);
+            return value_or_throw(m.slice(name, Selector(Range(start, stop, step))), ErrorDomain::kValue);
           },
           py::arg("name"), py::arg("start"), py::arg("stop"), py::arg("step"),
           "The procs of a range of a dimension (indices normalised by castmesh.Shape).")

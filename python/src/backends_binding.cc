@@ -6,6 +6,7 @@
 
 #include "bindings.h"
 #include "castmesh/backend.h"
+#include "status_binding.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
@@ -67,7 +68,7 @@ void bind_backends(py::module_& module) {
           py::gil_scoped_release release;
           loaded = castmesh::load_backend(name_or_path);
         }
-        if (!loaded.ok()) throw std::runtime_error(std::string(loaded.status().ToString()));
+        if (!loaded.ok()) throw_status(loaded.status(), ErrorDomain::kBackend);
         return (*loaded)->info();
       },
       py::arg("name_or_path"),

@@ -19,9 +19,7 @@ namespace {
 
 // The Python exception for a failed operation (status_binding.h); the
 // catch-all is castmesh.collectives.CommunicatorError carrying the code.
-[[noreturn]] void raise(const absl::Status& st) {
-  raise_status_as(st, "castmesh.collectives", "CommunicatorError");
-}
+[[noreturn]] void raise(const absl::Status& st) { throw_status(st, ErrorDomain::kCollectives); }
 
 void check(const absl::Status& st) {
   if (!st.ok()) raise(st);

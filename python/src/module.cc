@@ -7,6 +7,7 @@
 
 #include "castmesh/version.h"
 #include "bindings.h"
+#include "status_binding.h"
 
 namespace castmesh::python {
 namespace {
@@ -27,6 +28,7 @@ PYBIND11_MODULE(_castmesh, module) {
   // Python, and nothing of castmesh's takes the GIL after that.
   pybind11::module_::import("atexit").attr("register")(pybind11::cpp_function(
       [] { castmesh::python::g_python_alive.store(false, std::memory_order_release); }));
+  castmesh::python::bind_status(module);
   castmesh::python::bind_backends(module);
   castmesh::python::bind_shape(module);
   castmesh::python::bind_tensor(module);

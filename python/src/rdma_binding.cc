@@ -20,7 +20,7 @@ namespace castmesh::python {
 namespace py = pybind11;
 namespace {
 
-[[noreturn]] void raise(const absl::Status& st) { raise_status_as(st, "castmesh.rdma", "RdmaError"); }
+[[noreturn]] void raise(const absl::Status& st) { throw_status(st, ErrorDomain::kRdma); }
 
 template <typename T>
 T value(absl::StatusOr<T> v) {

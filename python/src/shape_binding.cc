@@ -10,19 +10,17 @@
 
 #include "castmesh/shape.h"
 #include "bindings.h"
+#include "status_binding.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
 
 namespace {
 
+// KeyError for an unknown dimension, ValueError otherwise (ErrorDomain::kShape).
 template <typename T>
 T value_or_raise(absl::StatusOr<T> value) {
-  if (!value.ok()) {
-    if (value.status().code() == absl::StatusCode::kNotFound) throw py::key_error(std::string(value.status().message()));
-    throw py::value_error(std::string(value.status().message()));
-  }
-  return std::move(*value);
+  return value_or_throw(std::move(value), ErrorDomain::kShape);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "status_binding.h"
 
 namespace castmesh::python {
 namespace py = pybind11;
@@ -27,23 +28,14 @@ constexpr const char* kUsedVersionedName = "used_dltensor_versioned";
 constexpr const char* kLegacyName = "dltensor";
 constexpr const char* kUsedLegacyName = "used_dltensor";
 
-// Status -> the exceptions array consumers expect: ValueError for bad values,
-// MemoryError, and BufferError for what castmesh cannot import or export.
-[[noreturn]] void raise_status(const absl::Status& status) {
-  const std::string message(status.message());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument: throw py::value_error(message);
-    case absl::StatusCode::kResourceExhausted:
-      PyErr_SetString(PyExc_MemoryError, message.c_str());
-      throw py::error_already_set();
-    default: throw py::buffer_error(message);
-  }
-}
+// Status -> the exceptions array consumers expect (ErrorDomain::kTensor):
+// ValueError for bad values, MemoryError, and BufferError for what castmesh
+// cannot import or export.
+[[noreturn]] void raise_status(const absl::Status& status) { throw_status(status, ErrorDomain::kTensor); }
 
 template <typename T>
 T value_or_raise(absl::StatusOr<T> value) {
-  if (!value.ok()) raise_status(value.status());
-  return *std::move(value);
+  return value_or_throw(std::move(value), ErrorDomain::kTensor);
 }
 
 // "ndarray", "bytes": names the offending object in messages.
