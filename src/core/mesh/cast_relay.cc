@@ -168,6 +168,21 @@ absl::StatusOr<CastTable> CastTable::Build(ProcId owner, uint64_t id, std::strin
 
 // ---- CastRelay: set-up ----
 
+namespace {
+// Every ProcHost attached in this process gets a relay. This file is always
+// linked: ProcCastTree::Create (below) is what meshes call.
+[[maybe_unused]] const bool kRegistered = [] {
+  proc::register_proc_service(kCastRelayService, [](proc::ProcHost& host) -> std::shared_ptr<proc::ProcService> {
+    return CastRelay::install(host, host.runtime());
+  });
+  return true;
+}();
+}  // namespace
+
+std::shared_ptr<CastRelay> CastRelay::of(const proc::ProcHost& host) {
+  return std::static_pointer_cast<CastRelay>(host.service(kCastRelayService));
+}
+
 std::shared_ptr<CastRelay> CastRelay::install(proc::ProcHost& host, Runtime& runtime) {
   std::shared_ptr<CastRelay> relay(new CastRelay(&host, &runtime, host.id()));
   host.on_control(v1::CastMeshSetup().GetTypeName(),
@@ -780,7 +795,11 @@ absl::StatusOr<std::shared_ptr<ProcCastTree>> ProcCastTree::Create(Runtime& runt
     return absl::FailedPreconditionError(absl::StrCat(
         "mesh '", mesh_name, "' has members in other procs, but this runtime is not a proc (allocate procs first)"));
   }
-  std::shared_ptr<mesh::CastRelay> relay = host->cast_relay();
+  std::shared_ptr<mesh::CastRelay> relay = mesh::CastRelay::of(*host);
+  if (relay == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("mesh '", mesh_name, "': this proc has no cast relay (proc service '",
+                                                      mesh::kCastRelayService, "')"));
+  }
   absl::StatusOr<mesh::CastTable> table =
       mesh::CastTable::Build(host->id(), relay->next_mesh_id(), mesh_name, base, members);
   if (!table.ok()) return table.status();

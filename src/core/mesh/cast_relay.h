@@ -2,7 +2,9 @@
 // meshes whose members live in other procs (castmesh/detail/proc_cast.h,
 // wire form in proto/castmesh/wire/v1/cast.proto).
 //
-// One relay per ProcHost (created by ProcHost::attach). It serves four
+// One relay per ProcHost: a proc service the mesh layer registers as
+// kCastRelayService (core/proc/proc_service.h), so ProcHost::attach installs
+// it with the other registered services; CastRelay::of finds it. It serves four
 // control messages: CastMeshSetup (install a mesh's table; answered),
 // CastMeshDrop, CastHop (deliver to this proc's members of the view,
 // forward to the child procs) and CastReply (replies of a child's subtree).
@@ -40,6 +42,7 @@
 #include "castmesh/detail/proc_cast.h"
 #include "castmesh/runtime.h"
 #include "castmesh/shape.h"
+#include "core/proc/proc_service.h"
 
 namespace castmesh::wire::v1 {
 class CastHop;
@@ -55,6 +58,9 @@ class MessageLite;
 }
 
 namespace castmesh::mesh {
+
+// The relay's name among the proc services (ProcHost::service).
+inline constexpr char kCastRelayService[] = "cast_relay";
 
 // What every relay of a mesh knows about it (the content of CastMeshSetup).
 // Immutable once built.
@@ -75,14 +81,18 @@ struct CastTable {
                                          std::vector<Address> members);
 };
 
-class CastRelay : public std::enable_shared_from_this<CastRelay> {
+class CastRelay : public proc::ProcService, public std::enable_shared_from_this<CastRelay> {
  public:
   // Creates the relay of `host` (a proc of `runtime`) and registers its
-  // control handlers and peer-lost observer with the host.
+  // control handlers and peer-lost observer with the host (the installer
+  // of kCastRelayService).
   static std::shared_ptr<CastRelay> install(proc::ProcHost& host, Runtime& runtime);
-  // The host is going away: sends fail from now on, pending requests fail.
-  // Call after the host's I/O thread stopped.
-  void detach();
+  // The relay installed on `host`, or nullptr when none is (the mesh layer
+  // registers it when the core library loads, so every attached host has one).
+  static std::shared_ptr<CastRelay> of(const proc::ProcHost& host);
+  // The host is going away: sends fail from now on, pending requests fail
+  // (ProcHost's destructor calls it, before its endpoint stops).
+  void detach() override;
 
   const ProcId& id() const { return id_; }
 

@@ -20,6 +20,7 @@
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/proc_mesh_state.h"
+#include "core/proc/remote_supervision.h"
 #include "core/proc/worker.h"
 #include "core/wire/handshake.h"
 
@@ -103,7 +104,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
     if (!attached.ok()) return attached.status();
     host = std::move(*attached);
   }
-  if (options_.on_supervision_event) host->set_root_failure_handler(options_.on_supervision_event);
+  if (options_.on_supervision_event) host->supervision().set_root_failure_handler(options_.on_supervision_event);
 
   auto started = std::make_shared<StartedWorkers>();
   proc::JoinBoard board(host, procs, [started](const proc::JoinedProc& proc) {

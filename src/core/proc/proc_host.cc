@@ -4,14 +4,13 @@
 #include <shared_mutex>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "castmesh/detail/runtime_transport.h"
-#include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
-#include "core/mesh/cast_relay.h"
-#include "core/proc/actor_registry.h"
 #include "core/proc/join.h"
+#include "core/proc/remote_monitors.h"
+#include "core/proc/remote_supervision.h"
+#include "core/proc/spawn_service.h"
 #include "core/transport/address.h"
 #include "core/transport/unix_socket_names.h"
 #include "core/wire/status_code.h"
@@ -82,18 +81,12 @@ class ProcHost::Router : public detail::RemoteRouter {
     std::shared_lock lock(mu_);
     if (host_ == nullptr) {
       lock.unlock();
-      Seam::report_remote_down(*runtime_, actor, absl::UnavailableError(absl::StrCat(
-                                              "cannot monitor ", actor.to_string(), ": this proc's transport is shut down")));
+      Seam::report_remote_down(*runtime_, actor,
+                               absl::UnavailableError(absl::StrCat("cannot monitor ", actor.to_string(),
+                                                                   ": this proc's transport is shut down")));
       return;
     }
-    host_->watch_remote_actor(actor);
-  }
-
-  // A local actor watched for `peer` stopped (any thread; the host may be
-  // gone by then, hence through the router).
-  void watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event) {
-    std::shared_lock lock(mu_);
-    if (host_ != nullptr) host_->on_watched_actor_down(peer, actor, event);
+    host_->monitors_->watch(actor);
   }
 
  private:
@@ -165,26 +158,12 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
         "cannot make this runtime a proc: ", st.message(),
         " (allocate procs before spawning actors on the controller's runtime)"));
   }
+  // The router's watches go to the monitors service: it exists first.
+  host->monitors_ = std::make_shared<RemoteMonitors>(*host);
   host->router_ = std::make_shared<Router>(raw, &runtime);
   Seam::set_remote_router(runtime, host->router_);
-  host->on_control(v1::SpawnRequest().GetTypeName(),
-                   [raw](const ProcId& peer, uint64_t correlation, const std::string& payload) {
-                     raw->handle_spawn(peer, correlation, payload);
-                   });
-  host->on_control(v1::Supervision().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
-    raw->handle_supervision(peer, payload);
-  });
-  host->on_control(v1::Monitor().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
-    raw->handle_monitor(peer, payload);
-  });
-  host->on_control(v1::ActorDown().GetTypeName(), [raw](const ProcId& peer, uint64_t, const std::string& payload) {
-    raw->handle_actor_down(peer, payload);
-  });
   refuse_joins(*host);  // until an allocation waits for procs (core/proc/join.h)
-  host->cast_relay_ = mesh::CastRelay::install(*host, runtime);
-  for (auto& [name, install] : registered_proc_services()) {
-    if (std::shared_ptr<ProcService> service = install(*host)) host->services_.emplace_back(name, std::move(service));
-  }
+  host->install_services();
   {
     std::lock_guard lock(host_directory().mu);
     host_directory().by_runtime[&runtime] = host;
@@ -192,6 +171,16 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   host->ready_.store(true, std::memory_order_release);
   CASTMESH_LOG_DEBUG("castmesh-proc {}: proc up (pid {})", host->id(), ::getpid());
   return host;
+}
+
+void ProcHost::install_services() {
+  supervision_ = std::make_shared<RemoteSupervision>(*this);
+  services_.emplace_back(kSupervisionService, supervision_);
+  services_.emplace_back(kSpawnService, std::make_shared<SpawnService>(*this, *supervision_));
+  services_.emplace_back(kMonitorsService, monitors_);
+  for (auto& [name, install] : registered_proc_services()) {
+    if (std::shared_ptr<ProcService> service = install(*this)) services_.emplace_back(name, std::move(service));
+  }
 }
 
 std::shared_ptr<ProcHost> ProcHost::of(const Runtime& runtime) {
@@ -207,7 +196,7 @@ ProcHost::~ProcHost() {
     if (it != host_directory().by_runtime.end() && it->second.expired()) host_directory().by_runtime.erase(it);
   }
   ready_.store(false, std::memory_order_release);  // handlers starting now do nothing
-  if (cast_relay_) cast_relay_->detach();  // its pending requests fail; it sends nothing more
+  // Their pending requests fail; they send nothing more.
   for (auto& [name, service] : services_) service->detach();
   if (router_) {
     router_->detach();
@@ -310,28 +299,10 @@ void ProcHost::on_control(const std::string& type_name, ControlHandler handler) 
 }
 
 uint64_t ProcHost::add_peer_lost_observer(PeerLostObserver observer) {
-  std::lock_guard lock(mu_);
-  const uint64_t id = next_id_++;
-  peer_lost_observers_.emplace(id, std::move(observer));
-  return id;
+  return peer_lost_observers_.add(std::move(observer));
 }
 
-void ProcHost::remove_peer_lost_observer(uint64_t id) {
-  std::lock_guard lock(mu_);
-  peer_lost_observers_.erase(id);
-}
-
-uint64_t ProcHost::add_remote_failure_observer(RemoteFailureObserver observer) {
-  std::lock_guard lock(mu_);
-  const uint64_t id = next_id_++;
-  remote_failure_observers_.emplace(id, std::move(observer));
-  return id;
-}
-
-void ProcHost::remove_remote_failure_observer(uint64_t id) {
-  std::lock_guard lock(mu_);
-  remote_failure_observers_.erase(id);
-}
+void ProcHost::remove_peer_lost_observer(uint64_t id) { peer_lost_observers_.remove(id); }
 
 void ProcHost::describe_peer(const ProcId& peer, std::string description) {
   std::lock_guard lock(mu_);
@@ -342,217 +313,6 @@ std::string ProcHost::describe(const ProcId& peer) {
   std::lock_guard lock(mu_);
   auto it = descriptions_.find(peer);
   return it == descriptions_.end() ? peer : absl::StrCat(peer, " (", it->second, ")");
-}
-
-void ProcHost::set_root_failure_handler(std::function<void(const SupervisionEvent&)> handler) {
-  std::lock_guard lock(mu_);
-  root_failure_handler_ = std::move(handler);
-}
-
-void ProcHost::deliver_failure(const std::string& parent, SupervisionEvent event) {
-  if (!parent.empty()) {
-    auto address = Address::parse(parent);
-    if (address.ok() && Seam::deliver_supervision_event(runtime_, *address, event).ok()) return;
-    CASTMESH_LOG_WARN("castmesh-proc {}: parent {} of failed actor {} is gone; reporting to the root", id(),
-                      log::printable(parent), log::printable(event.child.to_string()));
-  }
-  std::function<void(const SupervisionEvent&)> handler;
-  {
-    std::lock_guard lock(mu_);
-    handler = root_failure_handler_;
-  }
-  if (handler) {
-    handler(event);
-  } else {
-    CASTMESH_LOG_ERROR("castmesh-proc {}: remote actor {} failed: {}", id(), log::printable(event.child.to_string()),
-                       log::printable(event.reason.ToString(), 4096));
-  }
-}
-
-bool ProcHost::forward_failure(const SupervisionEvent& event) {
-  std::pair<ProcId, std::string> spawner;
-  {
-    std::lock_guard lock(mu_);
-    auto it = spawned_for_others_.find(event.child.to_string());
-    if (it == spawned_for_others_.end()) return false;
-    spawner = std::move(it->second);
-    spawned_for_others_.erase(it);
-  }
-  v1::Supervision message;
-  message.set_parent(spawner.second);
-  message.set_child(event.child.to_string());
-  message.set_reason_code(static_cast<int>(event.reason.code()));
-  message.set_reason_message(std::string(event.reason.message()));
-  message.set_message_type(event.message_type);
-  message.set_origin(event.origin.to_string());
-  if (absl::Status st = send_control(spawner.first, message); !st.ok()) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: cannot report failure of {} to {}: {}", id(), event.child.to_string(),
-                      spawner.first, st.ToString());
-  }
-  return true;
-}
-
-void ProcHost::handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload) {
-  v1::SpawnReply reply;
-  auto fail = [&](const absl::Status& error) {
-    wire::status_to_wire(error, &reply);
-  };
-  v1::SpawnRequest request;
-  if (!request.ParseFromString(payload)) {
-    fail(absl::InvalidArgumentError("malformed SpawnRequest"));
-  } else if (auto factory = find_actor_factory(request.actor_type()); !factory) {
-    fail(absl::NotFoundError(absl::StrCat("actor type '", request.actor_type(), "' is not registered in proc ", id(),
-                                          " (CASTMESH_REGISTER_ACTOR)")));
-  } else if (std::vector<std::string>(request.arg_types().begin(), request.arg_types().end()) !=
-             factory->arg_types) {
-    fail(absl::InvalidArgumentError(absl::StrCat("constructor arguments of '", request.actor_type(),
-                                                 "' do not match its registration (",
-                                                 absl::StrJoin(factory->arg_types, ", "), ")")));
-  } else {
-    SpawnOptions options;
-    options.name = request.name();
-    options.index = request.index();
-    std::vector<std::string> args(request.args().begin(), request.args().end());
-    absl::StatusOr<Address> address;
-    try {
-      address = factory->spawn(runtime_, std::move(options), args);
-    } catch (const std::exception& e) {
-      address = absl::InternalError(absl::StrCat("constructor of '", request.actor_type(), "' threw: ", e.what()));
-    }
-    if (!address.ok()) {
-      fail(address.status());
-    } else {
-      reply.set_address(address->to_string());
-      std::lock_guard lock(mu_);
-      spawned_for_others_[address->to_string()] = {peer, request.parent()};
-    }
-  }
-  if (absl::Status st = send_control(peer, reply, correlation, /*is_reply=*/true); !st.ok()) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: cannot answer spawn request of {}: {}", id(), peer, st.ToString());
-  }
-}
-
-void ProcHost::handle_supervision(const ProcId& peer, const std::string& payload) {
-  v1::Supervision message;
-  if (!message.ParseFromString(payload)) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: malformed Supervision from {}", id(), peer);
-    return;
-  }
-  SupervisionEvent event;
-  if (auto child = Address::parse(message.child()); child.ok()) event.child = *child;
-  if (auto origin = Address::parse(message.origin()); origin.ok()) event.origin = *origin;
-  event.reason = wire::status_from_wire(message.reason_code(), message.reason_message());
-  if (event.reason.ok()) event.reason = absl::UnknownError("remote actor failed");
-  event.message_type = message.message_type();
-  std::vector<RemoteFailureObserver> observers;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [observer_id, observer] : remote_failure_observers_) observers.push_back(observer);
-  }
-  for (auto& observer : observers) observer(peer, event);
-  deliver_failure(message.parent(), std::move(event));
-}
-
-void ProcHost::watch_remote_actor(const Address& actor) {
-  v1::Monitor monitor;
-  monitor.set_actor(actor.to_string());
-  {
-    std::lock_guard lock(mu_);
-    monitor.set_monitor_id(next_id_++);
-    monitors_sent_[actor] = monitor.monitor_id();
-  }
-  absl::Status sent = send_control(actor.proc, monitor);
-  if (sent.ok()) return;
-  {
-    std::lock_guard lock(mu_);
-    auto it = monitors_sent_.find(actor);
-    if (it == monitors_sent_.end() || it->second != monitor.monitor_id()) return;  // answered meanwhile
-    monitors_sent_.erase(it);
-  }
-  Seam::report_remote_down(runtime_, actor, absl::UnavailableError(absl::StrCat("cannot monitor ", actor.to_string(),
-                                                                         ": cannot send to proc ", describe(actor.proc),
-                                                                         ": ", sent.message())));
-}
-
-void ProcHost::handle_actor_down(const ProcId& peer, const std::string& payload) {
-  v1::ActorDown message;
-  absl::StatusOr<Address> actor = absl::InvalidArgumentError("malformed ActorDown");
-  if (message.ParseFromString(payload)) actor = Address::parse(message.actor());
-  if (!actor.ok()) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: ignoring bad ActorDown from {} (actor '{}')", id(), peer,
-                      log::printable(message.actor()));
-    return;
-  }
-  {
-    std::lock_guard lock(mu_);
-    auto it = monitors_sent_.find(*actor);
-    // Only the answer to the latest Monitor sent for this actor counts (an
-    // older one may be about an earlier actor at the same address).
-    if (it == monitors_sent_.end() || it->second != message.monitor_id()) return;
-    monitors_sent_.erase(it);
-  }
-  CASTMESH_LOG_DEBUG("castmesh-proc {}: monitored actor {} is down ({})", id(), log::printable(message.actor()),
-                     message.reason_code() == 0 ? std::string("stopped") : log::printable(message.reason_message()));
-  Seam::report_remote_down(runtime_, *actor, wire::status_from_wire(message.reason_code(), message.reason_message()),
-                              message.message_type());
-}
-
-void ProcHost::handle_monitor(const ProcId& peer, const std::string& payload) {
-  v1::Monitor message;
-  if (!message.ParseFromString(payload)) {
-    CASTMESH_LOG_WARN("castmesh-proc {}: malformed Monitor from {}", id(), peer);
-    return;
-  }
-  auto actor = Address::parse(message.actor());
-  absl::Status refused;
-  if (!actor.ok()) {
-    refused = absl::InvalidArgumentError(absl::StrCat("cannot monitor '", message.actor(), "': ", actor.status().message()));
-  } else if (actor->proc != id()) {
-    refused = absl::InvalidArgumentError(
-        absl::StrCat("cannot monitor ", message.actor(), ": proc ", id(), " does not host it"));
-  }
-  if (!refused.ok()) {
-    v1::ActorDown down;
-    down.set_actor(message.actor());
-    down.set_monitor_id(message.monitor_id());
-    down.set_reason_code(static_cast<int>(refused.code()));
-    down.set_reason_message(std::string(refused.message()));
-    (void)send_control(peer, down);
-    return;
-  }
-  bool first;
-  {
-    std::lock_guard lock(mu_);
-    auto [it, inserted] = monitors_served_[peer].insert_or_assign(message.actor(), message.monitor_id());
-    first = inserted;
-  }
-  if (!first) return;  // already watched for this peer; the answer carries the latest id
-  // Through the router: the runtime's actors (and their watchers) may
-  // outlive this host, which the router then no longer points to.
-  runtime_.monitor(runtime_.resolve(*actor), [router = router_, peer, name = message.actor()](const DownEvent& event) {
-    router->watched_actor_down(peer, name, event);
-  });
-}
-
-void ProcHost::on_watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event) {
-  v1::ActorDown down;
-  {
-    std::lock_guard lock(mu_);
-    auto by_peer = monitors_served_.find(peer);
-    if (by_peer == monitors_served_.end()) return;  // that peer is gone
-    auto it = by_peer->second.find(actor);
-    if (it == by_peer->second.end()) return;
-    down.set_monitor_id(it->second);
-    by_peer->second.erase(it);
-    if (by_peer->second.empty()) monitors_served_.erase(by_peer);
-  }
-  down.set_actor(actor);
-  down.set_reason_code(static_cast<int>(event.reason.code()));
-  down.set_reason_message(std::string(event.reason.message()));
-  down.set_message_type(event.message_type);
-  if (absl::Status st = send_control(peer, down); !st.ok()) {
-    CASTMESH_LOG_DEBUG("castmesh-proc {}: cannot report the stop of {} to {}: {}", id(), actor, peer, st.ToString());
-  }
 }
 
 void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
@@ -637,23 +397,17 @@ void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
   if (!ready_.load(std::memory_order_acquire)) return;
   const absl::Status gone = absl::UnavailableError(absl::StrCat("proc ", describe(peer), " is gone: ", why.message()));
   CASTMESH_LOG_DEBUG("castmesh-proc {}: {}", id(), std::string(gone.message()));
-  {
-    std::lock_guard lock(mu_);
-    monitors_served_.erase(peer);  // nobody left to tell
-    absl::erase_if(monitors_sent_, [&peer](const auto& entry) { return entry.first.proc == peer; });
-  }
+  monitors_->forget_peer(peer);  // before the runtime is told: a monitor started after that is kept
   Seam::report_proc_down(runtime_, peer, gone);  // every monitor of an actor there is down
   std::vector<std::shared_ptr<PendingRequest>> failed;
-  std::vector<PeerLostObserver> observers;
   {
     std::lock_guard lock(mu_);
     for (auto& [id, pending] : pending_) {
       if (pending->peer == peer) failed.push_back(pending);
     }
-    for (auto& [id, observer] : peer_lost_observers_) observers.push_back(observer);
   }
   for (auto& pending : failed) pending->complete(gone);
-  for (auto& observer : observers) observer(peer, gone);
+  peer_lost_observers_.notify(peer, gone);
 }
 
 }  // namespace castmesh::proc

@@ -1,15 +1,16 @@
-// ProcHost: makes one Runtime a proc of a mesh. It owns the proc's transport
-// Endpoint, installs itself as the Runtime's RemoteRouter (actor messages to
-// other procs become Envelopes and back), reports dead peers to the Runtime
-// (pending requests fail, monitors fire), and carries proc-level control
-// messages (join, spawn by registered name, supervision, remote monitors,
-// stop).
+// ProcHost: makes one Runtime a proc of a mesh, and is the composition root
+// of the proc's services. It owns the proc's transport Endpoint, installs
+// itself as the Runtime's RemoteRouter (actor messages to other procs
+// become Envelopes and back), reports dead peers to the Runtime (pending
+// requests fail, monitors fire), dispatches control messages by type to
+// the services' handlers, correlates requests with their replies, carries
+// data messages, and tells peer-lost observers.
 //
-// Remote monitors: a monitor of an actor of another proc becomes a Monitor
-// message to that proc (one per actor, RemoteRouter::watch); the owning
-// host watches the actor locally and answers ActorDown when it stops (at
-// once when it is not there). The monitoring host reports the ActorDown, or
-// the owning proc's loss, to its Runtime, which tells every monitor once.
+// Services (core/proc/proc_service.h): ProcHost::attach installs the proc's
+// own ones (RemoteSupervision, SpawnService, RemoteMonitors; it wires the
+// router's watches and lost peers to RemoteMonitors) and then every
+// registered one (the cast relay, collectives, RDMA). docs/architecture.md
+// says how a service is added.
 //
 // Threading: public methods are thread-safe. Control handlers and peer-lost
 // observers run on the endpoint's I/O thread and must not block; request()
@@ -26,7 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "castmesh/runtime.h"
-#include "castmesh/supervision.h"
+#include "core/proc/observer_registry.h"
 #include "core/proc/proc_service.h"
 #include "core/transport/endpoint.h"
 
@@ -34,11 +35,15 @@ namespace google::protobuf {
 class MessageLite;
 }
 
-namespace castmesh::mesh {
-class CastRelay;
-}
-
 namespace castmesh::proc {
+
+class RemoteMonitors;
+class RemoteSupervision;
+
+// Names of the services every ProcHost installs itself (ProcHost::service).
+inline constexpr char kSupervisionService[] = "proc.supervision";
+inline constexpr char kSpawnService[] = "proc.spawn";
+inline constexpr char kMonitorsService[] = "proc.monitors";
 
 // Environment variables between a LocalAllocator and its workers.
 inline constexpr char kEnvBootstrap[] = "CASTMESH_BOOTSTRAP";  // controller's proc id
@@ -65,7 +70,6 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
  public:
   using ControlHandler = std::function<void(const ProcId& peer, uint64_t correlation, const std::string& payload)>;
   using PeerLostObserver = std::function<void(const ProcId& peer, const absl::Status& why)>;
-  using RemoteFailureObserver = std::function<void(const ProcId& peer, const SupervisionEvent& event)>;
   // Receives a data message (send_data) on the I/O thread: the sender's
   // header bytes and the raw body (shared, not copied). Must not block.
   using DataHandler = std::function<void(const ProcId& peer, const std::string& header, wire::Payload payload)>;
@@ -76,12 +80,13 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   using DataSinkProvider = std::function<std::shared_ptr<transport::PayloadSink>(
       const ProcId& peer, const std::string& header, uint64_t size)>;
 
-  // Starts the endpoint, sets runtime's proc id to its address and installs
-  // the router. The runtime must outlive the host; one host per runtime.
+  // Starts the endpoint, sets runtime's proc id to its address, installs
+  // the router and the services. The runtime must outlive the host; one
+  // host per runtime.
   static absl::StatusOr<std::shared_ptr<ProcHost>> attach(Runtime& runtime, ProcHostOptions options);
   // The host attached to `runtime`, or nullptr.
   static std::shared_ptr<ProcHost> of(const Runtime& runtime);
-  // Uninstalls the router and closes every connection.
+  // Detaches every service, uninstalls the router and closes every connection.
   ~ProcHost();
 
   const ProcId& id() const { return id_; }
@@ -106,33 +111,24 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   void on_data(const std::string& type_name, DataHandler handler);
   // Offers sinks for the payloads of one data message type (see DataSinkProvider).
   void on_data_sink(const std::string& type_name, DataSinkProvider provider);
-  // The service registered as `name` (core/proc/proc_service.h) on this
-  // host, or nullptr.
+  // The service installed as `name` on this host, or nullptr: a registered
+  // one (core/proc/proc_service.h) or the proc's own (kSupervisionService,
+  // kSpawnService, kMonitorsService).
   std::shared_ptr<ProcService> service(const std::string& name) const;
   // Called (I/O thread) for every lost peer, after the runtime was told.
   uint64_t add_peer_lost_observer(PeerLostObserver observer);
   void remove_peer_lost_observer(uint64_t id);
-  // Called (I/O thread) for every failure a peer reports of an actor it
-  // spawned for this proc (Supervision message), before it is delivered.
-  uint64_t add_remote_failure_observer(RemoteFailureObserver observer);
-  void remove_remote_failure_observer(uint64_t id);
   // `peer`'s process id as the kernel tells it for their Unix-socket
   // connection, or nullopt (TCP, no connection now). Services that act on a
   // pid a peer sends (cross-memory copies) check it against this.
   std::optional<long> peer_pid(const ProcId& peer) const { return endpoint_->peer_pid(peer); }
   // A human description used in errors about `peer` ("rank 2, pid 1234").
   void describe_peer(const ProcId& peer, std::string description);
-  // Failures of actors this proc spawned for another proc go back to the
-  // spawner as Supervision messages. True when `event` was such a failure.
-  bool forward_failure(const SupervisionEvent& event);
-  // Delivers a failure to the local actor `parent` (Actor::on_child_failed),
-  // or, when `parent` is empty or gone, to the root failure handler (or the
-  // log if there is none).
-  void deliver_failure(const std::string& parent, SupervisionEvent event);
-  void set_root_failure_handler(std::function<void(const SupervisionEvent&)> handler);
-
-  // This proc's relay for the cast trees of actor meshes (core/mesh/cast_relay.h).
-  const std::shared_ptr<mesh::CastRelay>& cast_relay() const { return cast_relay_; }
+  // `peer` with its description, if any, for error messages.
+  std::string describe(const ProcId& peer);
+  // The supervision tree across procs (core/proc/remote_supervision.h):
+  // failures forwarded to spawners, delivered to parents or the root.
+  RemoteSupervision& supervision() const { return *supervision_; }
   // Messages this proc sent to other procs (actor messages, answers and
   // control messages; not heartbeats). Statistics, e.g. the fan-out of casts.
   uint64_t messages_sent() const { return messages_sent_.load(std::memory_order_relaxed); }
@@ -147,23 +143,14 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   void deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
                     wire::Payload payload);
   std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer, const wire::v1::Envelope& envelope);
-  void handle_spawn(const ProcId& peer, uint64_t correlation, const std::string& payload);
-  void handle_supervision(const ProcId& peer, const std::string& payload);
-  // Remote monitors, monitoring side: sends Monitor (Router::watch) and
-  // reports the ActorDown answers to the runtime.
-  void watch_remote_actor(const Address& actor);
-  void handle_actor_down(const ProcId& peer, const std::string& payload);
-  // Remote monitors, owning side: watches a local actor for `peer`.
-  void handle_monitor(const ProcId& peer, const std::string& payload);
-  void on_watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event);
-  std::string describe(const ProcId& peer);
+  // Installs the proc's own services, then the registered ones.
+  void install_services();
 
   Runtime& runtime_;
   std::string secret_;
   std::unique_ptr<transport::Endpoint> endpoint_;  // set once in attach(), shut down (not reset) in the destructor
   ProcId id_;                                       // endpoint_->id(), copied so teardown never races on it
   std::shared_ptr<Router> router_;
-  std::shared_ptr<mesh::CastRelay> cast_relay_;  // set once in attach()
   std::atomic<uint64_t> messages_sent_{0};
   // Set once attach() has finished wiring; the endpoint's handlers ignore
   // traffic before (nobody knows this proc's address yet anyway).
@@ -171,23 +158,16 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
 
   // Installed once in attach(), detached in the destructor; read-only between.
   std::vector<std::pair<std::string, std::shared_ptr<ProcService>>> services_;
+  std::shared_ptr<RemoteSupervision> supervision_;  // also in services_
+  std::shared_ptr<RemoteMonitors> monitors_;        // also in services_; the router's watches
+  ObserverRegistry<ProcId, absl::Status> peer_lost_observers_;
 
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_;
   absl::flat_hash_map<std::string, DataHandler> data_handlers_;
   absl::flat_hash_map<std::string, DataSinkProvider> data_sinks_;
-  absl::flat_hash_map<uint64_t, PeerLostObserver> peer_lost_observers_;
-  absl::flat_hash_map<uint64_t, RemoteFailureObserver> remote_failure_observers_;
-  // Monitoring side: remote actor -> id of the Monitor sent for it (an
-  // ActorDown with another id is stale and ignored).
-  absl::flat_hash_map<Address, uint64_t> monitors_sent_;
-  // Owning side: peer -> (local actor -> latest monitor id from that peer).
-  absl::flat_hash_map<ProcId, absl::flat_hash_map<std::string, uint64_t>> monitors_served_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_;
   absl::flat_hash_map<ProcId, std::string> descriptions_;
-  // Actors spawned here for other procs: child address -> (spawner proc, parent address).
-  absl::flat_hash_map<std::string, std::pair<ProcId, std::string>> spawned_for_others_;
-  std::function<void(const SupervisionEvent&)> root_failure_handler_;
   uint64_t next_id_ = 1;
 };
 

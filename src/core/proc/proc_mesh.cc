@@ -14,6 +14,7 @@
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
 #include "core/proc/proc_mesh_state.h"
+#include "core/proc/remote_supervision.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh {
@@ -63,7 +64,7 @@ class SpawnLedger {
       event.child = s.child;
       event.origin = s.child;
       event.reason = why;
-      host.deliver_failure(s.parent, std::move(event));
+      host.supervision().deliver_failure(s.parent, std::move(event));
     }
   }
 
@@ -102,7 +103,7 @@ std::shared_ptr<ProcMeshState> ProcMeshState::create(std::shared_ptr<proc::ProcH
   }
   state->observer_id_ = raw->add_peer_lost_observer(
       [ledger = state->ledger_, raw](const ProcId& peer, const absl::Status& why) { ledger->on_peer_lost(*raw, peer, why); });
-  state->failure_observer_id_ = raw->add_remote_failure_observer(
+  state->failure_observer_id_ = raw->supervision().add_failure_observer(
       [ledger = state->ledger_](const ProcId&, const SupervisionEvent& event) { ledger->forget(event.child); });
   state->departure_observer_id_ =
       raw->add_peer_lost_observer([departures = state->departures_](const ProcId& peer, const absl::Status&) {
@@ -128,7 +129,7 @@ absl::Status ProcMeshState::stop() {
   }
   ledger_->close();
   host_->remove_peer_lost_observer(observer_id_);
-  host_->remove_remote_failure_observer(failure_observer_id_);
+  host_->supervision().remove_failure_observer(failure_observer_id_);
   for (const ProcInfo& p : procs_) (void)host_->send_control(p.id, wire::v1::Stop());
   constexpr std::chrono::seconds kGrace(5);
   if (!owns_processes_) {

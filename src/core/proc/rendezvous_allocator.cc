@@ -11,6 +11,7 @@
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/proc_mesh_state.h"
+#include "core/proc/remote_supervision.h"
 #include "core/transport/address.h"
 
 namespace castmesh {
@@ -100,7 +101,7 @@ absl::StatusOr<ProcMesh> RendezvousAllocator::allocate(Runtime& runtime, const S
   if (!listening.ok()) return listening.status();
   std::shared_ptr<proc::ProcHost> host = *std::move(listening);
   const std::string address = host->id();
-  if (options_.on_supervision_event) host->set_root_failure_handler(options_.on_supervision_event);
+  if (options_.on_supervision_event) host->supervision().set_root_failure_handler(options_.on_supervision_event);
 
   proc::JoinBoard board(host, procs);
   absl::Status joined = board.wait(absl::Now() + options_.join_timeout);

@@ -12,6 +12,7 @@
 #include "core/proc/controller_lifeline.h"
 #include "core/proc/join.h"
 #include "core/proc/proc_host.h"
+#include "core/proc/remote_supervision.h"
 #include "core/proc/worker.h"
 
 namespace castmesh {
@@ -56,7 +57,7 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   runtime_options.on_unhandled_failure = [&host_for_failures, user = std::move(runtime_options.on_unhandled_failure)](
                                              const SupervisionEvent& event) {
     ProcHost* host = host_for_failures.load();
-    if (host != nullptr && host->forward_failure(event)) return;
+    if (host != nullptr && host->supervision().forward_failure(event)) return;
     if (user) {
       user(event);
     } else {

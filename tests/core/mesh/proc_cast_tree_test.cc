@@ -142,10 +142,10 @@ TEST_F(ProcCastTree, ControllerSendsFanoutMessagesPerCast) {
 
   constexpr int kCasts = 10;
   const uint64_t sent_before = host_->messages_sent();
-  const uint64_t hops_before = host_->cast_relay()->hops_sent();
+  const uint64_t hops_before = castmesh::mesh::CastRelay::of(*host_)->hops_sent();
   for (int i = 0; i < kCasts; ++i) ASSERT_TRUE(mesh->cast(Add{1}).ok());
   const uint64_t sent = host_->messages_sent() - sent_before;
-  const uint64_t hops = host_->cast_relay()->hops_sent() - hops_before;
+  const uint64_t hops = castmesh::mesh::CastRelay::of(*host_)->hops_sent() - hops_before;
   // 4 procs, fan-out 2: the controller sends to 2 procs per cast, whatever
   // the 12 members; the procs forward the rest.
   EXPECT_EQ(hops, 2u * kCasts);
@@ -223,7 +223,7 @@ TEST_F(ProcCastTree, ReductionsFoldAcrossProcsInRowMajorOrder) {
       ASSERT_TRUE(one->cast(Add{static_cast<int64_t>(3 * p + j + 1)}).ok());
     }
   }
-  auto& relay = *host_->cast_relay();
+  auto& relay = *castmesh::mesh::CastRelay::of(*host_);
 
   // A registered reducer: the relays fold; the controller receives one
   // folded value per child of the root (2).
@@ -281,7 +281,7 @@ TEST_F(ProcCastTree, MembersSpreadRoundRobinAreFoldedByTheCaller) {
   for (size_t r = 0; r < members.size(); ++r) {
     ASSERT_TRUE(mesh->slice("x", static_cast<int64_t>(r))->cast(Add{static_cast<int64_t>(r + 1)}).ok());
   }
-  auto& relay = *host_->cast_relay();
+  auto& relay = *castmesh::mesh::CastRelay::of(*host_);
   const uint64_t pieces_before = relay.pieces_received();
   auto appended = mesh->call(Get{}, *castmesh::reducers::registered<int64_t>("append_digits"))
                       .get(absl::Seconds(20));
