@@ -2,7 +2,10 @@
 add_library(castmesh_compile_options INTERFACE)
 target_compile_options(castmesh_compile_options INTERFACE
   $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter>
-  $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<BOOL:${CASTMESH_WERROR}>>:-Werror>)
+  $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<BOOL:${CASTMESH_WERROR}>>:-Werror>
+  # clang checks every ABSL_GUARDED_BY (castmesh/detail/mutex.h) at compile
+  # time; GCC ignores the annotations.
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wthread-safety>)
 if(CASTMESH_SANITIZE MATCHES "thread")
   # GCC's -Wtsan says ThreadSanitizer does not model std::atomic_thread_fence;
   # code that uses fences on purpose (the scheduler) stays buildable with

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
 #include "core/collectives/single_copy.h"
@@ -74,12 +75,12 @@ std::shared_ptr<RequestState> CommGroup::start_single_copy(PendingSend send) {
   header.set_host_identity(platform::host_identity());
   const int dest = send.dest;
   {
-    std::lock_guard lock(sends_mu_);
+    detail::MutexLock lock(sends_mu_);
     pending_sends_.emplace(token, std::move(send));
   }
   if (absl::Status st = send_frame(dest, header, nullptr, 0); !st.ok()) {
     {
-      std::lock_guard lock(sends_mu_);
+      detail::MutexLock lock(sends_mu_);
       pending_sends_.erase(token);
     }
     request->complete(st);
@@ -90,7 +91,7 @@ std::shared_ptr<RequestState> CommGroup::start_single_copy(PendingSend send) {
 void CommGroup::on_send_done(uint64_t token, bool fallback) {
   std::optional<PendingSend> send;
   {
-    std::lock_guard lock(sends_mu_);
+    detail::MutexLock lock(sends_mu_);
     auto it = pending_sends_.find(token);
     if (it == pending_sends_.end()) return;
     send = std::move(it->second);
@@ -113,7 +114,7 @@ void CommGroup::on_send_done(uint64_t token, bool fallback) {
 void CommGroup::fail_sends_to(const ProcId& proc, const absl::Status& why) {
   std::vector<std::shared_ptr<RequestState>> failed;
   {
-    std::lock_guard lock(sends_mu_);
+    detail::MutexLock lock(sends_mu_);
     for (auto it = pending_sends_.begin(); it != pending_sends_.end();) {
       if (layout_.procs[it->second.dest] != proc) {
         ++it;

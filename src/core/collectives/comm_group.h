@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "castmesh/communicator.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/rank_mailbox.h"
@@ -107,7 +107,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   Layout layout_;
   std::shared_ptr<collectives::RankMailbox> mailbox_;
   std::atomic<uint64_t> next_sequence_{1};
-  std::mutex sends_mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  detail::Mutex sends_mu_;
   absl::flat_hash_map<uint64_t, PendingSend> pending_sends_ ABSL_GUARDED_BY(sends_mu_);
 };
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/mutex.h"
 #include "core/actor/runtime_core.h"
 #include "core/collectives/algorithms.h"
 #include "core/collectives/comm_group.h"
@@ -59,9 +60,9 @@ absl::StatusOr<size_t> Request::wait_any(const std::vector<Request>& requests, a
   auto waiter = std::make_shared<detail::AnyWaiter>();
   for (const Request& r : requests) r.state_->add_waiter(waiter);
   {
-    std::unique_lock lock(waiter->mu);
-    auto fired = [&waiter]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return waiter->fired; };
-    if (!detail::wait_for(waiter->cv, lock, timeout, fired)) {
+    detail::MutexLock lock(waiter->mu);
+    auto fired = [&waiter]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(waiter->mu) { return waiter->fired; };
+    if (!waiter->cv.wait_for(lock, timeout, fired)) {
       return absl::DeadlineExceededError(
           absl::StrCat("none of ", requests.size(), " requests completed within ", absl::FormatDuration(timeout)));
     }

@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/single_copy.h"
@@ -60,18 +61,18 @@ Exchange::Entry& Exchange::entry(const std::string& comm, int rank) {
 }
 
 std::shared_ptr<RankMailbox> Exchange::mailbox(const std::string& comm, int rank) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   return entry(comm, rank).mailbox;
 }
 
 std::shared_ptr<detail::CommGroup> Exchange::group(const std::string& comm, int rank, bool pin,
                                                    const std::function<std::shared_ptr<detail::CommGroup>()>& make) {
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     if (auto live = entry(comm, rank).group.lock()) return live;
   }
   std::shared_ptr<detail::CommGroup> made = make();  // may call watch()/mailbox(): no lock held
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   Entry& e = entry(comm, rank);
   if (auto live = e.group.lock()) return live;  // another thread won
   e.group = made;
@@ -83,7 +84,7 @@ void Exchange::watch(const std::string& comm, int rank, std::vector<ProcId> proc
   std::vector<std::pair<int, absl::Status>> already_lost;
   std::shared_ptr<RankMailbox> box;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     Entry& e = entry(comm, rank);
     e.procs = std::move(procs);
     e.description = std::move(description);
@@ -96,7 +97,7 @@ void Exchange::watch(const std::string& comm, int rank, std::vector<ProcId> proc
 }
 
 void Exchange::forget(const std::string& comm, int rank) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = entries_.find(std::make_pair(comm, rank));
   if (it != entries_.end() && it->second.group.expired()) entries_.erase(it);
 }
@@ -183,20 +184,20 @@ class SingleCopyBody final : public RemoteBody {
 }  // namespace
 
 std::shared_ptr<detail::CommGroup> Exchange::live_group(const std::string& comm, int rank) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = entries_.find(std::make_pair(comm, rank));
   return it == entries_.end() ? nullptr : it->second.group.lock();
 }
 
 void Exchange::park(const ProcId& peer, uint64_t token, PostedRecv recv, MessageKey key) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   parked_[std::make_pair(peer, token)] = Parked{std::move(recv), std::move(key)};
 }
 
 void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const char* body, size_t size) {
   std::optional<Parked> parked;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = parked_.find(std::make_pair(peer, token));
     if (it == parked_.end()) return;
     parked = std::move(it->second);
@@ -252,7 +253,7 @@ std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& p
 }
 
 void Exchange::on_peer_alive(const ProcId& peer) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   lost_.erase(peer);
 }
 
@@ -261,7 +262,7 @@ void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
   std::vector<std::shared_ptr<detail::CommGroup>> groups;
   std::vector<Parked> parked;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     lost_.emplace(peer, why);
     for (auto it = parked_.begin(); it != parked_.end();) {
       if (it->first.first != peer) {

@@ -11,13 +11,13 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "castmesh/address.h"
+#include "castmesh/detail/mutex.h"
 #include "core/collectives/rank_mailbox.h"
 #include "core/wire/payload.h"
 
@@ -83,7 +83,7 @@ class Exchange {
     MessageKey key;
   };
 
-  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  detail::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, int>, Entry> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ProcId, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<ProcId, uint64_t>, Parked> parked_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::collectives {
 
@@ -111,7 +112,7 @@ std::shared_ptr<transport::PayloadSink> RankMailbox::sink_for(const MessageKey& 
   if (key.remote != nullptr) return nullptr;
   std::optional<PostedRecv> matched;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     matched = take_posted(key);
   }
   if (!matched) return nullptr;
@@ -121,7 +122,7 @@ std::shared_ptr<transport::PayloadSink> RankMailbox::sink_for(const MessageKey& 
 void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::Payload payload) {
   std::optional<PostedRecv> matched;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     matched = take_posted(key);
     if (!matched) {
       wire::Payload bytes;
@@ -144,7 +145,7 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
 void RankMailbox::post(PostedRecv recv) {
   std::optional<Queued> queued;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
       if (matches(recv, it->key)) {
         queued = std::move(*it);
@@ -165,7 +166,7 @@ void RankMailbox::post(PostedRecv recv) {
 }
 
 bool RankMailbox::cancel(const std::shared_ptr<detail::RequestState>& request) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if (it->request == request) {
       posted_.erase(it);
@@ -192,8 +193,8 @@ absl::StatusOr<MessageStatus> RankMailbox::probe(int source, int64_t tag, absl::
     failed = failure_for(pattern);
     return !failed.ok();
   };
-  std::unique_lock lock(mu_);
-  if (!detail::wait_for(changed_, lock, timeout, ready)) {
+  detail::MutexLock lock(mu_);
+  if (!changed_.wait_for(lock, timeout, ready)) {
     return absl::DeadlineExceededError(absl::StrCat("no matching message within ", absl::FormatDuration(timeout)));
   }
   if (found) return *found;
@@ -229,7 +230,7 @@ void RankMailbox::abort_collective(uint64_t sequence, const absl::Status& why) {
 void RankMailbox::record_failure(const std::function<void()>& record) {
   std::vector<std::pair<PostedRecv, absl::Status>> failed;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     record();
     failed = take_failed(posted_, [this](const PostedRecv& r) ABSL_NO_THREAD_SAFETY_ANALYSIS { return failure_for(r); });
   }
@@ -238,14 +239,14 @@ void RankMailbox::record_failure(const std::function<void()>& record) {
 }
 
 absl::Status RankMailbox::collective_error(uint64_t sequence) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   if (!closed_.ok()) return closed_;
   auto it = aborted_.find(sequence);
   return it == aborted_.end() ? absl::OkStatus() : it->second;
 }
 
 absl::Status RankMailbox::source_error(int rank) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   if (!closed_.ok()) return closed_;
   auto it = dead_sources_.find(rank);
   return it == dead_sources_.end() ? absl::OkStatus() : it->second;

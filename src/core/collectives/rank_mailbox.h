@@ -15,13 +15,11 @@
 // Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "castmesh/communicator.h"
+#include "castmesh/detail/mutex.h"
 #include "core/collectives/request_state.h"
 #include "core/transport/endpoint.h"
 #include "core/wire/payload.h"
@@ -123,9 +122,9 @@ class RankMailbox {
   // posted receive that the failure now covers.
   void record_failure(const std::function<void()>& record);
 
-  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  detail::Mutex mu_;
   // Signalled when a message is queued or a failure recorded (probe waits).
-  std::condition_variable changed_;
+  detail::CondVar changed_;
   std::deque<PostedRecv> posted_ ABSL_GUARDED_BY(mu_);
   std::deque<Queued> unexpected_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, absl::Status> dead_sources_ ABSL_GUARDED_BY(mu_);

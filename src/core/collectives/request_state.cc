@@ -1,6 +1,7 @@
 #include "core/collectives/request_state.h"
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "core/scheduler/scheduler.h"
 
 namespace castmesh::detail {
@@ -13,7 +14,7 @@ std::shared_ptr<RequestState> RequestState::Done(absl::StatusOr<MessageStatus> r
 
 void AnyWaiter::fire() {
   {
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(mu);
     fired = true;
   }
   cv.notify_all();
@@ -22,7 +23,7 @@ void AnyWaiter::fire() {
 bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
   std::vector<std::weak_ptr<AnyWaiter>> waiters;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     if (done_) return false;
     done_ = true;
     result_ = std::move(result);
@@ -36,7 +37,7 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
 }
 
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
-  std::unique_lock lock(mu_);
+  detail::MutexLock lock(mu_);
   if (!done_) {
     // A pooled actor about to block hands its queued work to other workers,
     // or to a helper when none is left (with mu_ released: that takes the
@@ -44,7 +45,7 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
     lock.unlock();
     Scheduler::BlockingScope blocking;
     lock.lock();
-    if (!wait_for(cv_, lock, timeout, [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return done_; })) {
+    if (!cv_.wait_for(lock, timeout, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; })) {
       return absl::DeadlineExceededError(
           absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
     }
@@ -53,19 +54,19 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
 }
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   if (!done_) return std::nullopt;
   return result_;
 }
 
 bool RequestState::done() {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   return done_;
 }
 
 void RequestState::add_waiter(const std::shared_ptr<AnyWaiter>& waiter) {
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     if (!done_) {
       waiters_.push_back(waiter);
       return;

@@ -5,9 +5,7 @@
 #pragma once
 
 #include <algorithm>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -15,30 +13,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "castmesh/communicator.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::detail {
 
-// Waits on `cv` (with `lock` held) until `ready()` or `timeout` passes;
-// returns ready(). absl::InfiniteDuration() waits for ever.
-template <typename Ready>
-bool wait_for(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, absl::Duration timeout, Ready ready) {
-  if (timeout == absl::InfiniteDuration()) {
-    cv.wait(lock, ready);
-    return true;
-  }
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!ready()) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return ready();
-    cv.wait_for(lock, absl::ToChronoNanoseconds(std::min(left, absl::Hours(1))));
-  }
-  return true;
-}
-
 // Wakes one waiter of several requests (Request::wait_any).
 struct AnyWaiter {
-  std::mutex mu;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
-  std::condition_variable cv;
+  detail::Mutex mu;
+  detail::CondVar cv;
   bool fired ABSL_GUARDED_BY(mu) = false;
   // Sets `fired` and wakes the waiter.
   void fire();
@@ -61,8 +43,8 @@ class RequestState {
   void add_waiter(const std::shared_ptr<AnyWaiter>& waiter);
 
  private:
-  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
-  std::condition_variable cv_;  // done_ became true
+  detail::Mutex mu_;
+  detail::CondVar cv_;  // done_ became true
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::StatusOr<MessageStatus> result_ ABSL_GUARDED_BY(mu_) = MessageStatus{};
   std::vector<std::weak_ptr<AnyWaiter>> waiters_ ABSL_GUARDED_BY(mu_);

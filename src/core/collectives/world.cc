@@ -7,15 +7,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "castmesh/communicator.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/exchange.h"
@@ -41,19 +40,19 @@ class WorldService final : public proc::ProcService {
     });
   }
   void detach() override {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     host_ = nullptr;
   }
 
   // This proc is rank 0 of a world of `size`: answer the joins once all
   // are in; returns the roster, or an error after `timeout`.
   absl::StatusOr<std::vector<ProcId>> lead(int size, const ProcId& self, absl::Duration timeout) {
-    std::unique_lock lock(mu_);
+    detail::MutexLock lock(mu_);
     size_ = size;
     self_ = self;
     answer_if_complete();
-    auto complete = [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return answered_; };
-    if (!detail::wait_for(answered_cv_, lock, timeout, complete)) {
+    auto complete = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return answered_; };
+    if (!answered_cv_.wait_for(lock, timeout, complete)) {
       std::vector<std::string> missing;
       for (int r = 1; r < size_; ++r) {
         if (!joined_.contains(r)) missing.push_back(std::to_string(r));
@@ -72,7 +71,7 @@ class WorldService final : public proc::ProcService {
 
   void on_join(const ProcId& peer, uint64_t correlation, const std::string& payload) {
     v1::WorldJoin join;
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     if (!join.ParseFromString(payload)) return reply(peer, correlation, absl::InvalidArgumentError("malformed WorldJoin"));
     const int rank = static_cast<int>(join.rank());
     if (size_ != 0 && static_cast<int>(join.size()) != size_) {
@@ -119,8 +118,8 @@ class WorldService final : public proc::ProcService {
     (void)host_->send_control(peer, roster, correlation, /*is_reply=*/true);
   }
 
-  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
-  std::condition_variable answered_cv_;  // answered_ became true
+  detail::Mutex mu_;
+  detail::CondVar answered_cv_;  // answered_ became true
   proc::ProcHost* host_ ABSL_GUARDED_BY(mu_);
   int size_ ABSL_GUARDED_BY(mu_) = 0;
   ProcId self_ ABSL_GUARDED_BY(mu_);
@@ -223,13 +222,13 @@ struct World {
   std::optional<Communicator> comm;
 };
 
-std::mutex world_mu;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+detail::Mutex world_mu;
 World* the_world ABSL_GUARDED_BY(world_mu) = nullptr;
 
 void finalize_world() {
   World* world;
   {
-    std::lock_guard lock(world_mu);
+    detail::MutexLock lock(world_mu);
     world = std::exchange(the_world, nullptr);
   }
   if (world == nullptr) return;
@@ -276,7 +275,7 @@ absl::StatusOr<Communicator> make_world(const WorldOptions& options) {
   layout.host = world->host;
   world->comm = Communicator(detail::CommGroup::Get(std::move(layout), /*pin=*/true));
   Communicator comm = *world->comm;
-  std::lock_guard lock(world_mu);
+  detail::MutexLock lock(world_mu);
   the_world = world.release();
   std::atexit(finalize_world);
   return comm;
@@ -285,10 +284,10 @@ absl::StatusOr<Communicator> make_world(const WorldOptions& options) {
 }  // namespace
 
 absl::StatusOr<Communicator> Communicator::world(WorldOptions options) {
-  static std::mutex once_mu;
-  std::lock_guard once(once_mu);  // one bootstrap at a time; later calls reuse it
+  static detail::Mutex once_mu;
+  detail::MutexLock once(once_mu);  // one bootstrap at a time; later calls reuse it
   {
-    std::lock_guard lock(world_mu);
+    detail::MutexLock lock(world_mu);
     if (the_world != nullptr) return *the_world->comm;
   }
   return make_world(options);

@@ -25,11 +25,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <new>
 #include <vector>
 
 #include "castmesh/detail/envelope.h"
+#include "castmesh/detail/mutex.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define CASTMESH_MESSAGE_POOL 0
@@ -65,13 +65,13 @@ struct Chain {
   std::size_t count = 0;
 };
 
-// Shared by all threads; guarded by `mu` (taken once per kBatch blocks).
+// Shared by all threads; `mu` is taken once per kBatch blocks.
 struct Depot {
-  std::mutex mu;
-  std::array<std::vector<Chain>, kClasses> chains;
-  char* region_next = nullptr;
-  char* region_end = nullptr;
-  std::size_t regions = 0;
+  detail::Mutex mu;
+  std::array<std::vector<Chain>, kClasses> chains ABSL_GUARDED_BY(mu);
+  char* region_next ABSL_GUARDED_BY(mu) = nullptr;
+  char* region_end ABSL_GUARDED_BY(mu) = nullptr;
+  std::size_t regions ABSL_GUARDED_BY(mu) = 0;
 };
 
 Depot& depot() {
@@ -79,17 +79,17 @@ Depot& depot() {
   return *d;
 }
 
-// Maps a new region; nullptr if the kernel refuses. Caller holds d.mu.
+// Maps a new region; nullptr if the kernel refuses.
 char* map_region(std::size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
 }
 
 // Reserves room for kBatch fresh blocks of class c; nullptr if the kernel
-// refused memory. Caller holds d.mu. Touches no page of the room: the
-// first touch faults (several microseconds per page on a VM), and other
-// threads must not wait for that on d.mu.
-char* reserve_batch(Depot& d, int c) {
+// refused memory. Touches no page of the room: the first touch faults
+// (several microseconds per page on a VM), and other threads must not wait
+// for that on d.mu.
+char* reserve_batch(Depot& d, int c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu) {
   const std::size_t bytes = kClassSize[c] * kBatch;
   if (static_cast<std::size_t>(d.region_end - d.region_next) < bytes) {
     const std::size_t region_bytes = d.regions == 0 ? kFirstRegionBytes : kRegionBytes;
@@ -118,8 +118,9 @@ Chain carve(char* p, int c) {
   return out;
 }
 
-// Caller holds d.mu.
-void depot_put(Depot& d, int c, Chain chain) { d.chains[c].push_back(chain); }
+void depot_put(Depot& d, int c, Chain chain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(d.mu) {
+  d.chains[c].push_back(chain);
+}
 
 // A chain of class c from the depot, or fresh blocks. Never empty unless
 // the kernel refused memory.
@@ -127,7 +128,7 @@ Chain depot_take(int c) {
   Depot& d = depot();
   char* fresh = nullptr;
   {
-    std::lock_guard<std::mutex> lock(d.mu);
+    detail::MutexLock lock(d.mu);
     if (!d.chains[c].empty()) {
       Chain chain = d.chains[c].back();
       d.chains[c].pop_back();
@@ -155,7 +156,7 @@ struct LocalCacheFlush {
   ~LocalCacheFlush() {
     tl_cache.state = CacheState::kGone;
     Depot& d = depot();
-    std::lock_guard<std::mutex> lock(d.mu);
+    detail::MutexLock lock(d.mu);
     for (std::size_t c = 0; c < kClasses; ++c) {
       Chain& list = tl_cache.lists[c];
       if (list.count > 0) depot_put(d, static_cast<int>(c), list);
@@ -199,7 +200,7 @@ void* allocate_message_memory(std::size_t size) {
     void* b = take_one(chain);
     if (chain.count > 0) {
       Depot& d = depot();
-      std::lock_guard<std::mutex> lock(d.mu);
+      detail::MutexLock lock(d.mu);
       depot_put(d, c, chain);
     }
     return b;
@@ -221,7 +222,7 @@ void free_message_memory(void* p, std::size_t size) noexcept {
     if (!activate_local_cache()) {
       b->next = nullptr;
       Depot& d = depot();
-      std::lock_guard<std::mutex> lock(d.mu);
+      detail::MutexLock lock(d.mu);
       depot_put(d, c, Chain{b, 1});
       return;
     }
@@ -241,7 +242,7 @@ void free_message_memory(void* p, std::size_t size) noexcept {
   out.count = kBatch;
   list.count -= kBatch;
   Depot& d = depot();
-  std::lock_guard<std::mutex> lock(d.mu);
+  detail::MutexLock lock(d.mu);
   depot_put(d, c, out);
 }
 

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <set>
 #include <system_error>
 #include <utility>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/version.h"
 #include "core/log/log.h"
 
@@ -391,7 +391,7 @@ void BackendRegistry::discover_locked() {
 }
 
 std::vector<BackendInfo> BackendRegistry::backends() {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   discover_locked();
   std::vector<BackendInfo> result;
   result.reserve(found_.size());
@@ -400,7 +400,7 @@ std::vector<BackendInfo> BackendRegistry::backends() {
 }
 
 absl::StatusOr<const Backend*> BackendRegistry::load(std::string_view name_or_path) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   if (name_or_path.find('/') != std::string_view::npos) {
     const LoadedLibrary& library = probe_locked(std::string(name_or_path));
     if (library.info().state != BackendState::kLoaded) return status_for(library.info());
@@ -421,7 +421,7 @@ absl::StatusOr<const Backend*> BackendRegistry::load(std::string_view name_or_pa
 }
 
 void BackendRegistry::forget_discovery() {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   discovered_ = false;
 }
 
@@ -441,9 +441,8 @@ std::string core_library_folder() {
 
 namespace {
 
-std::mutex added_paths_mu;
-// Guarded by added_paths_mu.
-std::vector<std::string>& added_paths() {
+detail::Mutex added_paths_mu;
+std::vector<std::string>& added_paths() ABSL_EXCLUSIVE_LOCKS_REQUIRED(added_paths_mu) {
   static std::vector<std::string> paths;
   return paths;
 }
@@ -463,7 +462,7 @@ SearchTiers default_search_tiers() {
     for (absl::string_view entry : absl::StrSplit(env, ':', absl::SkipEmpty())) tiers[0].emplace_back(entry);
   }
   {
-    std::lock_guard<std::mutex> lock(added_paths_mu);
+    detail::MutexLock lock(added_paths_mu);
     tiers[1] = added_paths();
   }
   const std::string core_folder = core_library_folder();
@@ -531,7 +530,7 @@ absl::StatusOr<const Backend*> load_backend(std::string_view name_or_path) {
 
 void add_backend_search_path(std::string path) {
   {
-    std::lock_guard<std::mutex> lock(plugin::added_paths_mu);
+    detail::MutexLock lock(plugin::added_paths_mu);
     std::vector<std::string>& paths = plugin::added_paths();
     if (std::find(paths.begin(), paths.end(), path) != paths.end()) return;
     paths.push_back(std::move(path));

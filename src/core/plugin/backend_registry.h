@@ -6,13 +6,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "castmesh/backend.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::plugin {
 
@@ -50,9 +50,9 @@ class BackendRegistry {
   const LoadedLibrary& probe_locked(const std::string& path);
 
   const std::function<SearchTiers()> search_tiers_;
-  // std::mutex, not absl::Mutex: Debian's Abseil is not built with
+  // detail::Mutex, not absl::Mutex: Debian's Abseil is not built with
   // ThreadSanitizer, so tsan cannot see absl::Mutex's happens-before edges.
-  std::mutex mu_;
+  detail::Mutex mu_;
   // All guarded by mu_.
   bool discovered_ = false;
   // Probed libraries by canonical path.

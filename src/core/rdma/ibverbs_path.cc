@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "castmesh/backend.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
@@ -64,7 +63,7 @@ uint32_t env_number(const char* name, uint32_t fallback) {
 }
 
 bool is_finished(const std::shared_ptr<Transfer>& transfer) {
-  std::lock_guard lock(transfer->mu);
+  detail::MutexLock lock(transfer->mu);
   return transfer->finished;
 }
 
@@ -107,8 +106,8 @@ struct IbverbsPath::State {
   std::string why_not;  // set once by open(), read after call_once
   std::atomic<bool> ready{false};  // open() found a NIC
 
-  std::mutex mu;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
-  std::condition_variable wake;
+  detail::Mutex mu;
+  detail::CondVar wake;
   uint64_t next_wr ABSL_GUARDED_BY(mu) = 1;
   absl::flat_hash_map<ProcId, std::unique_ptr<Pair>> pairs ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<ProcId, uint64_t> passive ABSL_GUARDED_BY(mu);  // endpoints peers connected to us
@@ -349,7 +348,7 @@ void IbverbsPath::State::poll_loop() {
   while (true) {
     bool progress = false;
     {
-      std::unique_lock lock(mu);
+      detail::MutexLock lock(mu);
       bool busy = false;
       bool connecting = false;
       for (const auto& [peer, pair] : pairs) {
@@ -358,7 +357,7 @@ void IbverbsPath::State::poll_loop() {
       }
       if (!busy) {
         idle = kMinIdle;
-        if (connecting) wake.wait_for(lock, std::chrono::milliseconds(100));
+        if (connecting) wake.wait_for(lock, absl::Milliseconds(100));
         else wake.wait(lock);
       }
       std::vector<ProcId> peers;
@@ -419,13 +418,13 @@ std::string IbverbsPath::why_not() { return usable() ? std::string() : state_->w
 
 bool IbverbsPath::reachable(const ProcId& peer) {
   if (!usable()) return false;
-  std::lock_guard lock(state_->mu);
+  detail::MutexLock lock(state_->mu);
   return !state_->socket_only.contains(peer);
 }
 
 std::string IbverbsPath::why_unreachable(const ProcId& peer) {
   if (!usable()) return state_->why_not;
-  std::lock_guard lock(state_->mu);
+  detail::MutexLock lock(state_->mu);
   auto it = state_->socket_only.find(peer);
   return it == state_->socket_only.end() ? std::string() : it->second;
 }
@@ -464,7 +463,7 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
   v1::RdmaHeader connect;
   std::weak_ptr<proc::ProcHost> host;
   {
-    std::lock_guard lock(state_->mu);
+    detail::MutexLock lock(state_->mu);
     state_->ensure_poller();
     auto [it, fresh] = state_->pairs.try_emplace(transfer->owner);
     if (fresh) {
@@ -501,7 +500,7 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
     absl::Status sent;
     send_header(host, transfer->owner, connect, &sent);
     if (!sent.ok()) {
-      std::lock_guard lock(state_->mu);
+      detail::MutexLock lock(state_->mu);
       state_->fail_pair(transfer->owner, sent, false, &outcomes);
     }
   }
@@ -516,7 +515,7 @@ void IbverbsPath::on_connect(proc::ProcHost& host, const ProcId& peer, const v1:
   if (!usable()) {
     made = absl::FailedPreconditionError(absl::StrCat("proc ", host.id(), " has no ibverbs path: ", why_not()));
   } else {
-    std::lock_guard lock(state_->mu);
+    detail::MutexLock lock(state_->mu);
     // A new CONNECT replaces the peer's earlier endpoint: the peer gave it up.
     if (auto it = state_->passive.find(peer); it != state_->passive.end()) {
       state_->destroy_endpoint(it->second);
@@ -549,7 +548,7 @@ void IbverbsPath::on_connect(proc::ProcHost& host, const ProcId& peer, const v1:
 void IbverbsPath::on_connected(const ProcId& peer, const v1::RdmaHeader& header) {
   std::vector<Outcome> outcomes;
   {
-    std::lock_guard lock(state_->mu);
+    detail::MutexLock lock(state_->mu);
     auto it = state_->pairs.find(peer);
     if (it == state_->pairs.end() || it->second->phase != Pair::Phase::kConnecting ||
         it->second->connect_id != header.op()) {
@@ -594,7 +593,7 @@ void IbverbsPath::peer_lost(const ProcId& peer) {
   std::vector<Outcome> outcomes;
   {
     if (!state_->ready.load()) return;  // never opened a NIC: nothing to tear down
-    std::lock_guard lock(state_->mu);
+    detail::MutexLock lock(state_->mu);
     state_->fail_pair(peer, absl::UnavailableError(absl::StrCat("proc ", peer, " was lost")), false, &outcomes);
     auto it = state_->passive.find(peer);
     if (it != state_->passive.end()) {

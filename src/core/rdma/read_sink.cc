@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -19,7 +20,7 @@ class ReadSink final : public transport::PayloadSink {
 
   size_t receive(size_t at, size_t n, const std::function<size_t(char* into, size_t max)>& take) override {
     {
-      std::lock_guard lock(transfer_->mu);
+      detail::MutexLock lock(transfer_->mu);
       if (inside_ && !transfer_->finished) {
         const size_t got = take(transfer_->bytes + (offset_ - transfer_->offset) + at, n);
         transfer_->moved += got;
@@ -40,7 +41,7 @@ class ReadSink final : public transport::PayloadSink {
     }
     bool done = false;
     {
-      std::lock_guard lock(transfer_->mu);
+      detail::MutexLock lock(transfer_->mu);
       done = !transfer_->finished && transfer_->moved == transfer_->length;
     }
     if (done) Transfers::instance().finish(transfer_, RdmaResult{transfer_->length, transfer_->transport});

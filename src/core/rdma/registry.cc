@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::rdma {
 
@@ -39,7 +40,7 @@ std::shared_ptr<const Registration> Registry::add(TensorView view, RdmaAccess ac
   made->view = std::move(view);
   made->access = access;
   made->owner = std::move(owner);
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   if (next_id_ == 0) {
     // Ids start at a random point so a stale handle from an earlier process
     // with the same pid does not name a buffer of this one by accident.
@@ -55,7 +56,7 @@ absl::StatusOr<std::shared_ptr<const Registration>> Registry::open(uint64_t id, 
                                                                    uint64_t length) {
   std::shared_ptr<const Registration> found;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = live_.find(id);
     if (it != live_.end()) found = it->second;
   }
@@ -70,7 +71,7 @@ absl::StatusOr<std::shared_ptr<const Registration>> Registry::open(uint64_t id, 
 
 bool Registry::release(uint64_t id) {
   std::shared_ptr<const Registration> dropped;  // destroyed after the lock: it may free user memory
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return false;
   dropped = std::move(it->second);
@@ -79,13 +80,13 @@ bool Registry::release(uint64_t id) {
 }
 
 void Registry::pin(const ProcId& peer, uint64_t op, std::shared_ptr<const Registration> registration) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   pins_[std::make_pair(peer, op)] = std::move(registration);
 }
 
 void Registry::unpin(const ProcId& peer, uint64_t op) {
   std::shared_ptr<const Registration> dropped;
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = pins_.find(std::make_pair(peer, op));
   if (it == pins_.end()) return;
   dropped = std::move(it->second);
@@ -94,7 +95,7 @@ void Registry::unpin(const ProcId& peer, uint64_t op) {
 
 void Registry::forget_peer(const ProcId& peer) {
   std::vector<std::shared_ptr<const Registration>> dropped;
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   for (auto it = pins_.begin(); it != pins_.end();) {
     if (it->first.first == peer) {
       dropped.push_back(std::move(it->second));

@@ -12,13 +12,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "castmesh/address.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/rdma.h"
 
 namespace castmesh::rdma {
@@ -68,7 +68,7 @@ class Registry {
   void forget_peer(const ProcId& peer);
 
  private:
-  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  detail::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::shared_ptr<const Registration>> live_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<ProcId, uint64_t>, std::shared_ptr<const Registration>> pins_ ABSL_GUARDED_BY(mu_);

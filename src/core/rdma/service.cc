@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
@@ -100,7 +101,7 @@ class IncomingWrites {
   // Applies one WRITE_DATA chunk; returns the answer to send, if any.
   std::optional<v1::RdmaHeader> apply(const ProcId& peer, const v1::RdmaHeader& header, const char* body,
                                       size_t size) {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto [it, fresh] = writes_.try_emplace(std::make_pair(peer, header.op()));
     Write& write = it->second;
     std::optional<absl::Status> failure;
@@ -136,7 +137,7 @@ class IncomingWrites {
   }
 
   void forget_peer(const ProcId& peer) {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     absl::erase_if(writes_, [&peer](const auto& entry) { return entry.first.first == peer; });
   }
 
@@ -148,7 +149,7 @@ class IncomingWrites {
     uint64_t received = 0;
     bool failed = false;
   };
-  std::mutex mu_;
+  detail::Mutex mu_;
   absl::flat_hash_map<std::pair<ProcId, uint64_t>, Write> writes_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -248,7 +249,7 @@ void send_write_chunks(const std::shared_ptr<Transfer>& transfer) {
   uint64_t at = 0;
   do {
     {
-      std::lock_guard lock(transfer->mu);
+      detail::MutexLock lock(transfer->mu);
       if (transfer->finished) return;
     }
     std::shared_ptr<proc::ProcHost> host = transfer->host.lock();  // per chunk, as in send_read_chunks

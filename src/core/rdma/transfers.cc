@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::rdma {
 
@@ -13,13 +14,13 @@ Transfers& Transfers::instance() {
 }
 
 uint64_t Transfers::next_id() {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   return next_id_++;
 }
 
 void Transfers::start(const std::shared_ptr<Transfer>& transfer, absl::Duration timeout) {
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     live_[transfer->id] = transfer;
   }
   std::weak_ptr<Transfer> weak = transfer;
@@ -33,19 +34,19 @@ void Transfers::start(const std::shared_ptr<Transfer>& transfer, absl::Duration 
 }
 
 std::shared_ptr<Transfer> Transfers::find(uint64_t id) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = live_.find(id);
   return it == live_.end() ? nullptr : it->second;
 }
 
 void Transfers::finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult> result) {
   {
-    std::lock_guard lock(transfer->mu);
+    detail::MutexLock lock(transfer->mu);
     if (transfer->finished) return;
     transfer->finished = true;
   }
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     live_.erase(transfer->id);
   }
   if (transfer->timer != 0) timers_.cancel(transfer->timer);
@@ -58,7 +59,7 @@ void Transfers::deliver(const std::shared_ptr<Transfer>& transfer, uint64_t offs
   bool complete = false;
   bool outside = false;
   {
-    std::lock_guard lock(transfer->mu);
+    detail::MutexLock lock(transfer->mu);
     if (transfer->finished) return;  // failed or timed out: not one more byte
     if (offset < transfer->offset || size > transfer->length - transfer->moved ||
         offset - transfer->offset > transfer->length - size) {
@@ -80,7 +81,7 @@ void Transfers::deliver(const std::shared_ptr<Transfer>& transfer, uint64_t offs
 
 bool Transfers::copy_if_live(const std::shared_ptr<Transfer>& transfer, const std::function<absl::Status()>& copy,
                              absl::Status* copied) {
-  std::lock_guard lock(transfer->mu);
+  detail::MutexLock lock(transfer->mu);
   if (transfer->finished) return false;
   *copied = copy();
   return true;
@@ -89,7 +90,7 @@ bool Transfers::copy_if_live(const std::shared_ptr<Transfer>& transfer, const st
 void Transfers::owner_lost(const ProcId& owner, const absl::Status& why) {
   std::vector<std::shared_ptr<Transfer>> lost;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     for (const auto& [id, transfer] : live_) {
       if (transfer->owner == owner) lost.push_back(transfer);
     }

@@ -13,11 +13,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/rdma.h"
 #include "core/scheduler/timer_queue.h"
 
@@ -45,7 +45,7 @@ struct Transfer {
   std::weak_ptr<proc::ProcHost> host;  // the proc that sends
   std::function<void(absl::StatusOr<RdmaResult>)> done;  // called once, by Transfers::finish
 
-  std::mutex mu;
+  detail::Mutex mu;
   size_t moved ABSL_GUARDED_BY(mu) = 0;
   bool finished ABSL_GUARDED_BY(mu) = false;
   uint64_t timer = 0;  // set by Transfers::start
@@ -75,7 +75,7 @@ class Transfers {
   void owner_lost(const ProcId& owner, const absl::Status& why);
 
  private:
-  std::mutex mu_;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  detail::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Transfer>> live_ ABSL_GUARDED_BY(mu_);
   detail::TimerQueue timers_;

@@ -3,8 +3,8 @@
 #include <absl/time/clock.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
+
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::detail {
 namespace {
@@ -12,24 +12,24 @@ namespace {
 // One parked thread, on its own stack; linked while it waits.
 struct Waiter {
   const void* word = nullptr;
-  std::condition_variable cv;
+  detail::CondVar cv;
   bool woken = false;  // set (under the bucket mutex) by the waker that unlinked it
   Waiter* prev = nullptr;
   Waiter* next = nullptr;
 };
 
 struct alignas(64) Bucket {
-  std::mutex mu;
-  Waiter* head = nullptr;  // oldest
-  Waiter* tail = nullptr;
+  detail::Mutex mu;
+  Waiter* head ABSL_GUARDED_BY(mu) = nullptr;  // oldest
+  Waiter* tail ABSL_GUARDED_BY(mu) = nullptr;
 
-  void link(Waiter* w) {
+  void link(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     w->prev = tail;
     w->next = nullptr;
     (tail != nullptr ? tail->next : head) = w;
     tail = w;
   }
-  void unlink(Waiter* w) {
+  void unlink(Waiter* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     (w->prev != nullptr ? w->prev->next : head) = w->next;
     (w->next != nullptr ? w->next->prev : tail) = w->prev;
   }
@@ -62,7 +62,7 @@ bool parking_lot_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time
   const bool cut = left > kLongestWait;
   const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(cut ? kLongestWait : left);
   Bucket& bucket = bucket_of(word);
-  std::unique_lock lock(bucket.mu);
+  detail::MutexLock lock(bucket.mu);
   if (word->load(std::memory_order_seq_cst) != expected) return true;
   Waiter me;
   me.word = word;
@@ -78,7 +78,7 @@ bool parking_lot_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time
 
 int parking_lot_wake(const void* word, int count) {
   Bucket& bucket = bucket_of(word);
-  std::lock_guard lock(bucket.mu);
+  detail::MutexLock lock(bucket.mu);
   int woken = 0;
   for (Waiter* w = bucket.head; w != nullptr && woken < count;) {
     Waiter* next = w->next;
@@ -97,7 +97,7 @@ int parking_lot_wake(const void* word, int count) {
 
 size_t parking_lot_parked(const void* word) {
   Bucket& bucket = bucket_of(word);
-  std::lock_guard lock(bucket.mu);
+  detail::MutexLock lock(bucket.mu);
   size_t parked = 0;
   for (const Waiter* w = bucket.head; w != nullptr; w = w->next) parked += w->word == word ? 1 : 0;
   return parked;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 
 #include "core/scheduler/futex.h"
 
@@ -42,20 +43,31 @@ namespace {
 // std::mutex otherwise sleeps in the kernel as soon as they meet (thousands
 // of futex sleeps per fork-join run). absl::Mutex spins too, but its
 // uncontended path cost 8-15% on ping-pong, N:1 and spawn here.
-class QueueMutex {
+class ABSL_LOCKABLE QueueMutex {
  public:
-  void lock() {
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
     for (int i = 0; i < 64; ++i) {
       if (mu_.try_lock()) return;
       cpu_relax();
     }
     mu_.lock();
   }
-  bool try_lock() { return mu_.try_lock(); }
-  void unlock() { mu_.unlock(); }
+  void unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
 
  private:
   std::mutex mu_;
+};
+
+// Holds a QueueMutex for its scope.
+class ABSL_SCOPED_LOCKABLE QueueLock {
+ public:
+  explicit QueueLock(QueueMutex& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_.lock(); }
+  ~QueueLock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  QueueLock(const QueueLock&) = delete;
+  QueueLock& operator=(const QueueLock&) = delete;
+
+ private:
+  QueueMutex& mu_;
 };
 }  // namespace
 
@@ -68,8 +80,8 @@ struct Scheduler::Worker {
   uint64_t tick = 0;
   uint32_t rng = 0;
   bool searching = false;
-  QueueMutex mu;  // guards queue
-  SchedQueue queue;
+  QueueMutex mu;
+  SchedQueue queue ABSL_GUARDED_BY(mu);
   std::atomic<size_t> queue_size{0};
   std::atomic<uint32_t> wake_token{0};
   std::atomic<bool> finished{false};  // helpers: the thread has left run_helper
@@ -129,7 +141,7 @@ void Scheduler::before_blocking() {
   }
   SchedQueue local;
   {
-    std::lock_guard lock(w->mu);
+    QueueLock lock(w->mu);
     std::swap(local, w->queue);
     w->queue_size.store(0, std::memory_order_relaxed);
   }
@@ -162,7 +174,7 @@ void Scheduler::enter_blocking() {
   if (blocked < threads || done_.load(std::memory_order_acquire)) return;
   // Every thread that could run actors waits: one more runs them meanwhile
   // (bounded, in case a program blocks without end).
-  std::lock_guard lock(helpers_mu_);
+  MutexLock lock(helpers_mu_);
   // Reap helpers that have left (their threads end right after).
   for (auto it = helpers_.begin(); it != helpers_.end();) {
     if ((*it)->finished.load(std::memory_order_acquire)) {
@@ -209,7 +221,7 @@ void Scheduler::run_helper(Worker* w) {
     moved = true;
   }
   {
-    std::lock_guard lock(w->mu);
+    QueueLock lock(w->mu);
     while (Schedulable* s = w->queue.pop()) {
       push_global(s);
       moved = true;
@@ -223,21 +235,21 @@ void Scheduler::run_helper(Worker* w) {
 }
 
 void Scheduler::push_global(Schedulable* s) {
-  std::lock_guard<std::mutex> lock(global_mu_);
+  MutexLock lock(global_mu_);
   global_.push(s);
   global_size_.store(global_.size, std::memory_order_relaxed);
 }
 
 Schedulable* Scheduler::pop_global() {
   if (global_size_.load(std::memory_order_relaxed) == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(global_mu_);
+  MutexLock lock(global_mu_);
   Schedulable* s = global_.pop();
   global_size_.store(global_.size, std::memory_order_relaxed);
   return s;
 }
 
 void Scheduler::push_local(Worker* w, Schedulable* s) {
-  std::lock_guard lock(w->mu);
+  QueueLock lock(w->mu);
   w->queue.push(s);
   w->queue_size.store(w->queue.size, std::memory_order_relaxed);
 }
@@ -257,7 +269,7 @@ Schedulable* Scheduler::find_work(Worker* w) {
   }
   w->next_streak = 0;
   if (w->queue_size.load(std::memory_order_relaxed) > 0) {
-    std::lock_guard lock(w->mu);
+    QueueLock lock(w->mu);
     Schedulable* s = w->queue.pop();
     w->queue_size.store(w->queue.size, std::memory_order_relaxed);
     if (s) return s;
@@ -276,7 +288,7 @@ Schedulable* Scheduler::steal(Worker* w) {
     if (victim == w || victim->queue_size.load(std::memory_order_relaxed) == 0) continue;
     SchedQueue taken;
     {
-      std::lock_guard lock(victim->mu);
+      QueueLock lock(victim->mu);
       const size_t take = (victim->queue.size + 1) / 2;
       for (size_t k = 0; k < take; ++k) taken.push(victim->queue.pop());
       victim->queue_size.store(victim->queue.size, std::memory_order_relaxed);
@@ -284,7 +296,7 @@ Schedulable* Scheduler::steal(Worker* w) {
     Schedulable* first = taken.pop();
     if (!first) continue;
     if (taken.size > 0) {
-      std::lock_guard lock(w->mu);
+      QueueLock lock(w->mu);
       while (Schedulable* s = taken.pop()) w->queue.push(s);
       w->queue_size.store(w->queue.size, std::memory_order_relaxed);
     }
@@ -299,7 +311,7 @@ void Scheduler::notify_one() {
   if (num_searching_.load(std::memory_order_relaxed) > 0) return;
   Worker* target = nullptr;
   {
-    std::lock_guard<std::mutex> lock(sleep_mu_);
+    MutexLock lock(sleep_mu_);
     if (sleepers_.empty()) return;
     target = sleepers_.back();
     sleepers_.pop_back();
@@ -321,7 +333,7 @@ void Scheduler::leave_searching(Worker* w) {
 }
 
 bool Scheduler::cancel_sleep(Worker* w) {
-  std::lock_guard<std::mutex> lock(sleep_mu_);
+  MutexLock lock(sleep_mu_);
   auto it = std::find(sleepers_.begin(), sleepers_.end(), w);
   if (it != sleepers_.end()) {
     sleepers_.erase(it);
@@ -336,7 +348,7 @@ bool Scheduler::cancel_sleep(Worker* w) {
 
 bool Scheduler::park(Worker* w) {
   {
-    std::lock_guard<std::mutex> lock(sleep_mu_);
+    MutexLock lock(sleep_mu_);
     w->wake_token.store(0, std::memory_order_relaxed);
     sleepers_.push_back(w);
     num_sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -367,7 +379,7 @@ bool Scheduler::park(Worker* w) {
     }
     futex_wait(&w->wake_token, 0, absl::InfiniteFuture());
     if (w->wake_token.load(std::memory_order_acquire) == 1) {
-      std::lock_guard<std::mutex> lock(sleep_mu_);
+      MutexLock lock(sleep_mu_);
       w->wake_token.store(0, std::memory_order_relaxed);
       w->searching = true;
       return !done_.load(std::memory_order_acquire);
@@ -402,7 +414,7 @@ void Scheduler::stop() {
   auto join_helpers = [this] {
     std::vector<std::unique_ptr<Worker>> helpers;
     {
-      std::lock_guard lock(helpers_mu_);
+      MutexLock lock(helpers_mu_);
       helpers.swap(helpers_);
     }
     for (auto& h : helpers) {
@@ -418,7 +430,7 @@ void Scheduler::stop() {
   }
   std::vector<Worker*> sleeping;
   {
-    std::lock_guard<std::mutex> lock(sleep_mu_);
+    MutexLock lock(sleep_mu_);
     sleeping.swap(sleepers_);
     num_sleepers_.store(0);
     for (Worker* w : sleeping) w->wake_token.store(1, std::memory_order_release);

@@ -21,9 +21,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::detail {
 
@@ -117,12 +118,12 @@ class Scheduler {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> done_{false};
 
-  std::mutex global_mu_;
-  SchedQueue global_;
+  Mutex global_mu_;
+  SchedQueue global_ ABSL_GUARDED_BY(global_mu_);
   std::atomic<size_t> global_size_{0};
 
-  std::mutex sleep_mu_;
-  std::vector<Worker*> sleepers_;
+  Mutex sleep_mu_;
+  std::vector<Worker*> sleepers_ ABSL_GUARDED_BY(sleep_mu_);
   std::atomic<int> num_sleepers_{0};
   std::atomic<int> num_searching_{0};
 
@@ -130,8 +131,8 @@ class Scheduler {
   std::atomic<int> blocked_{0};
   std::atomic<int> helpers_alive_{0};
   std::atomic<int> helpers_started_{0};
-  std::mutex helpers_mu_;
-  std::vector<std::unique_ptr<Worker>> helpers_;  // guarded by helpers_mu_; joined by stop()
+  Mutex helpers_mu_;
+  std::vector<std::unique_ptr<Worker>> helpers_ ABSL_GUARDED_BY(helpers_mu_);  // joined by stop()
 };
 
 // A thread that runs one actor (SpawnOptions::dedicated_thread).

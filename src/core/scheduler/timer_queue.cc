@@ -4,12 +4,14 @@
 
 #include <memory>
 
+#include "castmesh/detail/mutex.h"
+
 namespace castmesh::detail {
 
 TimerQueue::~TimerQueue() { stop(); }
 
 uint64_t TimerQueue::add(absl::Duration delay, absl::Duration period, std::function<void()> fire) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   if (stopped_) return 0;
   const uint64_t id = next_id_++;
   timers_.emplace(id, Timer{period, std::make_shared<std::function<void()>>(std::move(fire))});
@@ -23,14 +25,14 @@ uint64_t TimerQueue::add(absl::Duration delay, absl::Duration period, std::funct
 }
 
 bool TimerQueue::cancel(uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   return timers_.erase(id) > 0;  // its heap entry is skipped when it comes up
 }
 
 void TimerQueue::stop() {
   std::thread t;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    detail::MutexLock lock(mu_);
     stopped_ = true;
     timers_.clear();
     heap_ = {};
@@ -41,7 +43,7 @@ void TimerQueue::stop() {
 }
 
 void TimerQueue::run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   while (!stopped_) {
     if (heap_.empty()) {
       cv_.wait(lock);
@@ -50,7 +52,7 @@ void TimerQueue::run() {
     const Entry top = heap_.top();
     const absl::Time now = absl::Now();
     if (top.when > now) {
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(top.when - now));
+      cv_.wait_for(lock, top.when - now);
       continue;
     }
     heap_.pop();

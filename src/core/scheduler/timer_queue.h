@@ -8,13 +8,13 @@
 #include <absl/container/flat_hash_map.h>
 #include <absl/time/time.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <queue>
 #include <thread>
 #include <vector>
+
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::detail {
 
@@ -45,13 +45,13 @@ class TimerQueue {
   };
   void run();
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
-  absl::flat_hash_map<uint64_t, Timer> timers_;
-  uint64_t next_id_ = 1;
-  bool stopped_ = false;
-  std::thread thread_;
+  detail::Mutex mu_;
+  detail::CondVar cv_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Timer> timers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace castmesh::detail

@@ -20,9 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -30,6 +28,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "core/log/log.h"
 #include "core/platform/process.h"
 #include "core/transport/address.h"
@@ -152,8 +151,8 @@ absl::StatusOr<GenericEndpoint> to_socket_endpoint(const ChannelAddress& address
 
 // Endpoints listening on local:NAME, by name. Process-wide.
 struct LocalRegistry {
-  std::mutex mu;
-  absl::flat_hash_map<std::string, Endpoint::Impl*> by_name;
+  detail::Mutex mu;
+  absl::flat_hash_map<std::string, Endpoint::Impl*> by_name ABSL_GUARDED_BY(mu);
 };
 LocalRegistry& local_registry() {
   static auto* registry = new LocalRegistry;  // never destroyed: used from exit paths
@@ -228,11 +227,11 @@ class Endpoint::Impl {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
-  mutable std::mutex peers_mu_;
+  mutable detail::Mutex peers_mu_;
   // The connection used to send to each peer (one per peer proc).
-  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_ ABSL_GUARDED_BY(peers_mu_);
   // Every open connection, including not yet authenticated ones.
-  absl::flat_hash_set<std::shared_ptr<Connection>> connections_;
+  absl::flat_hash_set<std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(peers_mu_);
 
   // Admission of accepted connections (I/O thread only).
   std::size_t unauthenticated_ = 0;
@@ -325,15 +324,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     envelope.set_version(wire::kWireVersion);
     envelope.set_payload_size(payload.size());
     const EndpointOptions& options = owner_.options();
-    std::unique_lock lock(out_mu_);
+    detail::MutexLock lock(out_mu_);
     if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
     const std::size_t frame_bytes = payload.size() + 64;
-    auto fits = [&] {
+    auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
       return out_closed_ || queued_bytes_ == 0 || queued_bytes_ + frame_bytes <= options.max_outbound_bytes;
     };
     if (!fits()) {
       if (on_io_thread ||
-          !out_cv_.wait_for(lock, absl::ToChronoNanoseconds(options.send_block_timeout), fits)) {
+          !out_cv_.wait_for(lock, options.send_block_timeout, fits)) {
         return absl::ResourceExhaustedError(absl::StrCat("outbound queue to ", peer_, " is full (",
                                                          queued_bytes_, " bytes queued)"));
       }
@@ -374,7 +373,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     {
       // Under out_mu_ first, so no sending thread is inside a direct write
       // on this fd when it is closed (and possibly reused).
-      std::lock_guard lock(out_mu_);
+      detail::MutexLock lock(out_mu_);
       out_closed_ = true;
       direct_fd_ = -1;
       pending_.clear();
@@ -411,10 +410,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     wire::Payload payload;  // a large payload following `bytes`, written from its own memory
   };
 
-  // With out_mu_ held, the connection idle and one inline-only chunk
-  // queued: one non-blocking send() from the calling thread. True when it
-  // all went out; otherwise what is left stays queued for a flush.
-  bool try_write_now_locked() {
+  // The connection idle and one inline-only chunk queued: one non-blocking
+  // send() from the calling thread. True when it all went out; otherwise
+  // what is left stays queued for a flush.
+  bool try_write_now_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
     if (direct_fd_ < 0) return false;
     std::string& bytes = pending_.front().bytes;
     const ssize_t n = ::send(direct_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | kNoSigPipe);
@@ -443,7 +442,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Handshake frames go out ahead of any envelope queued meanwhile.
   void write_handshake(const v1::Handshake& hs) {
     {
-      std::lock_guard lock(out_mu_);
+      detail::MutexLock lock(out_mu_);
       wire::append_frame_body(hs, handshake_out_);
       if (writing_) return;
       writing_ = true;
@@ -457,7 +456,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void flush() {
     if (closed_) return;
     {
-      std::lock_guard lock(out_mu_);
+      detail::MutexLock lock(out_mu_);
       if (!handshake_out_.empty()) {
         inflight_.emplace_back();
         inflight_.back().bytes.swap(handshake_out_);
@@ -496,7 +495,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     last_tx_ = Clock::now();
     inflight_.clear();
     {
-      std::lock_guard lock(out_mu_);
+      detail::MutexLock lock(out_mu_);
       queued_bytes_ -= std::min(queued_bytes_, inflight_counted_);
     }
     out_cv_.notify_all();
@@ -510,7 +509,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     last_rx_ = last_tx_ = Clock::now();
     bool schedule = false;
     {
-      std::lock_guard lock(out_mu_);
+      detail::MutexLock lock(out_mu_);
       can_write_ = true;
       direct_fd_ = socket_.native_handle();
       if (!writing_ && !pending_.empty()) schedule = writing_ = true;
@@ -788,18 +787,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string admission_key_;  // accepted and not yet authenticated: whose cap it counts against
   bool admitted_ = false;
 
-  // Outbound, guarded by out_mu_.
-  std::mutex out_mu_;
-  std::condition_variable out_cv_;
-  std::vector<Chunk> pending_;
-  std::size_t queued_bytes_ = 0;
-  std::uint64_t next_sequence_ = 1;
-  bool writing_ = false;    // a flush is scheduled or a write is in flight
-  bool can_write_ = false;  // handshake done: envelopes may be written
-  bool out_closed_ = false;
-  int direct_fd_ = -1;                 // the socket, for direct writes; -1 once closing
-  Clock::time_point last_enqueue_{};
-  std::string handshake_out_;  // handshake frames not yet written
+  // Outbound.
+  detail::Mutex out_mu_;
+  detail::CondVar out_cv_;
+  std::vector<Chunk> pending_ ABSL_GUARDED_BY(out_mu_);
+  std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
+  std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
+  bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled or a write is in flight
+  bool can_write_ ABSL_GUARDED_BY(out_mu_) = false;  // handshake done: envelopes may be written
+  bool out_closed_ ABSL_GUARDED_BY(out_mu_) = false;
+  int direct_fd_ ABSL_GUARDED_BY(out_mu_) = -1;  // the socket, for direct writes; -1 once closing
+  Clock::time_point last_enqueue_ ABSL_GUARDED_BY(out_mu_){};
+  std::string handshake_out_ ABSL_GUARDED_BY(out_mu_);  // handshake frames not yet written
   // Owned by the flush in progress (I/O thread).
   std::vector<Chunk> inflight_;
   std::vector<asio::const_buffer> buffers_;
@@ -847,7 +846,7 @@ absl::Status Endpoint::Impl::start() {
 
 absl::Status Endpoint::Impl::listen(const ChannelAddress& address) {
   if (address.kind == ChannelAddress::Kind::kLocal) {
-    std::lock_guard lock(local_registry().mu);
+    detail::MutexLock lock(local_registry().mu);
     if (!local_registry().by_name.emplace(address.name, this).second) {
       return absl::AlreadyExistsError(absl::StrCat("local:", address.name, " is already in use"));
     }
@@ -965,7 +964,7 @@ void Endpoint::Impl::admit(Socket socket) {
   auto connection = std::make_shared<Connection>(*this, /*outgoing=*/false, std::string());
   connection->socket() = std::move(socket);
   {
-    std::lock_guard lock(peers_mu_);
+    detail::MutexLock lock(peers_mu_);
     connections_.insert(connection);
   }
   connection->start_accepted(std::move(key), handshake_deadline());
@@ -991,7 +990,7 @@ void Endpoint::Impl::arm_heartbeat() {
     if (ec || stopping()) return;
     std::vector<std::shared_ptr<Connection>> all;
     {
-      std::lock_guard lock(peers_mu_);
+      detail::MutexLock lock(peers_mu_);
       all.assign(connections_.begin(), connections_.end());
     }
     const auto now = Clock::now();
@@ -1003,7 +1002,7 @@ void Endpoint::Impl::arm_heartbeat() {
 void Endpoint::Impl::shutdown() {
   if (stopping_.exchange(true, std::memory_order_acq_rel)) return;
   if (!local_name_.empty()) {
-    std::lock_guard lock(local_registry().mu);
+    detail::MutexLock lock(local_registry().mu);
     local_registry().by_name.erase(local_name_);
   }
   if (thread_.joinable()) {
@@ -1016,7 +1015,7 @@ void Endpoint::Impl::shutdown() {
       }
       std::vector<std::shared_ptr<Connection>> all;
       {
-        std::lock_guard lock(peers_mu_);
+        detail::MutexLock lock(peers_mu_);
         all.assign(connections_.begin(), connections_.end());
       }
       for (auto& connection : all) connection->close(absl::CancelledError("endpoint shut down"), false);
@@ -1025,7 +1024,7 @@ void Endpoint::Impl::shutdown() {
     thread_.join();
   }
   {
-    std::lock_guard lock(peers_mu_);
+    detail::MutexLock lock(peers_mu_);
     peers_.clear();
     connections_.clear();
   }
@@ -1057,7 +1056,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, 
   std::shared_ptr<Connection> connection;
   std::optional<ChannelAddress> dial;
   {
-    std::lock_guard lock(peers_mu_);
+    detail::MutexLock lock(peers_mu_);
     if (stopping()) return absl::FailedPreconditionError("endpoint is shutting down");
     auto it = peers_.find(absl::string_view(peer.data(), peer.size()));  // no temporary string
     if (it != peers_.end()) {
@@ -1087,7 +1086,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, 
 absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
   envelope.set_version(wire::kWireVersion);
   envelope.set_payload_size(payload.size());
-  std::lock_guard lock(local_registry().mu);
+  detail::MutexLock lock(local_registry().mu);
   auto it = local_registry().by_name.find(std::string(peer.substr(6)));
   if (it == local_registry().by_name.end()) {
     return absl::UnavailableError(absl::StrCat("no endpoint listens on ", std::string(peer), " in this process"));
@@ -1105,7 +1104,7 @@ void Endpoint::Impl::disconnect(std::string_view peer) {
   asio::post(io_, [this, peer = std::string(peer)] {
     std::shared_ptr<Connection> connection;
     {
-      std::lock_guard lock(peers_mu_);
+      detail::MutexLock lock(peers_mu_);
       auto it = peers_.find(peer);
       if (it == peers_.end()) return;
       connection = it->second;
@@ -1115,14 +1114,14 @@ void Endpoint::Impl::disconnect(std::string_view peer) {
 }
 
 std::optional<long> Endpoint::Impl::peer_pid(std::string_view peer) const {
-  std::lock_guard lock(peers_mu_);
+  detail::MutexLock lock(peers_mu_);
   auto it = peers_.find(std::string(peer));
   if (it == peers_.end() || !it->second->established() || it->second->peer_pid() <= 0) return std::nullopt;
   return it->second->peer_pid();
 }
 
 std::vector<std::string> Endpoint::Impl::peers() const {
-  std::lock_guard lock(peers_mu_);
+  detail::MutexLock lock(peers_mu_);
   std::vector<std::string> out;
   for (const auto& [peer, connection] : peers_) {
     if (connection->established()) out.push_back(peer);
@@ -1133,7 +1132,7 @@ std::vector<std::string> Endpoint::Impl::peers() const {
 void Endpoint::Impl::on_established(const std::shared_ptr<Connection>& connection) {
   release_admission(*connection);
   {
-    std::lock_guard lock(peers_mu_);
+    detail::MutexLock lock(peers_mu_);
     peers_.try_emplace(connection->peer(), connection);
   }
   CASTMESH_LOG_DEBUG("castmesh-proc {}: peer {} up ({})", id_, connection->peer(), connection->remote());
@@ -1143,7 +1142,7 @@ void Endpoint::Impl::on_closed(const std::shared_ptr<Connection>& connection, co
   release_admission(*connection);
   bool peer_gone = false;
   {
-    std::lock_guard lock(peers_mu_);
+    detail::MutexLock lock(peers_mu_);
     connections_.erase(connection);
     auto it = peers_.find(connection->peer());
     if (it != peers_.end() && it->second == connection) {

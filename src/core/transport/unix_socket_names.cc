@@ -10,12 +10,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "castmesh/detail/mutex.h"
 #include "core/platform/platform.h"
 #include "core/transport/address.h"
 #include "core/wire/handshake.h"
@@ -116,9 +116,9 @@ absl::StatusOr<std::string> private_socket_folder_in(const std::vector<std::stri
 }
 
 absl::StatusOr<std::string> private_socket_folder() {
-  static std::mutex mu;
+  static detail::Mutex mu;
   static std::string made;  // once made, for the life of the process
-  std::lock_guard lock(mu);
+  detail::MutexLock lock(mu);
   if (!made.empty()) return made;
   const char* tmpdir = std::getenv("TMPDIR");
   absl::StatusOr<std::string> folder = private_socket_folder_in({tmpdir != nullptr ? tmpdir : "", "/tmp"});

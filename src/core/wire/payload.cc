@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::wire {
 namespace {
@@ -31,7 +31,7 @@ class LargeBufferPool {
   // the sanitizers' allocators as under glibc's.
   char* take(std::size_t size, std::size_t* capacity) {
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       auto it = free_.lower_bound(size);
       if (it != free_.end() && it->first <= size + size / 4) {
         char* buffer = it->second;
@@ -48,7 +48,7 @@ class LargeBufferPool {
 
   void give(char* buffer, std::size_t capacity) {
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       if (cached_bytes_ + capacity <= kPoolBytes) {
         cached_bytes_ += capacity;
         free_.emplace(capacity, buffer);
@@ -59,9 +59,9 @@ class LargeBufferPool {
   }
 
  private:
-  std::mutex mu_;
-  std::multimap<std::size_t, char*> free_;
-  std::size_t cached_bytes_ = 0;
+  detail::Mutex mu_;
+  std::multimap<std::size_t, char*> free_ ABSL_GUARDED_BY(mu_);
+  std::size_t cached_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 LargeBufferPool& large_buffer_pool() {
