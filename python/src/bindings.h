@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "castmesh/runtime.h"
+
 namespace castmesh::python {
 
 // Whether a castmesh thread may still take the GIL: false once the
@@ -27,7 +29,21 @@ void bind_tensor(pybind11::module_& module);
 void bind_collectives(pybind11::module_& module);
 // RdmaHandle, RdmaPending, rdma_submit_batch (castmesh.rdma wraps them).
 void bind_rdma(pybind11::module_& module);
-// Python actors: Runtime, ProcMesh, ActorRef, CallFuture, run_worker.
-void bind_actors(pybind11::module_& module);
+// CallFuture, MeshCallFuture: pending results of calls (call_slot.cc).
+void bind_call_slots(pybind11::module_& module);
+// ActorRef: one Python actor host (host_actor.cc).
+void bind_host_actor(pybind11::module_& module);
+// ProcMesh, ActorMesh, ReplyStream: meshes of Python actor hosts (mesh_binding.cc).
+void bind_meshes(pybind11::module_& module);
+// Runtime, spawn_in_this_proc, run_worker: this process's runtime (runtime_binding.cc).
+void bind_runtime(pybind11::module_& module);
+// Channel, open_channel, port_send: castmesh.Channel's ports (channel_binding.cc).
+void bind_channels(pybind11::module_& module);
+// watch_failures, next_failure, watch_stopped: castmesh.supervision's monitors (supervision_binding.cc).
+void bind_supervision(pybind11::module_& module);
+
+// The runtime of the calling process (the controller's or the worker's);
+// raises RuntimeError where there is none. Python thread.
+Runtime& current_runtime();
 
 }  // namespace castmesh::python

@@ -34,5 +34,10 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_tensor(module);
   castmesh::python::bind_collectives(module);
   castmesh::python::bind_rdma(module);
-  castmesh::python::bind_actors(module);
+  castmesh::python::bind_call_slots(module);
+  castmesh::python::bind_host_actor(module);
+  castmesh::python::bind_meshes(module);
+  castmesh::python::bind_runtime(module);
+  castmesh::python::bind_channels(module);
+  castmesh::python::bind_supervision(module);
 }
