@@ -81,25 +81,6 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     return data
 
 
-def _mesh_call_future(slot: "_castmesh.MeshCallFuture", endpoint: str, mesh: "ActorMesh[Any]") -> Future[Any]:
-    """The Future of a call through the C++ ActorMesh: a ValueMesh of the replies."""
-
-    def wait(timeout: Optional[float]) -> Any:
-        data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
-        refs = mesh._ordered_refs()
-        # The C++ mesh answers in ascending order; the shape may reverse it.
-        by_rank = dict(zip(mesh.shape.ascending_ranks, data))
-        values = []
-        for ref, reply in zip(refs, (by_rank[rank] for rank in mesh.shape.ranks)):
-            ok, value = decode_reply(reply, ref.address)
-            if not ok:
-                raise value
-            values.append(value)
-        return ValueMesh(mesh.shape, values)
-
-    return Future(wait, slot.add_callback)
-
-
 class EndpointRef(Generic[R]):
     """An endpoint of an actor mesh; call it through its adverbs."""
 
@@ -148,32 +129,20 @@ class EndpointRef(Generic[R]):
         return gather([self._call(payload)] + answers, combine)
 
     def _call(self, payload: bytes) -> Future[ValueMesh[R]]:
-        cmesh = self._mesh._cmesh
-        if cmesh is not None:
-            return _mesh_call_future(cmesh.call(self._name, payload), self._name, self._mesh)
-        futures = [_call_future(ref, self._name, payload) for ref in self._mesh._ordered_refs()]
-        shape = self._mesh.shape
-        return gather(futures, lambda values: ValueMesh(shape, values))
+        return self._mesh._route.call(self._mesh, self._name, payload)
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Calls the one actor of a single-actor mesh (e.g. ``mesh.slice(gpus=0)``)."""
-        refs = self._mesh._ordered_refs()
-        if len(refs) != 1:
+        mesh = self._mesh
+        if len(mesh) != 1:
             raise ValueError(
-                f"call_one needs a mesh of exactly one actor, this one has {len(refs)} "
-                f"({self._mesh.shape}); slice it first or use call()"
+                f"call_one needs a mesh of exactly one actor, this one has {len(mesh)} "
+                f"({mesh.shape}); slice it first or use call()"
             )
         if not self._explicit:
-            return self._call_one(refs[0], self._payload(args, kwargs))
+            return mesh._route.call_one(mesh, self._name, self._payload(args, kwargs))
         receiver, payload = self._with_port(args, kwargs)
-        return gather([self._call_one(refs[0], payload), receiver.recv()], lambda values: values[1])
-
-    def _call_one(self, ref: "_castmesh.ActorRef", payload: bytes) -> Future[Any]:
-        cmesh = self._mesh._cmesh
-        if cmesh is not None:
-            return _call_future(ref, self._name, b"", slot=cmesh.call_one(self._name, payload),
-                                token=self._mesh._token)
-        return _call_future(ref, self._name, payload, token=self._mesh._token)
+        return gather([mesh._route.call_one(mesh, self._name, payload), receiver.recv()], lambda values: values[1])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Sends the call to every actor without waiting for (or getting) replies.
@@ -191,26 +160,16 @@ class EndpointRef(Generic[R]):
         self._cast(self._payload(args, kwargs))
 
     def _cast(self, payload: bytes) -> None:
-        cmesh = self._mesh._cmesh
-        if cmesh is not None:
-            try:
-                cmesh.cast(self._name, payload)
-            except ProcError as error:
-                raise with_context(error, f"broadcast {self._name}() to {self._mesh!r} failed") from None
-            return
-        for ref in self._mesh._ordered_refs():
-            ref.tell(self._name, payload)
+        self._mesh._route.cast(self._mesh, self._name, payload)
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
         """Calls one actor of the mesh, chosen round-robin (load balancing)."""
         mesh = self._mesh
         position = next(mesh._chooser) % len(mesh)
-        if mesh._cmesh is not None or self._explicit:
-            # Through the mesh (cast tree) so it stays ordered after broadcasts.
-            one = mesh.slice(**mesh.shape.point(position).coords)
-            return EndpointRef(one, self._name, self._explicit).call_one(*args, **kwargs)
-        ref = mesh._ordered_refs()[position]
-        return _call_future(ref, self._name, self._payload(args, kwargs))
+        # call_one on that member's slice: the same route as every other
+        # adverb, so it stays ordered after broadcasts.
+        one = mesh.slice(**mesh.shape.point(position).coords)
+        return EndpointRef(one, self._name, self._explicit).call_one(*args, **kwargs)
 
     def stream(self, *args: Any, timeout: Optional[float] = None, **kwargs: Any) -> "ResultStream[R]":
         """Calls every actor now and gives one :class:`Future` per actor, in
@@ -223,14 +182,7 @@ class EndpointRef(Generic[R]):
         if self._explicit:
             receiver, payload = self._with_port(args, kwargs)
             return ResultStream(len(self._mesh), self._port_results(self._call(payload), receiver), timeout)
-        payload = self._payload(args, kwargs)
-        refs = self._mesh._ordered_refs()
-        cmesh = self._mesh._cmesh
-        if cmesh is not None:
-            impl_refs = self._mesh._refs_in_cmesh_order()
-            return ResultStream(len(refs), self._tree_results(cmesh.stream(self._name, payload), impl_refs), timeout)
-        futures = [_call_future(ref, self._name, payload) for ref in refs]
-        return ResultStream.of_futures(futures, self._name, timeout)
+        return self._mesh._route.stream(self._mesh, self._name, self._payload(args, kwargs), timeout)
 
     def _port_results(self, handled: Future[Any], receiver: Any) -> Callable[[Optional[float]], Any]:
         """next(timeout) -> (ok, value) of each explicit-response answer."""
@@ -246,22 +198,6 @@ class EndpointRef(Generic[R]):
                 raise TimeoutError(f"no further result of {self._name}() within {timeout} s") from None
             except Exception as error:  # noqa: BLE001 - that member's answer was an error
                 return False, error
-
-        return next_result
-
-    def _tree_results(self, stream: Any, refs: List[Any]) -> Callable[[Optional[float]], Any]:
-        """next(timeout) -> (ok, value) of each reply of a C++ mesh stream."""
-
-        def next_result(timeout: Optional[float]) -> Tuple[bool, Any]:
-            try:
-                kind, position, data = stream.next(-1.0 if timeout is None else timeout)
-            except ProcError as error:
-                raise with_context(error, f"stream {self._name}() to {self._mesh!r} failed") from None
-            if kind == "timeout":
-                raise TimeoutError(f"no further result of {self._name}() within {timeout} s")
-            if kind == "end":
-                raise ProcError(f"stream {self._name}() to {self._mesh!r} ended early")
-            return decode_reply(data, refs[position].address)
 
         return next_result
 
@@ -341,7 +277,7 @@ class Accumulator(Generic[R, T]):
         except TypeError:  # an unhashable callable
             return None
         endpoint = self._endpoint
-        if op is None or endpoint._explicit or endpoint._mesh._cmesh is None:
+        if op is None or endpoint._explicit or not endpoint._mesh._route.folds:
             return None
         return op
 
@@ -367,7 +303,7 @@ class Accumulator(Generic[R, T]):
         endpoint = self._endpoint
         mesh = endpoint._mesh
         name = f"{REDUCE_PREFIX}{op}:{endpoint._name}"
-        slot = mesh._cmesh.call_reduce(name, endpoint._payload(args, kwargs), op)
+        slot = mesh._route.call_reduce(name, endpoint._payload(args, kwargs), op)
 
         def wait(timeout: Optional[float]) -> T:
             piece = _wait_slot(slot, timeout, f"a folded answer from {mesh!r}", endpoint._name, repr(mesh),
@@ -544,6 +480,131 @@ class _StreamValues(Generic[R]):
         return await fut
 
 
+class _DirectRoute:
+    """How an :class:`ActorMesh` reaches its members when it has no C++
+    mesh (one unpickled here, spawned with ``this_proc()``, or sliced by
+    names the C++ mesh does not know): each adverb messages every member's
+    ref itself. Stateless; one instance, ``_DIRECT``."""
+
+    folds = False  # no cast tree to fold reply pieces in (Accumulator folds in the caller)
+
+    def select(self, shape: Shape, resolved: List[Any], sub_shape: Shape) -> "_Route":
+        """The route of the slice `resolved` of a mesh shaped `shape`."""
+        return self
+
+    def call(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes) -> Future[ValueMesh[Any]]:
+        futures = [_call_future(ref, endpoint, payload) for ref in mesh._ordered_refs()]
+        shape = mesh.shape
+        return gather(futures, lambda values: ValueMesh(shape, values))
+
+    def call_one(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes) -> Future[Any]:
+        return _call_future(mesh._ordered_refs()[0], endpoint, payload, token=mesh._token)
+
+    def cast(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes) -> None:
+        for ref in mesh._ordered_refs():
+            ref.tell(endpoint, payload)
+
+    def stream(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes,
+               timeout: Optional[float]) -> "ResultStream[Any]":
+        futures = [_call_future(ref, endpoint, payload) for ref in mesh._ordered_refs()]
+        return ResultStream.of_futures(futures, endpoint, timeout)
+
+    def call_reduce(self, endpoint: str, payload: bytes, op: str) -> Any:
+        raise AssertionError("a direct route has no cast tree to fold in (folds is False)")
+
+    def stop(self, mesh: "ActorMesh[Any]") -> None:
+        for ref in mesh._ordered_refs():
+            ref.stop()
+
+
+class _TreeRoute:
+    """How an :class:`ActorMesh` this process spawned on a ProcMesh reaches
+    its members: through its C++ castmesh::ActorMesh (cast tree,
+    supervision), so calls from one sender reach each member in order
+    whatever the adverb, and a call including a dead member fails at once.
+    The C++ mesh answers in its ascending rank order; the Python shape may
+    reverse dimensions, and the replies are reordered to match it."""
+
+    __slots__ = ("_cmesh", "_labels")
+    folds = True  # C++ reducers fold numeric reply pieces on the way up
+
+    def __init__(self, cmesh: "_castmesh.ActorMesh", labels: List[str]) -> None:
+        self._cmesh = cmesh
+        # The dimension names the C++ view knows (flatten, rename and split
+        # change only the Python view).
+        self._labels = labels
+
+    def select(self, shape: Shape, resolved: List[Any], sub_shape: Shape) -> "_Route":
+        """The route of the slice `resolved` of a mesh shaped `shape`: the
+        C++ mesh sliced alike, or the direct route when `shape`'s names are
+        not the C++ view's."""
+        if self._labels != shape.labels:
+            return _DIRECT
+        cmesh = self._cmesh
+        for name, sel, _ in resolved:
+            cmesh = cmesh.select_index(name, sel) if isinstance(sel, int) else cmesh.select_range(name, *sel)
+        return _TreeRoute(cmesh, sub_shape.labels)
+
+    def call(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes) -> Future[ValueMesh[Any]]:
+        slot = self._cmesh.call(endpoint, payload)
+
+        def wait(timeout: Optional[float]) -> Any:
+            data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
+            by_rank = dict(zip(mesh.shape.ascending_ranks, data))
+            values = []
+            for ref, reply in zip(mesh._ordered_refs(), (by_rank[rank] for rank in mesh.shape.ranks)):
+                ok, value = decode_reply(reply, ref.address)
+                if not ok:
+                    raise value
+                values.append(value)
+            return ValueMesh(mesh.shape, values)
+
+        return Future(wait, slot.add_callback)
+
+    def call_one(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes) -> Future[Any]:
+        return _call_future(mesh._ordered_refs()[0], endpoint, b"", slot=self._cmesh.call_one(endpoint, payload),
+                            token=mesh._token)
+
+    def cast(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes) -> None:
+        try:
+            self._cmesh.cast(endpoint, payload)
+        except ProcError as error:
+            raise with_context(error, f"broadcast {endpoint}() to {mesh!r} failed") from None
+
+    def stream(self, mesh: "ActorMesh[Any]", endpoint: str, payload: bytes,
+               timeout: Optional[float]) -> "ResultStream[Any]":
+        stream = self._cmesh.stream(endpoint, payload)
+        refs = mesh._refs_in_cmesh_order()
+
+        def next_result(wait: Optional[float]) -> Tuple[bool, Any]:
+            try:
+                kind, position, data = stream.next(-1.0 if wait is None else wait)
+            except ProcError as error:
+                raise with_context(error, f"stream {endpoint}() to {mesh!r} failed") from None
+            if kind == "timeout":
+                raise TimeoutError(f"no further result of {endpoint}() within {wait} s")
+            if kind == "end":
+                raise ProcError(f"stream {endpoint}() to {mesh!r} ended early")
+            return decode_reply(data, refs[position].address)
+
+        return ResultStream(len(mesh), next_result, timeout)
+
+    def call_reduce(self, endpoint: str, payload: bytes, op: str) -> "_castmesh.CallFuture":
+        """The slot of one reply piece folded by the C++ reducer `op`."""
+        return self._cmesh.call_reduce(endpoint, payload, op)
+
+    def stop(self, mesh: "ActorMesh[Any]") -> None:
+        if len(mesh.shape) == len(mesh._refs):
+            self._cmesh.stop()
+        else:  # a slice: the C++ mesh stops whole meshes only
+            for ref in mesh._ordered_refs():
+                ref.stop()
+
+
+_Route = Union[_DirectRoute, _TreeRoute]
+_DIRECT = _DirectRoute()
+
+
 class ActorMesh(MeshShapeOps, Generic[A]):
     """One actor of a class per point of a shape (the result of ``procs.spawn``).
 
@@ -553,11 +614,12 @@ class ActorMesh(MeshShapeOps, Generic[A]):
     """
 
     def __init__(self, cls: Type[A], name: str, refs: Dict[int, "_castmesh.ActorRef"], shape: Shape,
-                 proc_mesh: Optional["ProcMesh"] = None, cmesh: Optional["_castmesh.ActorMesh"] = None) -> None:
-        # cmesh: the C++ castmesh::ActorMesh view (cast tree, supervision)
-        # when this mesh was spawned on a ProcMesh by this process; meshes
-        # unpickled elsewhere or spawned with this_proc() talk to the refs.
-        self._cmesh = cmesh
+                 proc_mesh: Optional["ProcMesh"] = None, route: Optional["_Route"] = None) -> None:
+        # route: how the adverbs reach the members (_TreeRoute: the C++
+        # castmesh::ActorMesh of a mesh this process spawned on a ProcMesh;
+        # default _DirectRoute: meshes unpickled elsewhere or spawned with
+        # this_proc() talk to the refs).
+        self._route: _Route = route or _DIRECT
         self._cls = cls
         self._name = name
         self._refs = refs  # base rank -> ref
@@ -569,10 +631,6 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         # and each base rank's position in the mesh as spawned.
         self._token: Optional[int] = None
         self._base_position: Dict[int, int] = {}
-        # The dimension names the cmesh view knows (flatten, rename and split
-        # change only the Python view; a slice by new names then talks to the
-        # refs directly).
-        self._cmesh_labels = shape.labels
 
     @property
     def shape(self) -> Shape:
@@ -581,8 +639,8 @@ class ActorMesh(MeshShapeOps, Generic[A]):
 
     def _with_shape(self, shape: Shape) -> "ActorMesh[A]":
         """The same members (same order) under another shape."""
-        mesh = ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, self._cmesh)
-        mesh._token, mesh._base_position, mesh._cmesh_labels = self._token, self._base_position, self._cmesh_labels
+        mesh = ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, self._route)
+        mesh._token, mesh._base_position = self._token, self._base_position
         return mesh
 
     @property
@@ -619,15 +677,9 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         ``gpus=slice(0, -1)`` keeps the indices ``range(size)[0:-1]``. Errors
         as :meth:`Shape.select`."""
         resolved = self._shape.resolve(selectors)
-        cmesh = self._cmesh if self._cmesh_labels == self._shape.labels else None
-        if cmesh is not None:
-            for name, sel, _ in resolved:
-                if isinstance(sel, int):
-                    cmesh = cmesh.select_index(name, sel)
-                else:
-                    cmesh = cmesh.select_range(name, *sel)
         shape = self._shape.apply(resolved)
-        sub = ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh, cmesh)
+        sub = ActorMesh(self._cls, self._name, self._refs, shape, self._proc_mesh,
+                        self._route.select(self._shape, resolved, shape))
         sub._token, sub._base_position = self._token, self._base_position
         return sub
 
@@ -639,11 +691,7 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         done = _castmesh.watch_stopped(refs)
         if self._token is not None:
             supervision.stopping(self._token, [self._base_position[rank] for rank in self._shape.ranks])
-        if self._cmesh is not None and len(self._shape) == len(self._refs):
-            self._cmesh.stop()
-        else:
-            for ref in refs:
-                ref.stop()
+        self._route.stop(self)
 
         def wait(timeout: Optional[float]) -> None:
             _wait_slot(done, timeout, "stop", "stop", repr(self))
@@ -811,7 +859,8 @@ class ProcMesh(MeshShapeOps):
         except ProcError as error:
             raise with_context(error, f"spawning {name!r} failed") from None
         refs = cmesh.refs()
-        mesh = _supervised(ActorMesh(cls, name, dict(enumerate(refs)), shape, self, cmesh), refs, owner)
+        mesh = _supervised(ActorMesh(cls, name, dict(enumerate(refs)), shape, self, _TreeRoute(cmesh, shape.labels)),
+                           refs, owner)
         (self._root or self)._meshes.append(mesh._token)
         return mesh
 
