@@ -61,8 +61,9 @@ class RemoteRouter {
 // Runtime). Thread-safe like the Runtime; any thread unless noted.
 class RuntimeTransportSeam {
  public:
-  // The runtime's internal state (reply ports, for the cast relay).
-  static RuntimeCore* core(const Runtime& runtime);
+  // The runtime's internal state (reply ports, for the cast relay). Inline:
+  // the relay asks for it on every hop.
+  static RuntimeCore* core(const Runtime& runtime) { return runtime.core_.get(); }
   // Installs the router for addresses of other procs (nullptr removes it).
   static void set_remote_router(Runtime& runtime, std::shared_ptr<RemoteRouter> router);
   // Incoming message from the transport (actor message or answer).

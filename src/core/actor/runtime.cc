@@ -37,8 +37,6 @@ Runtime* Runtime::current() {
 
 namespace castmesh::detail {
 
-RuntimeCore* RuntimeTransportSeam::core(const Runtime& runtime) { return runtime.core_.get(); }
-
 void RuntimeTransportSeam::set_remote_router(Runtime& runtime, std::shared_ptr<RemoteRouter> router) {
   runtime.core_->set_router(std::move(router));
 }

@@ -309,7 +309,7 @@ void ProcHost::describe_peer(const ProcId& peer, std::string description) {
   descriptions_[peer] = std::move(description);
 }
 
-std::string ProcHost::describe(const ProcId& peer) {
+std::string ProcHost::describe(const ProcId& peer) const {
   std::lock_guard lock(mu_);
   auto it = descriptions_.find(peer);
   return it == descriptions_.end() ? peer : absl::StrCat(peer, " (", it->second, ")");

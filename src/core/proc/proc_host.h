@@ -89,8 +89,11 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // Detaches every service, uninstalls the router and closes every connection.
   ~ProcHost();
 
+  // This proc's id: its endpoint's address.
   const ProcId& id() const { return id_; }
+  // The runtime this host made a proc.
   Runtime& runtime() const { return runtime_; }
+  // The mesh's shared secret (authenticates every connection).
   const std::string& secret() const { return secret_; }
 
   // One-way control message (Envelope.kind = KIND_CONTROL).
@@ -125,7 +128,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // A human description used in errors about `peer` ("rank 2, pid 1234").
   void describe_peer(const ProcId& peer, std::string description);
   // `peer` with its description, if any, for error messages.
-  std::string describe(const ProcId& peer);
+  std::string describe(const ProcId& peer) const;
   // The supervision tree across procs (core/proc/remote_supervision.h):
   // failures forwarded to spawners, delivered to parents or the root.
   RemoteSupervision& supervision() const { return *supervision_; }
