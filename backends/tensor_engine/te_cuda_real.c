@@ -1,9 +1,25 @@
-/* te_runtime_ops filled with the CUDA runtime (linked statically by the
- * plugin). Each entry converts handles from void* to the runtime's types. */
+/* tensor_engine backend, CUDA build: the CUDA half of the plugin. The rest
+ * (backend record, init/query_devices flow, the ABI 1.1 tensor_engine table
+ * over te_engine.c) is vendor-neutral in te_backend.c.
+ *
+ * Linked against the static CUDA runtime (libcudart_static.a), which finds the
+ * driver (libcuda.so.1) with dlopen at run time: this library loads on any
+ * machine, and a machine without driver or GPU gets NO_DRIVER / NO_DEVICE from
+ * init with a message saying so. NCCL is opened with dlopen at the first
+ * collective (te_nccl_dlopen.c; never linked, never bundled).
+ *
+ * Here: te_runtime_ops over the CUDA runtime (each entry converts handles from
+ * void* to the runtime's types), the device probe, and the entry point. */
 #include <cuda_runtime_api.h>
+#include <stdio.h>
 
 #include "castmesh/backend_abi.h"
+#include "te_backend.h"
 #include "te_ops.h"
+
+#ifndef CASTMESH_BACKEND_VERSION
+#error "CASTMESH_BACKEND_VERSION must be defined by the build"
+#endif
 
 static int cuda_set_device(int device) { return (int)cudaSetDevice(device); }
 static int cuda_malloc_device(void** ptr, size_t bytes) { return (int)cudaMalloc(ptr, bytes); }
@@ -80,4 +96,54 @@ static const struct te_runtime_ops kCudaRuntime = {
     cuda_status_of,
 };
 
-const struct te_runtime_ops* te_cuda_runtime(void) { return &kCudaRuntime; }
+static void cuda_versions(int* driver, int* runtime) {
+  cudaRuntimeGetVersion(runtime);
+  cudaDriverGetVersion(driver); /* 0 when libcuda.so.1 is missing */
+}
+
+static int cuda_device_count(int* count) { return (int)cudaGetDeviceCount(count); }
+
+static int32_t cuda_driver_failure(int driver, int runtime, int code, castmesh_error_v1* error) {
+  if (driver == 0) {
+    return te_fail(error, CASTMESH_STATUS_NO_DRIVER,
+                   "no CUDA driver (libcuda.so.1 not found; %s); install the NVIDIA driver to use GPUs",
+                   cudaGetErrorString((cudaError_t)code));
+  }
+  return te_fail(error, CASTMESH_STATUS_NO_DRIVER,
+                 "the CUDA driver (version %d) cannot run CUDA runtime %d (%s); update the NVIDIA driver", driver,
+                 runtime, cudaGetErrorString((cudaError_t)code));
+}
+
+static int cuda_describe_device(int index, castmesh_device_info_v1* out) {
+  struct cudaDeviceProp prop;
+  const cudaError_t status = cudaGetDeviceProperties(&prop, index);
+  if (status != cudaSuccess) return (int)status;
+  snprintf(out->name, sizeof out->name, "%.127s", prop.name);
+  out->memory_bytes = (uint64_t)prop.totalGlobalMem;
+  snprintf(out->detail, sizeof out->detail, "compute_capability=%d.%d multiprocessors=%d pci=%04x:%02x:%02x",
+           prop.major, prop.minor, prop.multiProcessorCount, (unsigned)prop.pciDomainID, (unsigned)prop.pciBusID,
+           (unsigned)prop.pciDeviceID);
+  return 0;
+}
+
+static const char* const kNcclLibraries[] = {TE_NCCL_LIBRARY, NULL};
+
+static const struct te_vendor kCudaVendor = {
+    .version = CASTMESH_BACKEND_VERSION "+cuda",
+    .device_kind = CASTMESH_DEVICE_KIND_CUDA,
+    .runtime = &kCudaRuntime,
+    .load_collectives = te_nccl_dlopen,
+    .collective_libraries = kNcclLibraries,
+    .collective_hint = TE_NCCL_INSTALL_HINT,
+    .versions = cuda_versions,
+    .device_count = cuda_device_count,
+    .device_count_call = "cudaGetDeviceCount",
+    .no_device_code = (int)cudaErrorNoDevice,
+    .driver_failure = cuda_driver_failure,
+    .describe_device = cuda_describe_device,
+    .describe_device_call = "cudaGetDeviceProperties",
+};
+
+CASTMESH_BACKEND_EXPORT const castmesh_backend_v1* castmesh_backend_init_v1(const castmesh_host_api_v1* host) {
+  return te_backend_init(&kCudaVendor, host);
+}

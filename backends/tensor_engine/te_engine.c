@@ -247,20 +247,37 @@ int32_t te_copy(struct te_engine* e, void* dst, const void* src, uint64_t bytes,
 
 /* ---- collectives ---- */
 
+/* Tries each of the engine's collective library names in order; 0 when one
+ * loaded, else -1 with every name's failure in nccl_why. Under e->mu. */
+static int load_collectives(struct te_engine* e) {
+  const char* const* name;
+  size_t used = 0;
+  e->nccl_why[0] = '\0';
+  for (name = e->nccl_libraries; name != NULL && *name != NULL; ++name) {
+    char why[256];
+    why[0] = '\0';
+    if (e->load_nccl(*name, &e->nccl, why, sizeof why) == 0) return 0;
+    if (used < sizeof e->nccl_why) {
+      const int wrote = snprintf(e->nccl_why + used, sizeof e->nccl_why - used, "%s%s", used > 0 ? "; " : "", why);
+      used += wrote > 0 ? (size_t)wrote : 0;
+    }
+  }
+  if (used == 0) snprintf(e->nccl_why, sizeof e->nccl_why, "no collective library name configured");
+  return -1;
+}
+
 /* The collective library, loaded at first use; NO_DRIVER saying how to
  * install it when it is missing (remembered: dlopen is not retried). */
 static int32_t nccl(struct te_engine* e, const struct te_nccl_ops** ops, castmesh_error_v1* error) {
   int state;
   pthread_mutex_lock(&e->mu);
-  if (e->nccl_state == 0) {
-    e->nccl_state = e->load_nccl(e->nccl_library, &e->nccl, e->nccl_why, sizeof e->nccl_why) == 0 ? 1 : -1;
-  }
+  if (e->nccl_state == 0) e->nccl_state = load_collectives(e) == 0 ? 1 : -1;
   state = e->nccl_state;
   pthread_mutex_unlock(&e->mu);
   if (state < 0) {
     return te_fail(error, CASTMESH_STATUS_NO_DRIVER,
-                "device collectives need %s (%s could not be loaded: %s); memory, streams and copies still work",
-                e->nccl_hint, e->nccl_library, e->nccl_why);
+                   "device collectives need %s (not loaded: %s); memory, streams and copies still work", e->nccl_hint,
+                   e->nccl_why);
   }
   *ops = &e->nccl;
   return CASTMESH_STATUS_OK;

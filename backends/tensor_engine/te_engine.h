@@ -1,8 +1,9 @@
 /* The tensor_engine backend's logic: castmesh_tensor_engine_table_v1 over a
  * device runtime and a collective library reached through te_ops.h tables.
- * The plugin binds one engine to the real CUDA runtime and dlopen'd NCCL
- * (cuda_backend.c); the unit tests bind engines to fakes. Every function is
- * thread-safe and follows the contract in castmesh/backend_abi.h. */
+ * The plugin binds one engine (te_backend.c) to the real CUDA or HIP runtime
+ * and NCCL or RCCL opened with dlopen; the unit tests bind engines to fakes.
+ * Every function is thread-safe and follows the contract in
+ * castmesh/backend_abi.h. */
 #ifndef CASTMESH_BACKENDS_TENSOR_ENGINE_TE_ENGINE_H_
 #define CASTMESH_BACKENDS_TENSOR_ENGINE_TE_ENGINE_H_
 
@@ -15,9 +16,14 @@
 extern "C" {
 #endif
 
-/* What the NO_DRIVER message of a missing NCCL tells the user to run. */
+/* The collective libraries' file names, and what the NO_DRIVER message of a
+ * missing one tells the user to install. RCCL has NCCL's API and symbols;
+ * ROCm installs librccl.so.1, some distributions only the librccl.so link. */
 #define TE_NCCL_LIBRARY "libnccl.so.2"
 #define TE_NCCL_INSTALL_HINT "NCCL: pip install nvidia-nccl-cu13 (or -cu12)"
+#define TE_RCCL_LIBRARY "librccl.so.1"
+#define TE_RCCL_LIBRARY_LINK "librccl.so"
+#define TE_RCCL_INSTALL_HINT "RCCL: install ROCm's rccl package (librccl1 on Debian 13 / Ubuntu 24.04)"
 
 /* Loads the collective library into *ops; 0 or -1 with `why` filled. */
 typedef int (*te_nccl_loader)(const char* library, struct te_nccl_ops* ops, char* why, size_t why_size);
@@ -26,13 +32,15 @@ typedef int (*te_nccl_loader)(const char* library, struct te_nccl_ops* ops, char
 struct te_engine {
   const struct te_runtime_ops* runtime;
   te_nccl_loader load_nccl; /* te_nccl_dlopen in the plugin */
-  const char* nccl_library; /* "libnccl.so.2" */
-  const char* nccl_hint;    /* "<library>: <how to install it>", for the NO_DRIVER message */
+  /* Collective library file names tried in order, NULL-terminated
+   * ({"libnccl.so.2", NULL}; {"librccl.so.1", "librccl.so", NULL}). */
+  const char* const* nccl_libraries;
+  const char* nccl_hint; /* "<library>: <how to install it>", for the NO_DRIVER message */
   /* Lazily loaded collective library, under mu. */
   pthread_mutex_t mu;
   int nccl_state; /* 0 not tried, 1 loaded, -1 failed (why in nccl_why) */
   struct te_nccl_ops nccl;
-  char nccl_why[320];
+  char nccl_why[400]; /* each tried library's failure, "; "-separated */
 };
 
 /* Fills *error (when not NULL) with `code` and the formatted message; returns

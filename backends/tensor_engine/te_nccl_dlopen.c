@@ -1,6 +1,8 @@
 /* Binds te_nccl_ops to a collective library found with dlopen, so the plugin
- * never links NCCL (pip's nvidia-nccl-cu12/-cu13 or the system's libnccl.so.2
- * is picked up at first use, and a machine without it still loads the plugin).
+ * never links it: the CUDA build opens NCCL (pip's nvidia-nccl-cu12/-cu13 or
+ * the system's libnccl.so.2), the HIP build RCCL (librccl.so.1), which has
+ * NCCL's API and symbol names. It is picked up at first use, and a machine
+ * without it still loads the plugin.
  *
  * The entries are the library's own functions, except comm_init_rank: NCCL
  * passes ncclUniqueId by value, so a small function rebuilds it from the
@@ -43,8 +45,14 @@ int te_nccl_dlopen(const char* library, struct te_nccl_ops* ops, char* why, size
   void* init_rank = NULL;
   void* last_error = NULL;
   if (handle == NULL) {
+    /* dlerror usually starts with the name; say it when it does not. */
     const char* text = dlerror();
-    snprintf(why, why_size, "%s", text != NULL ? text : "dlopen failed");
+    if (text == NULL) text = "dlopen failed";
+    if (strstr(text, library) != NULL) {
+      snprintf(why, why_size, "%s", text);
+    } else {
+      snprintf(why, why_size, "%s: %s", library, text);
+    }
     return -1;
   }
   memset(ops, 0, sizeof *ops);

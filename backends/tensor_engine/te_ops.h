@@ -76,13 +76,11 @@ struct te_nccl_ops {
   const char* (*get_last_error)(void* comm); /* may be NULL (older libraries) */
 };
 
-/* Opens the collective library `library` (e.g. "libnccl.so.2") with dlopen
- * and fills *ops with its symbols (te_nccl_dlopen.c). Returns 0, or -1 with
- * `why` saying what failed (dlerror's text). The library is never closed. */
+/* Opens the collective library `library` ("libnccl.so.2", "librccl.so.1")
+ * with dlopen and fills *ops with its symbols (te_nccl_dlopen.c). Returns 0,
+ * or -1 with `why` naming the library and what failed (dlerror's text, or the
+ * missing symbol). The library is never closed. */
 int te_nccl_dlopen(const char* library, struct te_nccl_ops* ops, char* why, size_t why_size);
-
-/* The real CUDA runtime (te_cuda_real.c; only the CUDA plugin links it). */
-const struct te_runtime_ops* te_cuda_runtime(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

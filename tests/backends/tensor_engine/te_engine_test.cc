@@ -11,6 +11,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fake_cuda.h"
@@ -22,19 +23,24 @@ using ::castmesh::fakes::FakeCuda;
 using ::castmesh::fakes::FakeNccl;
 using ::testing::HasSubstr;
 
-// An engine over the fakes (or, with nccl_loader, another collective library).
+// An engine over the fakes (or, with nccl_loader, another collective library,
+// tried under each of `libraries` in turn, with `hint` as the install hint).
 class Engine {
  public:
-  explicit Engine(te_nccl_loader loader = &FakeNccl::load, const char* library = TE_NCCL_LIBRARY) {
+  explicit Engine(te_nccl_loader loader = &FakeNccl::load, std::vector<const char*> libraries = {TE_NCCL_LIBRARY},
+                  const char* hint = TE_NCCL_INSTALL_HINT)
+      : libraries_(std::move(libraries)) {
+    libraries_.push_back(nullptr);
     engine_.runtime = FakeCuda::ops();
     engine_.load_nccl = loader;
-    engine_.nccl_library = library;
-    engine_.nccl_hint = TE_NCCL_INSTALL_HINT;
+    engine_.nccl_libraries = libraries_.data();
+    engine_.nccl_hint = hint;
     te_engine_init(&engine_);
   }
   te_engine* get() { return &engine_; }
 
  private:
+  std::vector<const char*> libraries_;
   te_engine engine_{};
 };
 
@@ -352,7 +358,7 @@ TEST(FakeTensorEngine, ADeadPeerIsReportedAsAnAsyncErrorAndAbortEndsThePendingCo
 }
 
 TEST(TensorEngineNcclDlopen, AMissingLibraryLeavesMemoryAndStreamsWorkingAndCollectivesSayWhatToInstall) {
-  Engine engine(&te_nccl_dlopen, "libcastmesh-test-no-such-nccl.so.2");
+  Engine engine(&te_nccl_dlopen, {"libcastmesh-test-no-such-nccl.so.2"});
   castmesh_error_v1 error{};
   castmesh_te_unique_id_v1 id{};
   EXPECT_EQ(te_comm_unique_id(engine.get(), &id, &error), CASTMESH_STATUS_NO_DRIVER);
