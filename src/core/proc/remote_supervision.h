@@ -37,6 +37,7 @@ class RemoteSupervision : public ProcService {
 
   // Registers the Supervision handler on `host` (whose runtime is used).
   explicit RemoteSupervision(ProcHost& host);
+  // Nothing to stop: every call comes through the host or its handlers.
   void detach() override {}
 
   // The actor `child` was spawned here for `spawner`'s actor `parent`

@@ -26,6 +26,7 @@ class SpawnService : public ProcService {
   // Registers the SpawnRequest handler on `host`; `supervision` (the
   // host's) learns the spawner of every actor spawned.
   SpawnService(ProcHost& host, RemoteSupervision& supervision);
+  // Nothing to stop: the handler stops with the host's I/O thread.
   void detach() override {}
 
  private:
