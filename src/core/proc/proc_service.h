@@ -1,10 +1,13 @@
-// Proc services: per-proc features (collectives bootstrap and data channel,
-// RDMA registry, ...) that talk to their peers in other procs over the
-// proc's control channel. The proc layer knows none of them by name: each
-// service registers an installer once per process (normally from a static
-// initializer in its own source file), and every ProcHost calls every
-// installer when it attaches, before it is announced ready, so a service's
-// handlers are in place before any peer can reach the proc.
+// Proc services: per-proc features (cast relay, collectives bootstrap and
+// data channel, RDMA registry, ...) that talk to their peers in other procs
+// over the proc's control channel. The proc layer knows none of the
+// registered ones by name: each registers an installer once per process
+// (normally from a static initializer in its own source file), and every
+// ProcHost calls every installer when it attaches, before it is announced
+// ready, so a service's handlers are in place before any peer can reach the
+// proc. The proc layer's own services (RemoteSupervision, SpawnService,
+// RemoteMonitors) implement the same interface but are created by
+// ProcHost::attach itself. docs/architecture.md: adding a service.
 //
 // Threading: register_proc_service is thread-safe. Installers run on the
 // thread calling ProcHost::attach. A service's detach() runs once, from the
