@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <future>
 #include <string>
 #include <thread>
@@ -378,6 +379,48 @@ TEST(TensorEngineNcclDlopen, AMissingLibraryLeavesMemoryAndStreamsWorkingAndColl
   EXPECT_EQ(back, 7);
   EXPECT_TE_OK(te_device_free(engine.get(), device, ERR));
   EXPECT_TE_OK(te_stream_destroy(engine.get(), stream, ERR));
+}
+
+// The HIP build's collective library: RCCL under its soname, then its link.
+TEST(TensorEngineNcclDlopen, EveryRcclNameIsTriedAndTheErrorNamesEachAndWhatToInstall) {
+  Engine engine(&te_nccl_dlopen, {"libcastmesh-test-no-rccl.so.1", "libcastmesh-test-no-rccl.so"},
+                TE_RCCL_INSTALL_HINT);
+  castmesh_error_v1 error{};
+  castmesh_te_unique_id_v1 id{};
+  EXPECT_EQ(te_comm_unique_id(engine.get(), &id, &error), CASTMESH_STATUS_NO_DRIVER);
+  EXPECT_THAT(error.message, HasSubstr("device collectives need RCCL: install ROCm's rccl package"));
+  EXPECT_THAT(error.message, HasSubstr("libcastmesh-test-no-rccl.so.1: cannot open shared object file"));
+  EXPECT_THAT(error.message, HasSubstr("; libcastmesh-test-no-rccl.so: cannot open shared object file"));
+  EXPECT_THAT(error.message, HasSubstr("memory, streams and copies still work"));
+}
+
+// Names a test loader was asked for, in order; it fails all but `kLoadable`.
+std::vector<std::string> g_tried;
+constexpr const char* kLoadable = "libcastmesh-test-second.so";
+int load_only_second(const char* library, te_nccl_ops* ops, char* why, size_t why_size) {
+  g_tried.emplace_back(library);
+  if (std::string(library) != kLoadable) {
+    std::snprintf(why, why_size, "%s: not this one", library);
+    return -1;
+  }
+  return FakeNccl::load(library, ops, why, why_size);
+}
+
+TEST(FakeTensorEngine, TheFirstCollectiveLibraryThatLoadsIsUsedAndLoadingIsNotRetried) {
+  g_tried.clear();
+  Engine engine(&load_only_second, {"libcastmesh-test-first.so.1", kLoadable, "libcastmesh-test-third.so"});
+  castmesh_te_unique_id_v1 id{};
+  EXPECT_TE_OK(te_comm_unique_id(engine.get(), &id, ERR));
+  EXPECT_TE_OK(te_group_begin(engine.get(), ERR));
+  EXPECT_TE_OK(te_group_end(engine.get(), ERR));
+  EXPECT_THAT(g_tried, ::testing::ElementsAre("libcastmesh-test-first.so.1", kLoadable));
+}
+
+TEST(FakeTensorEngine, NoCollectiveLibraryNamesIsAClearNoDriver) {
+  Engine engine(&FakeNccl::load, {});
+  castmesh_error_v1 error{};
+  EXPECT_EQ(te_group_begin(engine.get(), &error), CASTMESH_STATUS_NO_DRIVER);
+  EXPECT_THAT(error.message, HasSubstr("no collective library name configured"));
 }
 
 TEST(TensorEngineNcclDlopen, ALibraryWithoutNcclSymbolsIsRejectedByName) {
