@@ -1,10 +1,11 @@
 // The non-template part of ActorMesh: the shared state of a spawned mesh
-// (members, forwarders, health, supervision policy).
-#include "castmesh/actor_mesh.h"
+// (members, router, health, supervision policy).
+#include "castmesh/detail/mesh_state.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/mesh_router.h"
 #include "core/log/log.h"
-#include "core/mesh/mesh_directory.h"
 
 namespace castmesh {
 
@@ -25,24 +26,11 @@ MeshState::MeshState(std::string name, Shape base, size_t fanout, MeshFailureHan
   for (size_t i = 0; i < base_.size(); ++i) in_flight_[i].store(0, std::memory_order_relaxed);
 }
 
-void MeshState::set_members(std::vector<UntypedRef> members, std::vector<ActorRef<MeshForwarder>> forwarders,
-                            std::shared_ptr<ProcCastTree> proc_tree) {
-  members_ = std::move(members);
-  forwarders_ = std::move(forwarders);
-  proc_tree_ = std::move(proc_tree);
-  if (proc_tree_ != nullptr) return;  // the procs' relays list it (mesh/mesh_directory.h)
-  static std::atomic<uint64_t> next_local_mesh{1};
-  auto membership = std::make_shared<mesh::MeshMembership>();
-  membership->key = absl::StrCat("inproc#", next_local_mesh.fetch_add(1, std::memory_order_relaxed));
-  membership->name = name_;
-  membership->base = base_;
-  for (const UntypedRef& m : members_) membership->members.push_back(m.address());
-  directory_key_ = membership->key;
-  mesh::MeshDirectory::add(std::move(membership));
-}
+MeshState::~MeshState() = default;
 
-MeshState::~MeshState() {
-  if (!directory_key_.empty()) mesh::MeshDirectory::remove(directory_key_);
+void MeshState::set_members(std::vector<UntypedRef> members, std::unique_ptr<MeshRouter> router) {
+  members_ = std::move(members);
+  router_ = std::move(router);
 }
 
 void MeshState::watch_members(Runtime& runtime) {
@@ -86,7 +74,7 @@ void MeshState::stop(absl::Status reason) {
     stopped_ = reason.ok() ? absl::CancelledError("stopped") : std::move(reason);
   }
   for (const UntypedRef& m : members_) m.stop();
-  for (const auto& f : forwarders_) f.stop();
+  if (router_) router_->stop();
 }
 
 absl::StatusOr<size_t> MeshState::pick_member(const Shape& view) {

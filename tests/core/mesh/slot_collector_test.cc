@@ -64,8 +64,7 @@ TEST(SlotCollector, FirstFailureWinsAgainstRacingFillsAndFailures) {
   constexpr size_t kSlots = 64;
   for (int round = 0; round < 200; ++round) {
     SlotCollector<int> slots(kSlots);
-    std::atomic<int> finishes{0};
-    std::atomic<int> failures_won{0};
+    std::atomic<int> finishes{0}, failures_won{0};
     race([&](size_t t) {
       for (size_t i = t; i < kSlots; i += kThreads) {
         // Thread 0 fails half-way through its share; the others fill.
