@@ -3,7 +3,8 @@
  * the backend's logic (te_engine.c) runs against the real libraries in the
  * plugin and against fakes in the unit tests (tests/backends/tensor_engine)
  * on machines without a GPU. Vendor types cross as void*; codes are the
- * vendor's own (cudaError_t / ncclResult_t values), 0 meaning success. */
+ * vendor's own (cudaError_t or hipError_t, ncclResult_t, which RCCL shares),
+ * 0 meaning success. */
 #ifndef CASTMESH_BACKENDS_TENSOR_ENGINE_TE_OPS_H_
 #define CASTMESH_BACKENDS_TENSOR_ENGINE_TE_OPS_H_
 
@@ -15,7 +16,8 @@ extern "C" {
 #endif
 
 /* Device runtime. Each entry has the contract of the runtime function it is
- * named after (cudaSetDevice, cudaMalloc, ..., cudaMemcpyAsync). */
+ * named after (cudaSetDevice / hipSetDevice, ..., cudaMemcpyAsync /
+ * hipMemcpyAsync); te_cuda_real.c and te_hip_real.cc fill it. */
 struct te_runtime_ops {
   const char* vendor;  /* "CUDA" or "HIP", for messages */
   int not_ready;       /* the code query functions return for pending work */
