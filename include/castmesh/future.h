@@ -15,12 +15,12 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "castmesh/detail/future_state.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh {
 
@@ -202,7 +202,7 @@ Future<std::vector<T>> when_all(std::vector<Future<T>> futures) {
     return result;
   }
   struct Join {
-    std::mutex mu;
+    detail::Mutex mu;
     std::vector<std::optional<T>> values;
     size_t remaining;
     detail::FutureState<std::vector<T>>* out;
@@ -221,7 +221,7 @@ Future<std::vector<T>> when_all(std::vector<Future<T>> futures) {
       }
       std::vector<T> all;
       {
-        std::lock_guard<std::mutex> lock(join->mu);
+        detail::MutexLock lock(join->mu);
         join->values[i].emplace(std::move(*v));
         if (--join->remaining != 0) return;
         all.reserve(join->values.size());

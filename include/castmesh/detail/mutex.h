@@ -1,6 +1,6 @@
-// Mutex, MutexLock: std::mutex with clang's thread-safety annotations, so
-// fields marked ABSL_GUARDED_BY(mu_) are checked at compile time (clang
-// -Wthread-safety, the fuzz build in CI).
+// Mutex, MutexLock, CondVar, SharedMutex: std::mutex and friends with
+// clang's thread-safety annotations, so fields marked ABSL_GUARDED_BY(mu_)
+// are checked at compile time (clang -Wthread-safety, the fuzz build in CI).
 //
 // Why not absl::Mutex: the Debian abseil is built without ThreadSanitizer, so
 // under TSan its lock handoffs are invisible and every guarded field reads
@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
@@ -61,6 +62,51 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
  private:
   friend class CondVar;
   std::unique_lock<std::mutex> lock_;
+};
+
+// A reader-writer mutex (std::shared_mutex) the analysis can see: many
+// readers (ReaderMutexLock) or one writer (WriterMutexLock).
+class ABSL_LOCKABLE SharedMutex {
+ public:
+  SharedMutex() = default;
+  SharedMutex(const SharedMutex&) = delete;
+  SharedMutex& operator=(const SharedMutex&) = delete;
+
+  // Blocks until the calling thread is the only holder.
+  void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  // Releases an exclusive hold.
+  void unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  // Blocks until the calling thread holds it shared (no writer holds it).
+  void lock_shared() ABSL_SHARED_LOCK_FUNCTION() { mu_.lock_shared(); }
+  // Releases a shared hold.
+  void unlock_shared() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
+
+ private:
+  std::shared_mutex mu_;
+};
+
+// Holds a SharedMutex shared for its scope.
+class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
+ public:
+  explicit ReaderMutexLock(SharedMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) { mu_.lock_shared(); }
+  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
+  ReaderMutexLock(const ReaderMutexLock&) = delete;
+  ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
+};
+
+// Holds a SharedMutex exclusively for its scope.
+class ABSL_SCOPED_LOCKABLE WriterMutexLock {
+ public:
+  explicit WriterMutexLock(SharedMutex& mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_.lock(); }
+  ~WriterMutexLock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  WriterMutexLock(const WriterMutexLock&) = delete;
+  WriterMutexLock& operator=(const WriterMutexLock&) = delete;
+
+ private:
+  SharedMutex& mu_;
 };
 
 // A condition variable used with MutexLock. A predicate that reads guarded

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "castmesh/detail/mutex.h"
 #include "core/actor/runtime_core.h"
 #include "core/log/log.h"
 
@@ -92,7 +93,7 @@ void ActorCell::deliver(Envelope* env) {
     case Mailbox::PushResult::kClosed: {
       absl::Status reason;
       {
-        std::lock_guard<std::mutex> lock(links_mu_);
+        detail::MutexLock lock(links_mu_);
         reason = final_reason_;
       }
       reject(env, actor_stopped_error(address(), reason));
@@ -207,7 +208,7 @@ void ActorCell::untrack_timer(TimerId id) { std::erase(timers_, id); }
 
 void ActorCell::request_stop_now(absl::Status reason) {
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    detail::MutexLock lock(links_mu_);
     if (stopped_) return;
     if (stop_now_reason_.ok()) stop_now_reason_ = std::move(reason);
   }
@@ -220,7 +221,7 @@ void ActorCell::request_stop_now(absl::Status reason) {
 void ActorCell::add_watcher(Watcher w) {
   absl::Status reason;
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    detail::MutexLock lock(links_mu_);
     if (!stopped_) {
       watchers_.push_back(std::move(w));
       return;
@@ -231,19 +232,19 @@ void ActorCell::add_watcher(Watcher w) {
 }
 
 bool ActorCell::remove_watcher(MonitorId id) {
-  std::lock_guard<std::mutex> lock(links_mu_);
+  detail::MutexLock lock(links_mu_);
   return std::erase_if(watchers_, [id](const Watcher& w) { return w.id == id; }) > 0;
 }
 
 bool ActorCell::add_child(std::shared_ptr<ActorCell> child) {
-  std::lock_guard<std::mutex> lock(links_mu_);
+  detail::MutexLock lock(links_mu_);
   if (stopped_) return false;
   children_.push_back(std::move(child));
   return true;
 }
 
 void ActorCell::remove_child(ActorCell* child) {
-  std::lock_guard<std::mutex> lock(links_mu_);
+  detail::MutexLock lock(links_mu_);
   std::erase_if(children_, [child](const auto& c) { return c.get() == child; });
 }
 
@@ -253,7 +254,7 @@ void ActorCell::finish() {
   if (failed_) {
     reason = failure_;
   } else if (stop_now_.load(std::memory_order_acquire)) {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    detail::MutexLock lock(links_mu_);
     reason = stop_now_reason_;
   }
   if (started_) {
@@ -271,7 +272,7 @@ void ActorCell::finish() {
   std::vector<std::shared_ptr<ActorCell>> children;
   std::vector<Watcher> watchers;
   {
-    std::lock_guard<std::mutex> lock(links_mu_);
+    detail::MutexLock lock(links_mu_);
     stopped_ = true;
     final_reason_ = reason;
     parent = std::move(parent_);

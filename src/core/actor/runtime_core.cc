@@ -1,5 +1,6 @@
 #include "core/actor/runtime_core.h"
 
+#include "castmesh/detail/mutex.h"
 #include "core/actor/text.h"
 
 #include <thread>
@@ -13,7 +14,7 @@ namespace {
 __attribute__((tls_model("initial-exec"))) thread_local RuntimeCore* tl_runtime = nullptr;
 // Live runtimes in creation order; a plain thread's current runtime is the
 // most recently created one still alive.
-std::mutex g_runtimes_mu;
+detail::Mutex g_runtimes_mu;
 std::vector<RuntimeCore*>& live_runtimes() {
   static auto* v = new std::vector<RuntimeCore*>();
   return *v;
@@ -193,13 +194,13 @@ RuntimeCore::RuntimeCore(Runtime* owner_runtime, RuntimeOptions opts)
   int workers = options.workers;
   if (workers <= 0) workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   scheduler_ = std::make_unique<Scheduler>(workers, options.batch, [this] { on_thread_start(); });
-  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  detail::MutexLock lock(g_runtimes_mu);
   live_runtimes().push_back(this);
 }
 
 RuntimeCore::~RuntimeCore() {
   shutdown();
-  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  detail::MutexLock lock(g_runtimes_mu);
   std::erase(live_runtimes(), this);
 }
 
@@ -207,7 +208,7 @@ void RuntimeCore::on_thread_start() { tl_runtime = this; }
 
 RuntimeCore* RuntimeCore::current() {
   if (tl_runtime) return tl_runtime;
-  std::lock_guard<std::mutex> lock(g_runtimes_mu);
+  detail::MutexLock lock(g_runtimes_mu);
   return live_runtimes().empty() ? nullptr : live_runtimes().back();
 }
 
@@ -237,7 +238,7 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
   auto cell = std::make_shared<ActorCell>(this, address, std::move(actor), table, parent_ref);
   {
     DirectoryShard& sh = shard(address.index);
-    std::lock_guard<std::mutex> lock(sh.mu);
+    detail::MutexLock lock(sh.mu);
     auto [it, inserted] = sh.cells.try_emplace(std::make_pair(address.name, address.index), cell);
     if (!inserted) {
       if (!it->second.expired()) {
@@ -249,7 +250,7 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
   live_.fetch_add(1, std::memory_order_acq_rel);
   DedicatedThread* thread = nullptr;
   if (options.dedicated_thread) {
-    std::lock_guard<std::mutex> lock(threads_mu_);
+    detail::MutexLock lock(threads_mu_);
     dedicated_.push_back(std::make_unique<DedicatedThread>(cell.get(), this->options.batch,
                                                            [this] { on_thread_start(); }));
     thread = dedicated_.back().get();
@@ -263,7 +264,7 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
 std::shared_ptr<ActorCell> RuntimeCore::find_local(const Address& address) {
   if (address.proc != proc_id_) return nullptr;
   DirectoryShard& sh = shard(address.index);
-  std::lock_guard<std::mutex> lock(sh.mu);
+  detail::MutexLock lock(sh.mu);
   auto it = sh.cells.find(std::make_pair(address.name, address.index));
   return it == sh.cells.end() ? nullptr : it->second.lock();
 }
@@ -277,7 +278,7 @@ std::shared_ptr<Endpoint> RuntimeCore::resolve(const Address& address) {
 void RuntimeCore::on_cell_stopped(ActorCell* cell) {
   {
     DirectoryShard& sh = shard(cell->address().index);
-    std::lock_guard<std::mutex> lock(sh.mu);
+    detail::MutexLock lock(sh.mu);
     auto it = sh.cells.find(std::make_pair(cell->address().name, cell->address().index));
     if (it != sh.cells.end()) {
       auto held = it->second.lock();
@@ -285,7 +286,7 @@ void RuntimeCore::on_cell_stopped(ActorCell* cell) {
     }
   }
   if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    std::lock_guard<std::mutex> lock(live_mu_);
+    detail::MutexLock lock(live_mu_);
     live_cv_.notify_all();
   }
 }
@@ -293,7 +294,7 @@ void RuntimeCore::on_cell_stopped(ActorCell* cell) {
 std::vector<std::shared_ptr<ActorCell>> RuntimeCore::live_cells() {
   std::vector<std::shared_ptr<ActorCell>> cells;
   for (auto& sh : directory_) {
-    std::lock_guard<std::mutex> lock(sh.mu);
+    detail::MutexLock lock(sh.mu);
     for (auto& [key, weak] : sh.cells) {
       if (auto c = weak.lock()) cells.push_back(std::move(c));
     }
@@ -319,19 +320,19 @@ void RuntimeCore::shutdown() {
   // Actors spawned concurrently with this loop are caught on a later round.
   while (live_.load(std::memory_order_acquire) > 0) {
     for (auto& c : live_cells()) c->request_stop_now(absl::UnavailableError("runtime shutting down"));
-    std::unique_lock<std::mutex> lock(live_mu_);
-    live_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] { return live_.load() == 0; });
+    detail::MutexLock lock(live_mu_);
+    live_cv_.wait_for(lock, absl::Milliseconds(50), [this] { return live_.load() == 0; });
   }
   scheduler_->stop();
   std::vector<std::unique_ptr<DedicatedThread>> threads;
   {
-    std::lock_guard<std::mutex> lock(threads_mu_);
+    detail::MutexLock lock(threads_mu_);
     threads.swap(dedicated_);
   }
   threads.clear();  // joins
   absl::flat_hash_map<uint64_t, PendingReply> ports;
   {
-    std::lock_guard<std::mutex> lock(ports_mu_);
+    detail::MutexLock lock(ports_mu_);
     ports.swap(ports_);
   }
   for (auto& [id, p] : ports) {
@@ -340,7 +341,7 @@ void RuntimeCore::shutdown() {
   }
   set_router(nullptr);
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    detail::MutexLock lock(watch_mu_);
     remote_watchers_.clear();
   }
 }
@@ -348,28 +349,28 @@ void RuntimeCore::shutdown() {
 // ---- remote seam ----
 
 std::shared_ptr<RemoteRouter> RuntimeCore::router() {
-  std::lock_guard<std::mutex> lock(router_mu_);
+  detail::MutexLock lock(router_mu_);
   return router_;
 }
 
 void RuntimeCore::set_router(std::shared_ptr<RemoteRouter> r) {
   std::shared_ptr<RemoteRouter> old;
   {
-    std::lock_guard<std::mutex> lock(router_mu_);
+    detail::MutexLock lock(router_mu_);
     old = std::exchange(router_, std::move(r));
   }
 }
 
 uint64_t RuntimeCore::register_reply(ReplySink* sink, ProcId destination) {
   sink->add_promise();
-  std::lock_guard<std::mutex> lock(ports_mu_);
+  detail::MutexLock lock(ports_mu_);
   const uint64_t id = next_port_++;
   ports_.emplace(id, PendingReply{sink, std::move(destination)});
   return id;
 }
 
 ReplySink* RuntimeCore::take_reply(uint64_t port) {
-  std::lock_guard<std::mutex> lock(ports_mu_);
+  detail::MutexLock lock(ports_mu_);
   auto it = ports_.find(port);
   if (it == ports_.end()) return nullptr;
   ReplySink* sink = it->second.sink;
@@ -380,7 +381,7 @@ ReplySink* RuntimeCore::take_reply(uint64_t port) {
 void RuntimeCore::fail_pending_to_proc(const ProcId& proc, const absl::Status& error) {
   std::vector<ReplySink*> failed;
   {
-    std::lock_guard<std::mutex> lock(ports_mu_);
+    detail::MutexLock lock(ports_mu_);
     for (auto it = ports_.begin(); it != ports_.end();) {
       if (it->second.destination == proc) {
         failed.push_back(it->second.sink);
@@ -399,7 +400,7 @@ void RuntimeCore::fail_pending_to_proc(const ProcId& proc, const absl::Status& e
 void RuntimeCore::watch_remote(const Address& actor, Watcher w) {
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    detail::MutexLock lock(watch_mu_);
     std::vector<Watcher>& watchers = remote_watchers_[actor];
     first = watchers.empty();
     watchers.push_back(std::move(w));
@@ -414,7 +415,7 @@ void RuntimeCore::watch_remote(const Address& actor, Watcher w) {
 }
 
 bool RuntimeCore::unwatch_remote(const Address& actor, MonitorId id) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
+  detail::MutexLock lock(watch_mu_);
   auto it = remote_watchers_.find(actor);
   if (it == remote_watchers_.end()) return false;
   const bool removed = std::erase_if(it->second, [id](const Watcher& w) { return w.id == id; }) > 0;
@@ -453,7 +454,7 @@ bool RuntimeCore::demonitor(const UntypedRef& target, MonitorId id) {
 void RuntimeCore::report_remote_down(const Address& actor, const absl::Status& reason, std::string message_type) {
   std::vector<RemoteDown> downs(1);
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    detail::MutexLock lock(watch_mu_);
     auto it = remote_watchers_.find(actor);
     if (it == remote_watchers_.end()) return;
     downs[0].watchers = std::move(it->second);
@@ -467,7 +468,7 @@ void RuntimeCore::report_proc_down(const ProcId& proc, const absl::Status& reaso
   fail_pending_to_proc(proc, reason);
   std::vector<RemoteDown> downs;
   {
-    std::lock_guard<std::mutex> lock(watch_mu_);
+    detail::MutexLock lock(watch_mu_);
     for (auto it = remote_watchers_.begin(); it != remote_watchers_.end();) {
       if (it->first.proc == proc) {
         downs.push_back(RemoteDown{DownEvent{it->first, reason}, std::move(it->second)});

@@ -7,14 +7,13 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/runtime.h"
 #include "core/mailbox/mailbox.h"
@@ -112,13 +111,13 @@ class ActorCell final : public Endpoint, public Schedulable, public std::enable_
   // Set by other threads (shutdown).
   std::atomic<bool> stop_now_{false};
 
-  std::mutex links_mu_;
-  bool stopped_ = false;  // guarded by links_mu_
-  absl::Status stop_now_reason_;  // guarded by links_mu_
-  std::shared_ptr<ActorCell> parent_;  // guarded by links_mu_
-  std::vector<std::shared_ptr<ActorCell>> children_;  // guarded by links_mu_
-  std::vector<Watcher> watchers_;  // guarded by links_mu_
-  absl::Status final_reason_;  // guarded by links_mu_ once stopped_
+  detail::Mutex links_mu_;
+  bool stopped_ ABSL_GUARDED_BY(links_mu_) = false;
+  absl::Status stop_now_reason_ ABSL_GUARDED_BY(links_mu_);
+  std::shared_ptr<ActorCell> parent_ ABSL_GUARDED_BY(links_mu_);
+  std::vector<std::shared_ptr<ActorCell>> children_ ABSL_GUARDED_BY(links_mu_);
+  std::vector<Watcher> watchers_ ABSL_GUARDED_BY(links_mu_);
+  absl::Status final_reason_ ABSL_GUARDED_BY(links_mu_);  // set once stopped_
 };
 
 // One request waiting for an answer from another proc (or a local reply
@@ -202,8 +201,8 @@ class RuntimeCore {
   // Local actors by (name, index), sharded by index so spawns and stops on
   // different threads rarely share a lock.
   struct DirectoryShard {
-    std::mutex mu;
-    absl::flat_hash_map<std::pair<std::string, uint64_t>, std::weak_ptr<ActorCell>> cells;
+    detail::Mutex mu;
+    absl::flat_hash_map<std::pair<std::string, uint64_t>, std::weak_ptr<ActorCell>> cells ABSL_GUARDED_BY(mu);
   };
   static constexpr size_t kDirectoryShards = 32;
   DirectoryShard& shard(uint64_t index) { return directory_[index % kDirectoryShards]; }
@@ -213,22 +212,22 @@ class RuntimeCore {
   std::array<DirectoryShard, kDirectoryShards> directory_;
 
   std::atomic<size_t> live_{0};
-  std::mutex live_mu_;
-  std::condition_variable live_cv_;
+  detail::Mutex live_mu_;
+  detail::CondVar live_cv_;
 
-  std::mutex threads_mu_;
-  std::vector<std::unique_ptr<DedicatedThread>> dedicated_;
+  detail::Mutex threads_mu_;
+  std::vector<std::unique_ptr<DedicatedThread>> dedicated_ ABSL_GUARDED_BY(threads_mu_);
 
-  std::mutex router_mu_;
-  std::shared_ptr<RemoteRouter> router_;
+  detail::Mutex router_mu_;
+  std::shared_ptr<RemoteRouter> router_ ABSL_GUARDED_BY(router_mu_);
 
-  std::mutex ports_mu_;
-  uint64_t next_port_ = 1;
-  absl::flat_hash_map<uint64_t, PendingReply> ports_;
+  detail::Mutex ports_mu_;
+  uint64_t next_port_ ABSL_GUARDED_BY(ports_mu_) = 1;
+  absl::flat_hash_map<uint64_t, PendingReply> ports_ ABSL_GUARDED_BY(ports_mu_);
 
   std::atomic<MonitorId> next_monitor_{1};
-  std::mutex watch_mu_;
-  absl::flat_hash_map<Address, std::vector<Watcher>> remote_watchers_;
+  detail::Mutex watch_mu_;
+  absl::flat_hash_map<Address, std::vector<Watcher>> remote_watchers_ ABSL_GUARDED_BY(watch_mu_);
 };
 
 // An actor of another proc; sends are encoded and routed.

@@ -1,16 +1,16 @@
 #include "core/mesh/mesh_directory.h"
 
 #include <algorithm>
-#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::mesh {
 namespace {
 
 struct Directory {
-  std::mutex mu;  // std::mutex: ThreadSanitizer cannot see the system abseil's locks
+  detail::Mutex mu;
   // Member -> its meshes, oldest first.
   absl::flat_hash_map<Address, std::vector<std::shared_ptr<const MeshMembership>>> by_member ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::shared_ptr<const MeshMembership>> by_key ABSL_GUARDED_BY(mu);
@@ -38,7 +38,7 @@ void unlist(Directory& d, const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
 
 void MeshDirectory::add(std::shared_ptr<const MeshMembership> mesh) {
   Directory& d = directory();
-  std::lock_guard lock(d.mu);
+  detail::MutexLock lock(d.mu);
   unlist(d, mesh->key);
   for (const Address& member : mesh->members) d.by_member[member].push_back(mesh);
   d.by_key[mesh->key] = std::move(mesh);
@@ -46,13 +46,13 @@ void MeshDirectory::add(std::shared_ptr<const MeshMembership> mesh) {
 
 void MeshDirectory::remove(const std::string& key) {
   Directory& d = directory();
-  std::lock_guard lock(d.mu);
+  detail::MutexLock lock(d.mu);
   unlist(d, key);
 }
 
 std::shared_ptr<const MeshMembership> MeshDirectory::find(const Address& member) {
   Directory& d = directory();
-  std::lock_guard lock(d.mu);
+  detail::MutexLock lock(d.mu);
   auto it = d.by_member.find(member);
   if (it == d.by_member.end() || it->second.empty()) return nullptr;
   return it->second.back();

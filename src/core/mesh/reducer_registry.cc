@@ -1,10 +1,10 @@
 // Registry of reducers that the cast relays of other procs can fold with
 // (castmesh/value_mesh.h: Reducer::registered, CASTMESH_REGISTER_REDUCER).
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
+#include "castmesh/detail/mutex.h"
 #include "castmesh/value_mesh.h"
 #include "core/log/log.h"
 
@@ -17,9 +17,9 @@ struct ReducerEntry {
 };
 
 struct ReducerRegistry {
-  std::mutex mu;
+  detail::Mutex mu;
   // std::map: entries never move, so find_encoded_fold may hand out pointers.
-  std::map<std::pair<std::string, std::string>, ReducerEntry, std::less<>> entries;
+  std::map<std::pair<std::string, std::string>, ReducerEntry, std::less<>> entries ABSL_GUARDED_BY(mu);
 };
 
 ReducerRegistry& registry() {
@@ -31,7 +31,7 @@ ReducerRegistry& registry() {
 
 void register_reducer_entry(std::string name, std::string value_type, std::shared_ptr<const void> typed,
                             EncodedFold fold) {
-  std::lock_guard lock(registry().mu);
+  detail::MutexLock lock(registry().mu);
   auto key = std::make_pair(std::move(name), std::move(value_type));
   if (registry().entries.count(key) != 0) {
     // Built-ins are registered once per instantiating binary; a user
@@ -43,13 +43,13 @@ void register_reducer_entry(std::string name, std::string value_type, std::share
 }
 
 std::shared_ptr<const void> find_reducer_combine(std::string_view name, std::string_view value_type) {
-  std::lock_guard lock(registry().mu);
+  detail::MutexLock lock(registry().mu);
   auto it = registry().entries.find(std::make_pair(std::string(name), std::string(value_type)));
   return it == registry().entries.end() ? nullptr : it->second.typed;
 }
 
 const EncodedFold* find_encoded_fold(std::string_view name, std::string_view value_type) {
-  std::lock_guard lock(registry().mu);
+  detail::MutexLock lock(registry().mu);
   auto it = registry().entries.find(std::make_pair(std::string(name), std::string(value_type)));
   return it == registry().entries.end() ? nullptr : &it->second.fold;
 }

@@ -1,7 +1,7 @@
 // Registry of actor classes that other procs may spawn by name.
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/proc_mesh.h"
 #include "core/log/log.h"
 #include "core/proc/actor_registry.h"
@@ -10,9 +10,9 @@ namespace castmesh {
 namespace {
 
 struct ActorRegistry {
-  std::mutex mu;
-  absl::flat_hash_map<std::string, detail::ActorFactory> by_name;
-  absl::flat_hash_map<uint32_t, std::string> name_of_class;
+  detail::Mutex mu;
+  absl::flat_hash_map<std::string, detail::ActorFactory> by_name ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<uint32_t, std::string> name_of_class ABSL_GUARDED_BY(mu);
 };
 
 ActorRegistry& registry() {
@@ -25,7 +25,7 @@ ActorRegistry& registry() {
 namespace detail {
 
 void register_actor_factory(uint32_t class_id, ActorFactory factory) {
-  std::lock_guard lock(registry().mu);
+  detail::MutexLock lock(registry().mu);
   const std::string name = factory.name;
   if (!registry().by_name.emplace(name, std::move(factory)).second) {
     CASTMESH_LOG_WARN("actor type name '{}' registered twice; keeping the first", name);
@@ -35,7 +35,7 @@ void register_actor_factory(uint32_t class_id, ActorFactory factory) {
 }
 
 std::string registered_actor_name(uint32_t class_id) {
-  std::lock_guard lock(registry().mu);
+  detail::MutexLock lock(registry().mu);
   auto it = registry().name_of_class.find(class_id);
   return it == registry().name_of_class.end() ? std::string() : it->second;
 }
@@ -45,7 +45,7 @@ std::string registered_actor_name(uint32_t class_id) {
 namespace proc {
 
 std::optional<detail::ActorFactory> find_actor_factory(const std::string& name) {
-  std::lock_guard lock(registry().mu);
+  detail::MutexLock lock(registry().mu);
   auto it = registry().by_name.find(name);
   if (it == registry().by_name.end()) return std::nullopt;
   return it->second;

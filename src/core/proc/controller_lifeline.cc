@@ -6,17 +6,16 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/platform/process.h"
@@ -36,9 +35,9 @@ class SpawnerThread {
  public:
   // The spawner of this process (a fresh one after fork()).
   static SpawnerThread& of_this_process() {
-    static std::mutex mu;
+    static detail::Mutex mu;
     static SpawnerThread* current = nullptr;
-    std::lock_guard lock(mu);
+    detail::MutexLock lock(mu);
     if (current == nullptr || current->pid_ != ::getpid()) current = new SpawnerThread;  // the old one is the parent's
     return *current;
   }
@@ -48,7 +47,7 @@ class SpawnerThread {
     std::packaged_task<int()> packaged(std::move(task));
     std::future<int> result = packaged.get_future();
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       tasks_.push_back(&packaged);
     }
     cv_.notify_one();
@@ -62,8 +61,8 @@ class SpawnerThread {
       while (true) {
         std::packaged_task<int()>* task = nullptr;
         {
-          std::unique_lock lock(mu_);
-          cv_.wait(lock, [this] { return !tasks_.empty(); });
+          detail::MutexLock lock(mu_);
+          cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !tasks_.empty(); });
           task = tasks_.front();
           tasks_.pop_front();
         }
@@ -73,9 +72,9 @@ class SpawnerThread {
   }
 
   const pid_t pid_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<int()>*> tasks_;  // owned by the callers waiting in run()
+  detail::Mutex mu_;
+  detail::CondVar cv_;
+  std::deque<std::packaged_task<int()>*> tasks_ ABSL_GUARDED_BY(mu_);  // owned by the callers waiting in run()
 };
 
 // posix_spawnp with `inherit_fds` made inheritable in the child only.
@@ -138,9 +137,9 @@ namespace {
 // The read end of this process's lifeline pipe (close-on-exec; copied for
 // each spawn); the write end is held, close-on-exec, until the process ends.
 absl::StatusOr<int> lifeline_read_end() {
-  static std::mutex mu;
+  static detail::Mutex mu;
   static int read_end = -1;
-  std::lock_guard lock(mu);
+  detail::MutexLock lock(mu);
   if (read_end >= 0) return read_end;
   int fds[2];
   // pipe2(O_CLOEXEC) is not on every system: between pipe() and fcntl() a

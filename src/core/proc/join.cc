@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
 #include "core/wire/status_code.h"
@@ -40,25 +40,25 @@ std::string describe_joined(const JoinedProc& proc) {
   return absl::StrCat("rank ", proc.rank, ", pid ", proc.pid, proc.hostname.empty() ? "" : " on ", proc.hostname);
 }
 
-std::mutex& allocation_mutex() {
-  static auto* mu = new std::mutex;
+detail::Mutex& allocation_mutex() {
+  static auto* mu = new detail::Mutex;
   return *mu;
 }
 
 // --- controller side -----------------------------------------------------
 
 struct JoinBoard::Shared {
-  std::mutex mu;
-  std::condition_variable cv;
-  int world_size = 0;
-  Check check;
-  std::vector<std::optional<JoinedProc>> joined;  // by rank
-  int count = 0;
-  absl::Status failure;  // the first rule broken / joined proc lost
+  detail::Mutex mu;
+  detail::CondVar cv;
+  int world_size ABSL_GUARDED_BY(mu) = 0;
+  Check check ABSL_GUARDED_BY(mu);
+  std::vector<std::optional<JoinedProc>> joined ABSL_GUARDED_BY(mu);  // by rank
+  int count ABSL_GUARDED_BY(mu) = 0;
+  absl::Status failure ABSL_GUARDED_BY(mu);  // the first rule broken / joined proc lost
   std::vector<ProcId> lost;  // joined procs whose connection was lost
 
-  // The verdict on one Join (mu held). A broken rule also fails the allocation.
-  absl::Status consider(const ProcId& peer, const v1::Join& join) {
+  // The verdict on one Join. A broken rule also fails the allocation.
+  absl::Status consider(const ProcId& peer, const v1::Join& join) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     JoinedProc proc{peer, static_cast<int>(join.rank()), join.pid(), join.hostname()};
     absl::Status verdict;
     if (join.world_size() != static_cast<uint32_t>(world_size)) {
@@ -104,7 +104,7 @@ JoinBoard::JoinBoard(std::shared_ptr<ProcHost> host, int world_size, Check check
     v1::Join join;
     absl::Status verdict = absl::InvalidArgumentError("malformed Join");
     if (join.ParseFromString(payload)) {
-      std::lock_guard lock(shared->mu);
+      detail::MutexLock lock(shared->mu);
       verdict = shared->consider(peer, join);
     }
     if (verdict.code() == absl::StatusCode::kUnavailable) {
@@ -115,7 +115,7 @@ JoinBoard::JoinBoard(std::shared_ptr<ProcHost> host, int world_size, Check check
     answer_join(*raw, peer, correlation, verdict);
   });
   observer_id_ = host_->add_peer_lost_observer([shared = shared_](const ProcId& peer, const absl::Status& why) {
-    std::lock_guard lock(shared->mu);
+    detail::MutexLock lock(shared->mu);
     for (const auto& proc : shared->joined) {
       if (!proc || proc->id != peer) continue;
       shared->lost.push_back(peer);
@@ -138,9 +138,10 @@ JoinBoard::~JoinBoard() {
 absl::Status JoinBoard::wait(absl::Time deadline, const std::function<absl::Status()>& poll) {
   while (true) {
     {
-      std::unique_lock lock(shared_->mu);
-      shared_->cv.wait_for(lock, std::chrono::milliseconds(20),
-                           [&] { return shared_->count == shared_->world_size || !shared_->failure.ok(); });
+      detail::MutexLock lock(shared_->mu);
+      shared_->cv.wait_for(lock, absl::Milliseconds(20), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
+        return shared_->count == shared_->world_size || !shared_->failure.ok();
+      });
       if (!shared_->failure.ok()) return shared_->failure;
       if (shared_->count == shared_->world_size) return absl::OkStatus();
     }
@@ -152,7 +153,7 @@ absl::Status JoinBoard::wait(absl::Time deadline, const std::function<absl::Stat
 }
 
 std::vector<int> JoinBoard::missing_ranks() const {
-  std::lock_guard lock(shared_->mu);
+  detail::MutexLock lock(shared_->mu);
   std::vector<int> missing;
   for (int rank = 0; rank < shared_->world_size; ++rank) {
     if (!shared_->joined[rank]) missing.push_back(rank);
@@ -161,7 +162,7 @@ std::vector<int> JoinBoard::missing_ranks() const {
 }
 
 std::vector<std::optional<JoinedProc>> JoinBoard::joined() const {
-  std::lock_guard lock(shared_->mu);
+  detail::MutexLock lock(shared_->mu);
   return shared_->joined;
 }
 
@@ -172,7 +173,7 @@ void JoinBoard::release_joined() {
 }
 
 std::vector<ProcId> JoinBoard::lost_procs() const {
-  std::lock_guard lock(shared_->mu);
+  detail::MutexLock lock(shared_->mu);
   return shared_->lost;
 }
 
@@ -191,13 +192,13 @@ namespace {
 // One worker's joining, shared with its JoinReply handler and peer-lost
 // observer (both on the I/O thread, so a reply and a loss are seen in order).
 struct WorkerJoin {
-  std::mutex mu;
-  std::condition_variable cv;
-  ProcId controller;
-  uint64_t attempt = 0;             // correlation of the Join in flight (0: none)
-  std::optional<absl::Status> outcome;  // of that attempt: accepted (OK), refused, or connection lost
-  bool accepted = false;
-  std::function<void(const absl::Status&)> on_controller_lost;
+  detail::Mutex mu;
+  detail::CondVar cv;
+  ProcId controller;  // set before the handlers are installed, read-only after
+  uint64_t attempt ABSL_GUARDED_BY(mu) = 0;             // correlation of the Join in flight (0: none)
+  std::optional<absl::Status> outcome ABSL_GUARDED_BY(mu);  // of that attempt: accepted (OK), refused, or connection lost
+  bool accepted ABSL_GUARDED_BY(mu) = false;
+  std::function<void(const absl::Status&)> on_controller_lost ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace
@@ -206,12 +207,15 @@ absl::Status join_controller(ProcHost& host, const ProcId& controller, int rank,
                              absl::Time deadline, std::function<void(const absl::Status&)> on_controller_lost) {
   auto state = std::make_shared<WorkerJoin>();
   state->controller = controller;
-  state->on_controller_lost = std::move(on_controller_lost);
+  {
+    detail::MutexLock lock(state->mu);
+    state->on_controller_lost = std::move(on_controller_lost);
+  }
   host.on_control(v1::JoinReply().GetTypeName(),
                   [state](const ProcId& peer, uint64_t correlation, const std::string& payload) {
                     v1::JoinReply reply;
                     if (peer != state->controller || !reply.ParseFromString(payload)) return;
-                    std::lock_guard lock(state->mu);
+                    detail::MutexLock lock(state->mu);
                     if (correlation != state->attempt || state->outcome) return;  // a late answer
                     state->outcome = wire::status_from_wire(reply);
                     state->accepted = state->outcome->ok();
@@ -221,7 +225,7 @@ absl::Status join_controller(ProcHost& host, const ProcId& controller, int rank,
     if (peer != state->controller) return;
     std::function<void(const absl::Status&)> lost;
     {
-      std::lock_guard lock(state->mu);
+      detail::MutexLock lock(state->mu);
       if (state->accepted) {
         lost = state->on_controller_lost;
       } else if (state->attempt != 0 && !state->outcome) {
@@ -241,19 +245,19 @@ absl::Status join_controller(ProcHost& host, const ProcId& controller, int rank,
   absl::Status last;
   for (uint64_t attempt = 1;; ++attempt) {
     {
-      std::lock_guard lock(state->mu);
+      detail::MutexLock lock(state->mu);
       state->attempt = attempt;
       state->outcome.reset();
     }
     if (absl::Status sent = host.send_control(controller, join, attempt); !sent.ok()) {
-      std::lock_guard lock(state->mu);
+      detail::MutexLock lock(state->mu);
       if (!state->outcome) state->outcome = sent;
     }
     {
-      std::unique_lock lock(state->mu);
+      detail::MutexLock lock(state->mu);
       const absl::Time answer_by = std::min(deadline, absl::Now() + kJoinAnswerTimeout);
-      state->cv.wait_for(lock, absl::ToChronoNanoseconds(std::max(absl::ZeroDuration(), answer_by - absl::Now())),
-                         [&] { return state->outcome.has_value(); });
+      state->cv.wait_for(lock, std::max(absl::ZeroDuration(), answer_by - absl::Now()),
+                         [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) { return state->outcome.has_value(); });
       if (state->accepted) return absl::OkStatus();
       last = state->outcome ? *state->outcome
                             : absl::DeadlineExceededError(absl::StrCat("no answer to the join within ",

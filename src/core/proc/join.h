@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "castmesh/address.h"
+#include "castmesh/detail/mutex.h"
 #include "core/proc/proc_host.h"
 
 namespace castmesh::proc {
@@ -32,7 +32,7 @@ struct JoinedProc {
 std::string describe_joined(const JoinedProc& proc);
 
 // One allocation per process at a time: a host has one Join handler.
-std::mutex& allocation_mutex();
+detail::Mutex& allocation_mutex();
 
 // Controller side: collects the joins of one allocation of `world_size`
 // procs on `host`, installed as the host's Join handler for its lifetime.

@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/proc_mesh.h"
 #include "core/log/log.h"
 #include "core/platform/process.h"
@@ -66,8 +66,8 @@ absl::StatusOr<int> secret_pipe(const std::string& secret) {
 // The pids of the workers started so far, by rank: a join must come from
 // the process started for its rank.
 struct StartedWorkers {
-  std::mutex mu;
-  std::vector<pid_t> pids;
+  detail::Mutex mu;
+  std::vector<pid_t> pids ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace
@@ -87,7 +87,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   if (options_.transport != "unix" && options_.transport != "tcp") {
     return absl::InvalidArgumentError(absl::StrCat("unknown transport '", options_.transport, "' (unix or tcp)"));
   }
-  std::lock_guard allocation(proc::allocation_mutex());
+  detail::MutexLock allocation(proc::allocation_mutex());
   std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(runtime);
   std::string secret = options_.secret;
   if (host) {
@@ -108,7 +108,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
 
   auto started = std::make_shared<StartedWorkers>();
   proc::JoinBoard board(host, procs, [started](const proc::JoinedProc& proc) {
-    std::lock_guard lock(started->mu);
+    detail::MutexLock lock(started->mu);
     if (static_cast<size_t>(proc.rank) >= started->pids.size()) {
       // A worker can join before posix_spawn has returned its pid here.
       return absl::UnavailableError(absl::StrCat("the worker of rank ", proc.rank, " is still being started"));
@@ -162,7 +162,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
                                                       "'): ", pid.status().message())));
     }
     pids.push_back(*pid);
-    std::lock_guard lock(started->mu);
+    detail::MutexLock lock(started->mu);
     started->pids.push_back(*pid);
   }
 

@@ -10,12 +10,12 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::proc {
 
@@ -26,21 +26,21 @@ class ObserverRegistry {
 
   // Adds `observer`; the id (never 0) removes it.
   uint64_t add(Observer observer) {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     const uint64_t id = next_id_++;
     observers_.emplace(id, std::move(observer));
     return id;
   }
   // Removes an observer; unknown ids are ignored.
   void remove(uint64_t id) {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     observers_.erase(id);
   }
   // Calls every observer with `args`, on the calling thread.
   void notify(const Args&... args) const {
     std::vector<Observer> observers;
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       observers.reserve(observers_.size());
       for (const auto& [id, observer] : observers_) observers.push_back(observer);
     }
@@ -48,7 +48,7 @@ class ObserverRegistry {
   }
 
  private:
-  mutable std::mutex mu_;
+  mutable detail::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Observer> observers_ ABSL_GUARDED_BY(mu_);
 };

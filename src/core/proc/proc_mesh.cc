@@ -4,12 +4,12 @@
 #include <sys/wait.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
@@ -29,13 +29,13 @@ namespace detail {
 class SpawnLedger {
  public:
   void record(const ProcId& proc, Address child, std::string parent) {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     if (!closed_) spawned_.push_back({proc, std::move(child), std::move(parent)});
   }
 
   // After close(), deaths are expected (the mesh is stopping) and not reported.
   void close() {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     closed_ = true;
     spawned_.clear();
   }
@@ -44,7 +44,7 @@ class SpawnLedger {
   // stopped normally (its remote monitor said so): its proc's death later is
   // no failure of it.
   void forget(const Address& child) {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     std::erase_if(spawned_, [&](const Spawned& s) { return s.child == child; });
   }
 
@@ -52,7 +52,7 @@ class SpawnLedger {
   void on_peer_lost(proc::ProcHost& host, const ProcId& peer, const absl::Status& why) {
     std::vector<Spawned> lost;
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       if (closed_) return;
       for (const Spawned& s : spawned_) {
         if (s.proc == peer) lost.push_back(s);
@@ -74,17 +74,17 @@ class SpawnLedger {
     Address child;
     std::string parent;
   };
-  std::mutex mu_;
-  bool closed_ = false;
-  std::vector<Spawned> spawned_;
+  detail::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Spawned> spawned_ ABSL_GUARDED_BY(mu_);
 };
 
 // Procs of a mesh whose connection was lost (they exited, were killed, or
 // became unreachable). Written on the I/O thread, read by stop().
 struct Departures {
-  std::mutex mu;
-  std::condition_variable cv;
-  absl::flat_hash_set<ProcId> gone;
+  detail::Mutex mu;
+  detail::CondVar cv;
+  absl::flat_hash_set<ProcId> gone ABSL_GUARDED_BY(mu);
 };
 
 std::shared_ptr<ProcMeshState> ProcMeshState::create(std::shared_ptr<proc::ProcHost> host, std::string secret,
@@ -107,7 +107,7 @@ std::shared_ptr<ProcMeshState> ProcMeshState::create(std::shared_ptr<proc::ProcH
       [ledger = state->ledger_](const ProcId&, const SupervisionEvent& event) { ledger->forget(event.child); });
   state->departure_observer_id_ =
       raw->add_peer_lost_observer([departures = state->departures_](const ProcId& peer, const absl::Status&) {
-        std::lock_guard lock(departures->mu);
+        detail::MutexLock lock(departures->mu);
         departures->gone.insert(peer);
         departures->cv.notify_all();
       });
@@ -117,13 +117,13 @@ std::shared_ptr<ProcMeshState> ProcMeshState::create(std::shared_ptr<proc::ProcH
 ProcMeshState::~ProcMeshState() { (void)stop(); }
 
 void ProcMeshState::mark_gone(const std::vector<ProcId>& procs) {
-  std::lock_guard lock(departures_->mu);
+  detail::MutexLock lock(departures_->mu);
   for (const ProcId& p : procs) departures_->gone.insert(p);
 }
 
 absl::Status ProcMeshState::stop() {
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     if (stopped_) return absl::OkStatus();
     stopped_ = true;
   }
@@ -150,8 +150,8 @@ absl::Status ProcMeshState::stop() {
 absl::Status ProcMeshState::await_departures(std::chrono::milliseconds grace) {
   std::vector<std::string> staying;
   {
-    std::unique_lock lock(departures_->mu);
-    departures_->cv.wait_for(lock, grace, [&] {
+    detail::MutexLock lock(departures_->mu);
+    departures_->cv.wait_for(lock, absl::FromChrono(grace), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(departures_->mu) {
       for (const ProcInfo& p : procs_) {
         if (!departures_->gone.contains(p.id)) return false;
       }

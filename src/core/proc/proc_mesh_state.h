@@ -4,12 +4,12 @@
 
 #include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/proc_mesh.h"
 #include "core/proc/proc_host.h"
 
@@ -66,8 +66,8 @@ class ProcMeshState {
   uint64_t observer_id_ = 0;            // peer-lost observer of the ledger
   uint64_t failure_observer_id_ = 0;    // remote-failure observer of the ledger
   uint64_t departure_observer_id_ = 0;  // peer-lost observer of departures_
-  std::mutex mu_;
-  bool stopped_ = false;
+  detail::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The shape of a mesh allocated for `requested`: its labels and sizes,

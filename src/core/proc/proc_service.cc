@@ -1,15 +1,16 @@
 #include "core/proc/proc_service.h"
 
 #include <algorithm>
-#include <mutex>
 #include <utility>
+
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::proc {
 namespace {
 
 struct ServiceTable {
-  std::mutex mu;
-  std::vector<std::pair<std::string, ProcServiceInstaller>> installers;
+  detail::Mutex mu;
+  std::vector<std::pair<std::string, ProcServiceInstaller>> installers ABSL_GUARDED_BY(mu);
 };
 
 // Leaked on purpose: static initializers of other translation units may
@@ -23,7 +24,7 @@ ServiceTable& service_table() {
 
 void register_proc_service(std::string name, ProcServiceInstaller installer) {
   ServiceTable& table = service_table();
-  std::lock_guard lock(table.mu);
+  detail::MutexLock lock(table.mu);
   auto it = std::find_if(table.installers.begin(), table.installers.end(),
                          [&](const auto& entry) { return entry.first == name; });
   if (it != table.installers.end()) {
@@ -35,7 +36,7 @@ void register_proc_service(std::string name, ProcServiceInstaller installer) {
 
 std::vector<std::pair<std::string, ProcServiceInstaller>> registered_proc_services() {
   ServiceTable& table = service_table();
-  std::lock_guard lock(table.mu);
+  detail::MutexLock lock(table.mu);
   return table.installers;
 }
 

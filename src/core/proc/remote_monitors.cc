@@ -1,6 +1,7 @@
 #include "core/proc/remote_monitors.h"
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/control.pb.h"
@@ -25,7 +26,7 @@ RemoteMonitors::RemoteMonitors(ProcHost& host) : host_(&host), runtime_(host.run
 }
 
 void RemoteMonitors::detach() {
-  std::unique_lock lock(host_mu_);
+  detail::WriterMutexLock lock(host_mu_);
   host_ = nullptr;
 }
 
@@ -33,14 +34,14 @@ void RemoteMonitors::watch(const Address& actor) {
   v1::Monitor monitor;
   monitor.set_actor(actor.to_string());
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     monitor.set_monitor_id(next_monitor_id_++);
     monitors_sent_[actor] = monitor.monitor_id();
   }
   absl::Status sent;
   std::string who;
   {
-    std::shared_lock lock(host_mu_);
+    detail::ReaderMutexLock lock(host_mu_);
     if (host_ == nullptr) {
       sent = absl::UnavailableError("this proc's transport is shut down");
       who = actor.proc;
@@ -51,7 +52,7 @@ void RemoteMonitors::watch(const Address& actor) {
   }
   if (sent.ok()) return;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = monitors_sent_.find(actor);
     if (it == monitors_sent_.end() || it->second != monitor.monitor_id()) return;  // answered meanwhile
     monitors_sent_.erase(it);
@@ -62,7 +63,7 @@ void RemoteMonitors::watch(const Address& actor) {
 }
 
 void RemoteMonitors::forget_peer(const ProcId& peer) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   monitors_served_.erase(peer);  // nobody left to tell
   absl::erase_if(monitors_sent_, [&peer](const auto& entry) { return entry.first.proc == peer; });
 }
@@ -77,7 +78,7 @@ void RemoteMonitors::handle_actor_down(const ProcId& peer, const std::string& pa
     return;
   }
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = monitors_sent_.find(*actor);
     // Only the answer to the latest Monitor sent for this actor counts (an
     // older one may be about an earlier actor at the same address).
@@ -111,13 +112,13 @@ void RemoteMonitors::handle_monitor(const ProcId& peer, const std::string& paylo
     down.set_monitor_id(message.monitor_id());
     down.set_reason_code(static_cast<int>(refused.code()));
     down.set_reason_message(std::string(refused.message()));
-    std::shared_lock lock(host_mu_);
+    detail::ReaderMutexLock lock(host_mu_);
     if (host_ != nullptr) (void)host_->send_control(peer, down);
     return;
   }
   bool first;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto [it, inserted] = monitors_served_[peer].insert_or_assign(message.actor(), message.monitor_id());
     first = inserted;
   }
@@ -131,11 +132,11 @@ void RemoteMonitors::handle_monitor(const ProcId& peer, const std::string& paylo
 }
 
 void RemoteMonitors::on_watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event) {
-  std::shared_lock host_lock(host_mu_);
+  detail::ReaderMutexLock host_lock(host_mu_);
   if (host_ == nullptr) return;
   v1::ActorDown down;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto by_peer = monitors_served_.find(peer);
     if (by_peer == monitors_served_.end()) return;  // that peer is gone
     auto it = by_peer->second.find(actor);

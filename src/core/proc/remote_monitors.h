@@ -18,13 +18,12 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "castmesh/address.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/supervision.h"
 #include "core/proc/proc_service.h"
 
@@ -56,12 +55,12 @@ class RemoteMonitors : public ProcService, public std::enable_shared_from_this<R
   void handle_monitor(const ProcId& peer, const std::string& payload);
   void on_watched_actor_down(const ProcId& peer, const std::string& actor, const DownEvent& event);
 
-  std::shared_mutex host_mu_;
+  detail::SharedMutex host_mu_;
   ProcHost* host_ ABSL_GUARDED_BY(host_mu_);  // nullptr once detached
   Runtime& runtime_;                          // the host's; outlives this service's use
   const ProcId id_;
 
-  std::mutex mu_;
+  detail::Mutex mu_;
   uint64_t next_monitor_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Monitoring side: remote actor -> id of the Monitor sent for it (an
   // ActorDown with another id is stale and ignored).

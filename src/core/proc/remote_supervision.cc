@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
@@ -19,12 +20,12 @@ RemoteSupervision::RemoteSupervision(ProcHost& host) : host_(host) {
 }
 
 void RemoteSupervision::remember_spawned(const std::string& child, const ProcId& spawner, std::string parent) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   spawned_for_others_[child] = {spawner, std::move(parent)};
 }
 
 void RemoteSupervision::set_root_failure_handler(std::function<void(const SupervisionEvent&)> handler) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   root_failure_handler_ = std::move(handler);
 }
 
@@ -45,7 +46,7 @@ void RemoteSupervision::deliver_failure(const std::string& parent, SupervisionEv
   }
   std::function<void(const SupervisionEvent&)> handler;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     handler = root_failure_handler_;
   }
   if (handler) {
@@ -59,7 +60,7 @@ void RemoteSupervision::deliver_failure(const std::string& parent, SupervisionEv
 bool RemoteSupervision::forward_failure(const SupervisionEvent& event) {
   std::pair<ProcId, std::string> spawner;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = spawned_for_others_.find(event.child.to_string());
     if (it == spawned_for_others_.end()) return false;
     spawner = std::move(it->second);

@@ -16,13 +16,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "castmesh/address.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/supervision.h"
 #include "core/proc/observer_registry.h"
 #include "core/proc/proc_service.h"
@@ -65,7 +65,7 @@ class RemoteSupervision : public ProcService {
   ProcHost& host_;
   ObserverRegistry<ProcId, SupervisionEvent> failure_observers_;
 
-  std::mutex mu_;
+  detail::Mutex mu_;
   // Actors spawned here for other procs: child address -> (spawner proc, parent address).
   absl::flat_hash_map<std::string, std::pair<ProcId, std::string>> spawned_for_others_ ABSL_GUARDED_BY(mu_);
   std::function<void(const SupervisionEvent&)> root_failure_handler_ ABSL_GUARDED_BY(mu_);
