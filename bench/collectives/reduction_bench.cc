@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "castmesh/detail/reduction_isa.h"
 #include "castmesh/reduction.h"
-#include "core/collectives/reduction_kernels.h"
 
 namespace {
 
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   auto* m = benchmark::RegisterBenchmark("memcpy", bm_memcpy);
   for (size_t s : kSizes) m->Arg(static_cast<int64_t>(s));
 
-  std::printf("reduction kernels: %s\n", castmesh::reduction_kernels::active_kernels().isa);
+  std::printf("reduction kernels: %s\n", castmesh::detail::reduction_kernel_isa());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   TableReporter reporter;

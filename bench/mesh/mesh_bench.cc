@@ -35,8 +35,8 @@
 #include <mutex>
 #include "absl/strings/str_cat.h"
 #include "castmesh/actor_mesh.h"
+#include "castmesh/detail/embedding.h"
 #include "castmesh/proc_mesh.h"
-#include "core/proc/proc_host.h"
 
 namespace {
 
@@ -213,8 +213,9 @@ Row measure_remote(const castmesh::ActorMesh<RemoteMember>& mesh, int iters, boo
     return sum;
   };
   for (int i = 0; i < iters / 10 + 1; ++i) call_all();  // warm up
-  std::shared_ptr<castmesh::proc::ProcHost> host = castmesh::proc::ProcHost::of(*castmesh::Runtime::current());
-  const uint64_t sent_before = host ? host->messages_sent() : 0;
+  const castmesh::Runtime& runtime = *castmesh::Runtime::current();
+  const bool is_proc = castmesh::detail::proc_identity(runtime).has_value();
+  const uint64_t sent_before = castmesh::detail::proc_messages_sent(runtime);
   double send_total = 0;
   auto start = Clock::now();
   for (int i = 0; i < iters; ++i) {
@@ -226,7 +227,7 @@ Row measure_remote(const castmesh::ActorMesh<RemoteMember>& mesh, int iters, boo
     }
     send_total += us_since(t);
   }
-  if (host) row.msgs = static_cast<double>(host->messages_sent() - sent_before) / iters;
+  if (is_proc) row.msgs = static_cast<double>(castmesh::detail::proc_messages_sent(runtime) - sent_before) / iters;
   if (call_all() != static_cast<int64_t>(refs.size())) std::abort();
   row.cast_us = us_since(start) / iters;
   row.send_us = send_total / iters;

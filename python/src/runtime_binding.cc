@@ -12,10 +12,8 @@
 #include "bindings.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
+#include "castmesh/detail/embedding.h"
 #include "castmesh/shape.h"
-#include "core/platform/process.h"
-#include "core/proc/proc_host.h"
-#include "core/wire/handshake.h"
 #include "host_actor.h"
 #include "status_binding.h"
 
@@ -60,12 +58,10 @@ class PyRuntime {
       RendezvousAllocator allocator(std::move(rendezvous));
       absl::StatusOr<std::string> address = allocator.listen(*runtime_);
       if (!address.ok()) throw_status(address.status(), ErrorDomain::kProc);
-      host_ = proc::ProcHost::of(*runtime_);  // taken before the allocator lets go of it
+      proc_ = detail::proc_identity(*runtime_);  // taken before the allocator lets go of it
       return;
     }
-    proc::ProcHostOptions host_options;
-    host_options.secret = wire::make_secret();
-    host_ = value_or_throw(proc::ProcHost::attach(*runtime_, std::move(host_options)), ErrorDomain::kProc);
+    proc_ = value_or_throw(detail::attach_proc(*runtime_), ErrorDomain::kProc);
   }
   // The runtime is shut down but deliberately never destroyed: proc meshes
   // and refs held by Python objects (freed in any order while the
@@ -91,20 +87,20 @@ class PyRuntime {
   // runtime's address (RendezvousAllocator; rank r at row-major position r).
   ProcMesh allocate_rendezvous(const Dims& dims, double join_timeout_s) {
     RendezvousAllocatorOptions options;
-    options.secret = host_->secret();
+    options.secret = proc_ ? proc_->secret : std::string();
     options.join_timeout = absl::Seconds(join_timeout_s);
     return allocate_with(RendezvousAllocator(std::move(options)), dims);
   }
 
   // This controller's proc id: its address.
-  std::string address() const { return host_ ? host_->id() : std::string(); }
+  std::string address() const { return proc_ ? proc_->id : std::string(); }
   // Whether the procs of this controller prove `secret` (a later Rendezvous
   // that names another secret cannot reuse this address).
-  bool has_secret(const std::string& secret) const { return host_ && host_->secret() == secret; }
+  bool has_secret(const std::string& secret) const { return proc_ && proc_->secret == secret; }
 
   void shutdown() {
     if (!runtime_) return;
-    host_.reset();
+    proc_.reset();
     if (PyGILState_Check()) {
       py::gil_scoped_release release;
       runtime_->shutdown();
@@ -130,7 +126,7 @@ class PyRuntime {
   }
 
   std::unique_ptr<Runtime> runtime_;
-  std::shared_ptr<proc::ProcHost> host_;
+  std::optional<detail::ProcIdentity> proc_;  // keeps the runtime a proc until shutdown
 };
 
 }  // namespace
@@ -163,7 +159,7 @@ void bind_runtime(py::module_& module) {
 
   module.def(
       "erase_from_environment",
-      [](const std::string& name) { castmesh::platform::erase_from_environment(name.c_str()); },
+      [](const std::string& name) { detail::erase_from_environment(name.c_str()); },
       py::arg("name"),
       "Blanks the variable's value in place (the block ps and /proc/<pid>/environ show) and unsets it; for the "
       "worker's secret, main thread, before other threads read the environment.");
