@@ -141,9 +141,3 @@ TEST(ProcCommunicator, DeadRankFailsThePendingCollectiveOnTheOthers) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  castmesh::init(argc, argv);  // worker procs never return from here
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

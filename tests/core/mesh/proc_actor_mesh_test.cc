@@ -9,9 +9,9 @@
 #include <mutex>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "castmesh/actor_mesh.h"
 #include "castmesh/proc_mesh.h"
+#include "core/testing/test_messages.h"
 
 namespace {
 
@@ -22,27 +22,19 @@ struct Get {};
 struct Pid {};
 struct Fail {};
 
-absl::Status encode_add(const Add& m, std::string* out) {
-  *out = std::to_string(m.n);
-  return absl::OkStatus();
-}
-absl::Status decode_add(std::string_view b, Add* m) {
-  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->n) ? absl::OkStatus()
-                                                                       : absl::InvalidArgumentError("bad Add");
-}
-absl::Status encode_get(const Get&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_get(std::string_view, Get*) { return absl::OkStatus(); }
-absl::Status encode_pid(const Pid&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_pid(std::string_view, Pid*) { return absl::OkStatus(); }
-absl::Status encode_fail(const Fail&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_fail(std::string_view, Fail*) { return absl::OkStatus(); }
+using castmesh::testing::decode_decimal;
+using castmesh::testing::decode_empty;
+using castmesh::testing::encode_decimal;
+using castmesh::testing::encode_empty;
+absl::Status encode_add(const Add& m, std::string* out) { return encode_decimal(m.n, out); }
+absl::Status decode_add(std::string_view b, Add* m) { return decode_decimal(b, &m->n); }
 
 }  // namespace
 
 CASTMESH_REGISTER_MESSAGE(Add, "castmesh.test.mesh.Add", encode_add, decode_add);
-CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.mesh.Get", encode_get, decode_get);
-CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.mesh.Pid", encode_pid, decode_pid);
-CASTMESH_REGISTER_MESSAGE(Fail, "castmesh.test.mesh.Fail", encode_fail, decode_fail);
+CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.mesh.Get", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.mesh.Pid", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(Fail, "castmesh.test.mesh.Fail", encode_empty, decode_empty);
 
 namespace {
 
@@ -232,9 +224,3 @@ TEST(ProcActorMesh, ShapeMustMatchTheProcs) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  castmesh::init(argc, argv);  // worker procs never return from here
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -13,11 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "castmesh/actor_mesh.h"
 #include "castmesh/proc_mesh.h"
 #include "core/mesh/cast_relay.h"
 #include "core/proc/proc_host.h"
+#include "core/testing/test_messages.h"
 
 namespace {
 
@@ -30,22 +30,14 @@ struct Nap {
   int64_t ms = 0;
 };
 
-absl::Status encode_int(int64_t n, std::string* out) {
-  *out = std::to_string(n);
-  return absl::OkStatus();
-}
-absl::Status decode_int(std::string_view b, int64_t* n) {
-  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), n) ? absl::OkStatus()
-                                                                    : absl::InvalidArgumentError("bad number");
-}
-absl::Status encode_add(const Add& m, std::string* out) { return encode_int(m.n, out); }
-absl::Status decode_add(std::string_view b, Add* m) { return decode_int(b, &m->n); }
-absl::Status encode_nap(const Nap& m, std::string* out) { return encode_int(m.ms, out); }
-absl::Status decode_nap(std::string_view b, Nap* m) { return decode_int(b, &m->ms); }
-absl::Status encode_get(const Get&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_get(std::string_view, Get*) { return absl::OkStatus(); }
-absl::Status encode_pid(const Pid&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_pid(std::string_view, Pid*) { return absl::OkStatus(); }
+using castmesh::testing::decode_decimal;
+using castmesh::testing::decode_empty;
+using castmesh::testing::encode_decimal;
+using castmesh::testing::encode_empty;
+absl::Status encode_add(const Add& m, std::string* out) { return encode_decimal(m.n, out); }
+absl::Status decode_add(std::string_view b, Add* m) { return decode_decimal(b, &m->n); }
+absl::Status encode_nap(const Nap& m, std::string* out) { return encode_decimal(m.ms, out); }
+absl::Status decode_nap(std::string_view b, Nap* m) { return decode_decimal(b, &m->ms); }
 
 // Not commutative, associative: concatenates decimal digit strings as
 // numbers (a followed by b), for values below 10 per member.
@@ -58,8 +50,8 @@ int64_t append_digits(int64_t a, int64_t b) {
 }  // namespace
 
 CASTMESH_REGISTER_MESSAGE(Add, "castmesh.test.cast.Add", encode_add, decode_add);
-CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.cast.Get", encode_get, decode_get);
-CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.cast.Pid", encode_pid, decode_pid);
+CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.cast.Get", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.cast.Pid", encode_empty, decode_empty);
 CASTMESH_REGISTER_MESSAGE(Nap, "castmesh.test.cast.Nap", encode_nap, decode_nap);
 CASTMESH_REGISTER_REDUCER(int64_t, "append_digits", append_digits);
 
@@ -361,9 +353,3 @@ TEST_F(ProcCastTree, ProcsKilledDuringACallFailItNamingThePoint) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  castmesh::init(argc, argv);  // worker procs never return from here
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

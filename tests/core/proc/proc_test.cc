@@ -26,6 +26,8 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
 #include "core/platform/process.h"
+#include "core/testing/supervision_events.h"
+#include "core/testing/test_messages.h"
 #include "core/transport/address.h"
 #include "core/transport/endpoint.h"
 
@@ -53,28 +55,12 @@ struct Boom {};
 struct Hang {};
 struct GetEnviron {};
 
-absl::Status encode_int(int64_t v, std::string* out) {
-  *out = std::to_string(v);
-  return absl::OkStatus();
-}
-absl::Status decode_int(std::string_view b, int64_t* v) {
-  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), v) ? absl::OkStatus()
-                                                                     : absl::InvalidArgumentError("not a number");
-}
-absl::Status encode_ping(const Ping& m, std::string* out) { return encode_int(m.n, out); }
-absl::Status decode_ping(std::string_view b, Ping* m) { return decode_int(b, &m->n); }
-absl::Status encode_empty_pid(const GetPid&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_empty_pid(std::string_view, GetPid*) { return absl::OkStatus(); }
-absl::Status encode_empty_tag(const GetTag&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_empty_tag(std::string_view, GetTag*) { return absl::OkStatus(); }
-absl::Status encode_empty_check(const CheckOrder&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_empty_check(std::string_view, CheckOrder*) { return absl::OkStatus(); }
-absl::Status encode_empty_boom(const Boom&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_empty_boom(std::string_view, Boom*) { return absl::OkStatus(); }
-absl::Status encode_empty_hang(const Hang&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_empty_hang(std::string_view, Hang*) { return absl::OkStatus(); }
-absl::Status encode_empty_environ(const GetEnviron&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_empty_environ(std::string_view, GetEnviron*) { return absl::OkStatus(); }
+using castmesh::testing::decode_decimal;
+using castmesh::testing::decode_empty;
+using castmesh::testing::encode_decimal;
+using castmesh::testing::encode_empty;
+absl::Status encode_ping(const Ping& m, std::string* out) { return encode_decimal(m.n, out); }
+absl::Status decode_ping(std::string_view b, Ping* m) { return decode_decimal(b, &m->n); }
 absl::Status encode_seq(const Seq& m, std::string* out) {
   *out = absl::StrCat(m.sender, ",", m.n);
   return absl::OkStatus();
@@ -95,20 +81,20 @@ absl::Status decode_relay(std::string_view b, Relay* m) {
   const auto space = b.find(' ');
   if (space == std::string_view::npos) return absl::InvalidArgumentError("bad Relay");
   m->target = std::string(b.substr(space + 1));
-  return decode_int(b.substr(0, space), &m->n);
+  return decode_decimal(b.substr(0, space), &m->n);
 }
 
 }  // namespace
 
 CASTMESH_REGISTER_MESSAGE(Ping, "test.Ping", encode_ping, decode_ping);
-CASTMESH_REGISTER_MESSAGE(GetPid, "test.GetPid", encode_empty_pid, decode_empty_pid);
-CASTMESH_REGISTER_MESSAGE(GetTag, "test.GetTag", encode_empty_tag, decode_empty_tag);
+CASTMESH_REGISTER_MESSAGE(GetPid, "test.GetPid", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(GetTag, "test.GetTag", encode_empty, decode_empty);
 CASTMESH_REGISTER_MESSAGE(Seq, "test.Seq", encode_seq, decode_seq);
-CASTMESH_REGISTER_MESSAGE(CheckOrder, "test.CheckOrder", encode_empty_check, decode_empty_check);
+CASTMESH_REGISTER_MESSAGE(CheckOrder, "test.CheckOrder", encode_empty, decode_empty);
 CASTMESH_REGISTER_MESSAGE(Relay, "test.Relay", encode_relay, decode_relay);
-CASTMESH_REGISTER_MESSAGE(Boom, "test.Boom", encode_empty_boom, decode_empty_boom);
-CASTMESH_REGISTER_MESSAGE(Hang, "test.Hang", encode_empty_hang, decode_empty_hang);
-CASTMESH_REGISTER_MESSAGE(GetEnviron, "test.GetEnviron", encode_empty_environ, decode_empty_environ);
+CASTMESH_REGISTER_MESSAGE(Boom, "test.Boom", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(Hang, "test.Hang", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(GetEnviron, "test.GetEnviron", encode_empty, decode_empty);
 
 // --- actors -------------------------------------------------------------------
 
@@ -173,31 +159,7 @@ CASTMESH_REGISTER_ACTOR(Relayer);
 
 namespace {
 
-// Collects supervision events that reach the controller's root.
-struct Events {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<castmesh::SupervisionEvent> events;
-  std::function<void(const castmesh::SupervisionEvent&)> handler() {
-    return [this](const castmesh::SupervisionEvent& e) {
-      std::lock_guard lock(mu);
-      events.push_back(e);
-      cv.notify_all();
-    };
-  }
-  std::optional<castmesh::SupervisionEvent> wait_for_child(const castmesh::Address& child,
-                                                         std::chrono::seconds timeout = 10s) {
-    std::unique_lock lock(mu);
-    std::optional<castmesh::SupervisionEvent> found;
-    cv.wait_for(lock, timeout, [&] {
-      for (const auto& e : events) {
-        if (e.child == child) found = e;
-      }
-      return found.has_value();
-    });
-    return found;
-  }
-};
+using Events = castmesh::testing::SupervisionEvents;
 
 castmesh::LocalAllocatorOptions quick_options(Events* events = nullptr) {
   castmesh::LocalAllocatorOptions options;
@@ -626,11 +588,9 @@ absl::Status decode_watch(std::string_view b, WatchIt* m) {
   m->target = std::string(b);
   return absl::OkStatus();
 }
-absl::Status encode_count(const CountDowns&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_count(std::string_view, CountDowns*) { return absl::OkStatus(); }
 }  // namespace
 CASTMESH_REGISTER_MESSAGE(WatchIt, "test.WatchIt", encode_watch, decode_watch);
-CASTMESH_REGISTER_MESSAGE(CountDowns, "test.CountDowns", encode_count, decode_count);
+CASTMESH_REGISTER_MESSAGE(CountDowns, "test.CountDowns", encode_empty, decode_empty);
 
 // Counts the DownEvents it gets ("<count> <last reason code>").
 class Watcher : public castmesh::Actor {

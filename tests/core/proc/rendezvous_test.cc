@@ -29,6 +29,8 @@
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/platform/process.h"
 #include "core/proc/launch_env.h"
+#include "core/testing/supervision_events.h"
+#include "core/testing/test_messages.h"
 #include "core/transport/endpoint.h"
 
 namespace {
@@ -38,15 +40,13 @@ using namespace std::chrono_literals;
 struct WhoAreYou {};  // answered with "pid rank-variable-value"
 struct Hold {};       // answered after 20 s (the test kills the proc meanwhile)
 
-absl::Status encode_who(const WhoAreYou&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_who(std::string_view, WhoAreYou*) { return absl::OkStatus(); }
-absl::Status encode_hold(const Hold&, std::string* out) { return out->clear(), absl::OkStatus(); }
-absl::Status decode_hold(std::string_view, Hold*) { return absl::OkStatus(); }
+using castmesh::testing::decode_empty;
+using castmesh::testing::encode_empty;
 
 }  // namespace
 
-CASTMESH_REGISTER_MESSAGE(WhoAreYou, "test.rendezvous.WhoAreYou", encode_who, decode_who);
-CASTMESH_REGISTER_MESSAGE(Hold, "test.rendezvous.Hold", encode_hold, decode_hold);
+CASTMESH_REGISTER_MESSAGE(WhoAreYou, "test.rendezvous.WhoAreYou", encode_empty, decode_empty);
+CASTMESH_REGISTER_MESSAGE(Hold, "test.rendezvous.Hold", encode_empty, decode_empty);
 
 // Says which process it runs in and which rank the launcher gave it.
 class Member : public castmesh::Actor {
@@ -192,30 +192,7 @@ int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128
 
 bool contains(absl::string_view text, absl::string_view part) { return text.find(part) != absl::string_view::npos; }
 
-// Collects supervision events that reach the controller's root.
-struct Events {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<castmesh::SupervisionEvent> events;
-  std::function<void(const castmesh::SupervisionEvent&)> handler() {
-    return [this](const castmesh::SupervisionEvent& e) {
-      std::lock_guard lock(mu);
-      events.push_back(e);
-      cv.notify_all();
-    };
-  }
-  std::optional<castmesh::SupervisionEvent> wait_for_child(const castmesh::Address& child) {
-    std::unique_lock lock(mu);
-    std::optional<castmesh::SupervisionEvent> found;
-    cv.wait_for(lock, 10s, [&] {
-      for (const auto& e : events) {
-        if (e.child == child) found = e;
-      }
-      return found.has_value();
-    });
-    return found;
-  }
-};
+using Events = castmesh::testing::SupervisionEvents;
 
 // A fake proc in this process that joins with whatever it is told to say
 // and then ignores everything (including Stop): what a broken or foreign

@@ -428,9 +428,3 @@ INSTANTIATE_TEST_SUITE_P(Transports, RdmaAcrossProcs, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "SingleCopy" : "Socket"; });
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  castmesh::init(argc, argv);  // worker procs never return from here
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
