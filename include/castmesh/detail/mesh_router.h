@@ -108,7 +108,7 @@ class InProcessRouter;
 // base mesh this hop is responsible for, and (for reductions) where the
 // subtree's result goes.
 struct MeshHop {
-  const InProcessRouter* router;  // alive: `call` holds the mesh that owns it
+  const InProcessRouter* router = nullptr;  // alive: `call` holds the mesh that owns it
   std::shared_ptr<const MeshCall> call;
   CastSpan span;
   std::shared_ptr<void> up;  // the parent's node (reductions only)
