@@ -68,7 +68,7 @@ class Actor {
   UntypedRef self() const;
   template <typename A>
   ActorRef<A> self_as() const {
-    return ActorRef<A>(self().endpoint());
+    return ActorRef<A>(self().destination());
   }
   Runtime& runtime() const;
 
@@ -137,14 +137,14 @@ namespace detail {
 // allocation for both.
 template <typename T, typename F>
 struct ActorContinuation final : FutureCallback, ClosureEnvelope {
-  ActorContinuation(std::shared_ptr<Endpoint> t, F f) : target(std::move(t)), fn(std::move(f)) {}
+  ActorContinuation(std::shared_ptr<Destination> t, F f) : target(std::move(t)), fn(std::move(f)) {}
   void on_future_ready(FutureStateBase* s) override {
     result.emplace(static_cast<FutureState<T>*>(s)->take());
-    std::shared_ptr<Endpoint> to = std::move(target);
+    std::shared_ptr<Destination> to = std::move(target);
     post(*to, this);  // the mailbox owns this envelope now
   }
   void run() override { fn(std::move(*result)); }
-  std::shared_ptr<Endpoint> target;
+  std::shared_ptr<Destination> target;
   F fn;
   std::optional<absl::StatusOr<T>> result;
 };
@@ -153,7 +153,7 @@ struct ActorContinuation final : FutureCallback, ClosureEnvelope {
 template <typename T, typename F>
 void Actor::on_complete(Future<T> future, F f) {
   if (!future.valid()) future = make_failed_future<T>(absl::FailedPreconditionError("invalid future"));
-  std::move(future).on_ready_callback(new detail::ActorContinuation<T, F>(self().endpoint(), std::move(f)));
+  std::move(future).on_ready_callback(new detail::ActorContinuation<T, F>(self().destination(), std::move(f)));
 }
 
 }  // namespace castmesh

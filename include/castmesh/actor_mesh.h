@@ -220,12 +220,12 @@ class ActorMesh {
   absl::StatusOr<ActorRef<A>> ref(const Point& point) const {
     absl::StatusOr<Point> own = view_.point_of_rank(point.rank());
     if (!own.ok()) return own.status();
-    return ActorRef<A>(state_->member(point.rank()).endpoint());
+    return ActorRef<A>(state_->member(point.rank()).destination());
   }
   // Every member, in row-major order of shape().
   std::vector<ActorRef<A>> refs() const {
     std::vector<ActorRef<A>> out;
-    for (size_t rank : view_.slice().ranks()) out.emplace_back(state_->member(rank).endpoint());
+    for (size_t rank : view_.slice().ranks()) out.emplace_back(state_->member(rank).destination());
     return out;
   }
 
@@ -292,7 +292,7 @@ class ActorMesh {
     if (!rank.ok()) return make_failed_future<R>(rank.status());
     state_->request_started(*rank);
     auto [port, future] = make_once_port<R>();
-    ActorRef<A>(state_->member(*rank).endpoint())
+    ActorRef<A>(state_->member(*rank).destination())
         .ask(std::move(msg))
         .on_ready([state = state_, rank = *rank, port = std::move(port)](absl::StatusOr<R> r) {
           state->request_finished(rank);

@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "castmesh/address.h"
-#include "castmesh/detail/endpoint.h"
+#include "castmesh/detail/destination.h"
 #include "castmesh/detail/handlers.h"
 #include "castmesh/future.h"
 
@@ -29,19 +29,19 @@ class ActorRef;
 class UntypedRef {
  public:
   UntypedRef() = default;
-  explicit UntypedRef(std::shared_ptr<detail::Endpoint> endpoint) : endpoint_(std::move(endpoint)) {}
+  explicit UntypedRef(std::shared_ptr<detail::Destination> destination) : destination_(std::move(destination)) {}
   // A ref to `address`, resolved through Runtime::current() when used.
-  static UntypedRef from_address(Address address) { return UntypedRef(detail::unresolved_endpoint(std::move(address))); }
+  static UntypedRef from_address(Address address) { return UntypedRef(detail::unresolved_destination(std::move(address))); }
   static absl::StatusOr<UntypedRef> from_bytes(std::string_view bytes) {
     auto a = Address::from_bytes(bytes);
     if (!a.ok()) return a.status();
     return from_address(std::move(*a));
   }
 
-  bool valid() const { return endpoint_ != nullptr; }
+  bool valid() const { return destination_ != nullptr; }
   const Address& address() const {
     static const Address kEmpty;
-    return endpoint_ ? endpoint_->address() : kEmpty;
+    return destination_ ? destination_->address() : kEmpty;
   }
   std::string to_string() const { return address().to_string(); }
   std::string to_bytes() const { return address().to_bytes(); }
@@ -68,7 +68,7 @@ class UntypedRef {
   // Asks the actor to stop once the messages already in its mailbox (from
   // each sender, those sent before this call) are handled.
   void stop() const {
-    if (endpoint_) detail::request_stop(*endpoint_);
+    if (destination_) detail::request_stop(*destination_);
   }
 
   // Typed view. No check is possible for remote actors; for local ones a
@@ -76,14 +76,14 @@ class UntypedRef {
   template <typename A>
   absl::StatusOr<ActorRef<A>> as() const;
 
-  const std::shared_ptr<detail::Endpoint>& endpoint() const& { return endpoint_; }
-  // From a temporary ref (`self().endpoint()`): the pointer moves out, so
+  const std::shared_ptr<detail::Destination>& destination() const& { return destination_; }
+  // From a temporary ref (`self().destination()`): the pointer moves out, so
   // no reference-count increment and decrement pair (two atomic operations on
   // every Actor::on_complete).
-  std::shared_ptr<detail::Endpoint> endpoint() && { return std::move(endpoint_); }
+  std::shared_ptr<detail::Destination> destination() && { return std::move(destination_); }
 
   friend bool operator==(const UntypedRef& a, const UntypedRef& b) {
-    return a.endpoint_ == b.endpoint_ || a.address() == b.address();
+    return a.destination_ == b.destination_ || a.address() == b.address();
   }
   friend auto operator<=>(const UntypedRef& a, const UntypedRef& b) { return a.address() <=> b.address(); }
   template <typename H>
@@ -102,14 +102,14 @@ class UntypedRef {
     return env;
   }
   void deliver(detail::Envelope* env) const {
-    if (endpoint_) {
-      endpoint_->deliver(env);
+    if (destination_) {
+      destination_->deliver(env);
     } else {
       detail::reject(env, absl::FailedPreconditionError("send through an empty actor ref"));
     }
   }
 
-  std::shared_ptr<detail::Endpoint> endpoint_;
+  std::shared_ptr<detail::Destination> destination_;
 };
 
 // A typed ref to an actor of class A. tell/ask check at compile time that A
@@ -120,8 +120,8 @@ template <typename A>
 class ActorRef : public UntypedRef {
  public:
   ActorRef() = default;
-  explicit ActorRef(std::shared_ptr<detail::Endpoint> endpoint) : UntypedRef(std::move(endpoint)) {}
-  static ActorRef from_address(Address address) { return ActorRef(detail::unresolved_endpoint(std::move(address))); }
+  explicit ActorRef(std::shared_ptr<detail::Destination> destination) : UntypedRef(std::move(destination)) {}
+  static ActorRef from_address(Address address) { return ActorRef(detail::unresolved_destination(std::move(address))); }
   static absl::StatusOr<ActorRef> from_bytes(std::string_view bytes) {
     auto a = Address::from_bytes(bytes);
     if (!a.ok()) return a.status();
@@ -168,13 +168,13 @@ class ActorRef : public UntypedRef {
 
 template <typename A>
 absl::StatusOr<ActorRef<A>> UntypedRef::as() const {
-  if (!endpoint_) return absl::FailedPreconditionError("empty actor ref");
-  const uint32_t cls = endpoint_->actor_class();
+  if (!destination_) return absl::FailedPreconditionError("empty actor ref");
+  const uint32_t cls = destination_->actor_class();
   if (cls != 0 && cls != type_id<A>()) {
     return absl::InvalidArgumentError(std::string("actor ") + to_string() + " is not a " +
                                       std::string(type_name<A>()));
   }
-  return ActorRef<A>(endpoint_);
+  return ActorRef<A>(destination_);
 }
 
 }  // namespace castmesh

@@ -70,7 +70,7 @@ class RuntimeCore;
 class RuntimeTransportSeam;
 class ActorCell;
 // Registers a new actor (used by the spawn templates).
-absl::StatusOr<std::shared_ptr<Endpoint>> spawn_actor(RuntimeCore* rt, ActorCell* parent,
+absl::StatusOr<std::shared_ptr<Destination>> spawn_actor(RuntimeCore* rt, ActorCell* parent,
                                                       std::unique_ptr<Actor> actor, const HandlerTable& table,
                                                       SpawnOptions options);
 }  // namespace detail

@@ -149,7 +149,7 @@ class TellCall final : public MeshCall {
   TellCall(std::shared_ptr<MeshState> mesh, M msg) : MeshCall(std::move(mesh)), msg_(std::move(msg)) {}
 
   void deliver(size_t rank, const std::shared_ptr<void>&) const override {
-    if (!mesh().is_dead(rank)) ActorRef<A>(mesh().member(rank).endpoint()).tell(M(msg_));
+    if (!mesh().is_dead(rank)) ActorRef<A>(mesh().member(rank).destination()).tell(M(msg_));
   }
   absl::Status encode(CastRequest* request) const override { return encode_cast(msg_, request); }
 
@@ -166,7 +166,7 @@ class GatherCall final : public MeshCall {
 
   void deliver(size_t rank, const std::shared_ptr<void>&) const override {
     const size_t position = *gather_->shape().slice().position_of(rank);
-    ActorRef<A>(mesh().member(rank).endpoint())
+    ActorRef<A>(mesh().member(rank).destination())
         .ask(M(msg_))
         .on_ready([g = gather_, position, base = base_point(rank)](absl::StatusOr<R> r) {
           if (r.ok()) {
@@ -208,7 +208,7 @@ class StreamCall final : public MeshCall {
       : MeshCall(std::move(mesh)), view_(std::move(view)), msg_(std::move(msg)), queue_(std::move(queue)) {}
 
   void deliver(size_t rank, const std::shared_ptr<void>&) const override {
-    ActorRef<A>(mesh().member(rank).endpoint())
+    ActorRef<A>(mesh().member(rank).destination())
         .ask(M(msg_))
         .on_ready([q = queue_, point = *view_.point_of_rank(rank), base = base_point(rank)](absl::StatusOr<R> r) {
           if (!r.ok()) r = member_error(base, r.status());
@@ -260,7 +260,7 @@ class ReduceCall final : public MeshCall {
     });
   }
   void deliver(size_t rank, const std::shared_ptr<void>& node) const override {
-    ActorRef<A>(mesh().member(rank).endpoint())
+    ActorRef<A>(mesh().member(rank).destination())
         .ask(M(msg_))
         .on_ready([n = std::static_pointer_cast<ReduceNode<R>>(node), base = base_point(rank)](absl::StatusOr<R> r) {
           if (r.ok()) {

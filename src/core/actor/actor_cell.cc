@@ -62,7 +62,7 @@ void ActorCell::run_guarded(const char* what, std::string_view message_type, F&&
 
 ActorCell::ActorCell(RuntimeCore* rt, Address address, std::unique_ptr<Actor> actor, const HandlerTable& table,
                      std::shared_ptr<ActorCell> parent)
-    : Endpoint(std::move(address)), rt_(rt), actor_(std::move(actor)), table_(table), parent_(std::move(parent)) {
+    : Destination(std::move(address)), rt_(rt), actor_(std::move(actor)), table_(table), parent_(std::move(parent)) {
   actor_->cell_ = this;
 }
 

@@ -33,18 +33,18 @@ std::string default_name(std::string_view class_name) {
 }
 
 // An address nothing lives at (or a spawn refused during shutdown).
-class DeadEndpoint final : public Endpoint {
+class DeadDestination final : public Destination {
  public:
-  DeadEndpoint(Address a, absl::Status why) : Endpoint(std::move(a)), why_(std::move(why)) {}
+  DeadDestination(Address a, absl::Status why) : Destination(std::move(a)), why_(std::move(why)) {}
   void deliver(Envelope* env) override { reject(env, why_); }
 
  private:
   absl::Status why_;
 };
 
-class UnresolvedEndpoint final : public Endpoint {
+class UnresolvedDestination final : public Destination {
  public:
-  using Endpoint::Endpoint;
+  using Destination::Destination;
   void deliver(Envelope* env) override {
     RuntimeCore* rt = RuntimeCore::current();
     if (rt == nullptr) {
@@ -150,8 +150,8 @@ class RemoteReplySink final : public ReplySink {
 
 // ---- free functions used by the public headers ----
 
-std::shared_ptr<Endpoint> unresolved_endpoint(Address address) {
-  return std::make_shared<UnresolvedEndpoint>(std::move(address));
+std::shared_ptr<Destination> unresolved_destination(Address address) {
+  return std::make_shared<UnresolvedDestination>(std::move(address));
 }
 
 void reject(Envelope* env, absl::Status status) {
@@ -163,9 +163,9 @@ void reject(Envelope* env, absl::Status status) {
   delete env;
 }
 
-void post(Endpoint& target, Envelope* closure) { target.deliver(closure); }
+void post(Destination& target, Envelope* closure) { target.deliver(closure); }
 
-void request_stop(Endpoint& target) {
+void request_stop(Destination& target) {
   if (auto* cell = dynamic_cast<ActorCell*>(&target)) {
     auto* env = new Envelope();
     env->kind = EnvelopeKind::kStop;
@@ -181,7 +181,7 @@ ReplySink* make_remote_reply_sink(PortAddress port, uint32_t value_type) {
   return new RemoteReplySink(std::move(port), value_type, nullptr);
 }
 
-absl::StatusOr<std::shared_ptr<Endpoint>> spawn_actor(RuntimeCore* rt, ActorCell* parent,
+absl::StatusOr<std::shared_ptr<Destination>> spawn_actor(RuntimeCore* rt, ActorCell* parent,
                                                       std::unique_ptr<Actor> actor, const HandlerTable& table,
                                                       SpawnOptions options) {
   return rt->spawn(parent, std::move(actor), table, std::move(options));
@@ -219,7 +219,7 @@ absl::Status RuntimeCore::set_proc_id(ProcId id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
+absl::StatusOr<std::shared_ptr<Destination>> RuntimeCore::spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
                                                              const HandlerTable& table, SpawnOptions options) {
   // default_name() already replaces those characters; only a given name is checked.
   const bool given_name = !options.name.empty();
@@ -231,8 +231,8 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
   Address address{proc_id_, std::move(name), index};
   spawned_any_.store(true, std::memory_order_relaxed);
   if (shutting_down()) {
-    return std::shared_ptr<Endpoint>(
-        std::make_shared<DeadEndpoint>(std::move(address), absl::UnavailableError("runtime is shutting down")));
+    return std::shared_ptr<Destination>(
+        std::make_shared<DeadDestination>(std::move(address), absl::UnavailableError("runtime is shutting down")));
   }
   std::shared_ptr<ActorCell> parent_ref = parent ? parent->shared_from_this() : nullptr;
   auto cell = std::make_shared<ActorCell>(this, address, std::move(actor), table, parent_ref);
@@ -258,7 +258,7 @@ absl::StatusOr<std::shared_ptr<Endpoint>> RuntimeCore::spawn(ActorCell* parent, 
   const bool orphan = parent_ref && !parent_ref->add_child(cell);
   cell->start(thread);
   if (orphan) cell->request_stop_now(absl::UnavailableError("parent stopped before the child started"));
-  return std::shared_ptr<Endpoint>(std::move(cell));
+  return std::shared_ptr<Destination>(std::move(cell));
 }
 
 std::shared_ptr<ActorCell> RuntimeCore::find_local(const Address& address) {
@@ -269,10 +269,10 @@ std::shared_ptr<ActorCell> RuntimeCore::find_local(const Address& address) {
   return it == sh.cells.end() ? nullptr : it->second.lock();
 }
 
-std::shared_ptr<Endpoint> RuntimeCore::resolve(const Address& address) {
-  if (address.proc != proc_id_) return std::make_shared<RemoteEndpoint>(this, address);
+std::shared_ptr<Destination> RuntimeCore::resolve(const Address& address) {
+  if (address.proc != proc_id_) return std::make_shared<RemoteDestination>(this, address);
   if (auto cell = find_local(address)) return cell;
-  return std::make_shared<DeadEndpoint>(address, absl::NotFoundError(str_cat("no actor ", address.to_string())));
+  return std::make_shared<DeadDestination>(address, absl::NotFoundError(str_cat("no actor ", address.to_string())));
 }
 
 void RuntimeCore::on_cell_stopped(ActorCell* cell) {
@@ -569,9 +569,9 @@ void RuntimeCore::fail_reply_port(const PortAddress& port, absl::Status error) {
   }
 }
 
-// ---- RemoteEndpoint ----
+// ---- RemoteDestination ----
 
-void RemoteEndpoint::deliver(Envelope* env) {
+void RemoteDestination::deliver(Envelope* env) {
   WireMessage m;
   m.destination = address();
   if (ActorCell* me = ActorCell::current()) m.sender = me->address();

@@ -38,13 +38,13 @@ void notify_down(const Watcher& w, const DownEvent& ev);
 // thread running the cell's turn; links are guarded by links_mu_.
 // Lifetime: refs hold the cell (a small shell once stopped); the cell holds
 // itself alive (self_) from start until it has stopped.
-class ActorCell final : public Endpoint, public Schedulable, public std::enable_shared_from_this<ActorCell> {
+class ActorCell final : public Destination, public Schedulable, public std::enable_shared_from_this<ActorCell> {
  public:
   ActorCell(RuntimeCore* rt, Address address, std::unique_ptr<Actor> actor, const HandlerTable& table,
             std::shared_ptr<ActorCell> parent);
   ~ActorCell() override;
 
-  // Endpoint
+  // Destination
   void deliver(Envelope* env) override;
   uint32_t actor_class() const override { return table_.class_id; }
   RuntimeCore* runtime() const override { return rt_; }
@@ -140,11 +140,11 @@ class RuntimeCore {
   Scheduler& scheduler() { return *scheduler_; }
   bool shutting_down() const { return shutting_down_.load(std::memory_order_acquire); }
 
-  absl::StatusOr<std::shared_ptr<Endpoint>> spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
+  absl::StatusOr<std::shared_ptr<Destination>> spawn(ActorCell* parent, std::unique_ptr<Actor> actor,
                                                   const HandlerTable& table, SpawnOptions options);
   // Local cell at `address` or nullptr.
   std::shared_ptr<ActorCell> find_local(const Address& address);
-  std::shared_ptr<Endpoint> resolve(const Address& address);
+  std::shared_ptr<Destination> resolve(const Address& address);
   void on_cell_stopped(ActorCell* cell);
   void report_unhandled(const SupervisionEvent& ev);
   void shutdown();
@@ -231,9 +231,9 @@ class RuntimeCore {
 };
 
 // An actor of another proc; sends are encoded and routed.
-class RemoteEndpoint final : public Endpoint {
+class RemoteDestination final : public Destination {
  public:
-  RemoteEndpoint(RuntimeCore* rt, Address address) : Endpoint(std::move(address)), rt_(rt) {}
+  RemoteDestination(RuntimeCore* rt, Address address) : Destination(std::move(address)), rt_(rt) {}
   void deliver(Envelope* env) override;
   RuntimeCore* runtime() const override { return rt_; }
 

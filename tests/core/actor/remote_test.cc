@@ -122,7 +122,7 @@ TEST_F(RemoteSeam, RegisteredCodecRoundTripsThroughBytes) {
   EXPECT_EQ(geo.address().proc, "proc-b");
   // A ref that travelled as bytes, used from proc-a.
   auto remote = ActorRef<Geometry>::from_bytes(geo.to_bytes()).value();
-  auto via_a = ActorRef<Geometry>(a_->resolve(remote.address()).endpoint());
+  auto via_a = ActorRef<Geometry>(a_->resolve(remote.address()).destination());
   auto r = via_a.ask(Point{1, 2}).get(10s);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->x, 2);
@@ -132,7 +132,7 @@ TEST_F(RemoteSeam, RegisteredCodecRoundTripsThroughBytes) {
 
 TEST_F(RemoteSeam, ProtobufMessagesGetACodecAutomatically) {
   auto geo = b_->spawn<Geometry>();
-  auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).endpoint());
+  auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).destination());
   google::protobuf::StringValue v;
   v.set_value("castmesh");
   auto r = via_a.ask(v).get(10s);
@@ -142,12 +142,12 @@ TEST_F(RemoteSeam, ProtobufMessagesGetACodecAutomatically) {
 
 TEST_F(RemoteSeam, ErrorsAreClear) {
   auto geo = b_->spawn<Geometry>();
-  auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).endpoint());
+  auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).destination());
   // No codec for the message type: fails on the sending side.
   auto no = via_a.ask(NoCodec{}).get(10s);
   EXPECT_EQ(no.status().code(), absl::StatusCode::kFailedPrecondition) << no.status();
   // Unknown actor in the other proc.
-  auto ghost = ActorRef<Geometry>(a_->resolve(Address{"proc-b", "ghost", 1}).endpoint());
+  auto ghost = ActorRef<Geometry>(a_->resolve(Address{"proc-b", "ghost", 1}).destination());
   EXPECT_EQ(ghost.ask(Point{}).get(10s).status().code(), absl::StatusCode::kNotFound);
   // Unknown wire type name and malformed payloads, injected directly.
   EXPECT_EQ(Seam::deliver_serialized(*b_, geo.address(), "test.Nope", "").code(), absl::StatusCode::kUnimplemented);
@@ -158,7 +158,7 @@ TEST_F(RemoteSeam, ErrorsAreClear) {
       absl::StatusCode::kNotFound);
   // No router: kUnavailable naming the proc.
   Runtime lone(RuntimeOptions{.workers = 1, .proc_id = "lone"});
-  auto r = ActorRef<Geometry>(lone.resolve(geo.address()).endpoint()).ask(Point{}).get(10s);
+  auto r = ActorRef<Geometry>(lone.resolve(geo.address()).destination()).ask(Point{}).get(10s);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(std::string(r.status().message()).find("proc-b"), std::string::npos);
 }
@@ -167,7 +167,7 @@ TEST_F(RemoteSeam, ErrorsAreClear) {
 TEST_F(RemoteSeam, PendingRequestsToADeadProcFail) {
   auto geo = b_->spawn<Geometry>();
   router_->remove("proc-b");  // messages to proc-b are now lost
-  auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).endpoint());
+  auto via_a = ActorRef<Geometry>(a_->resolve(geo.address()).destination());
   auto pending = via_a.ask(Point{3, 4});
   EXPECT_FALSE(pending.ready());
   Seam::fail_pending_to_proc(*a_, "proc-b", absl::UnavailableError("proc proc-b died"));

@@ -12,12 +12,12 @@ namespace castmesh::detail {
 
 class RuntimeCore;
 
-class Endpoint {
+class Destination {
  public:
-  explicit Endpoint(Address address) : address_(std::move(address)) {}
-  Endpoint(const Endpoint&) = delete;
-  Endpoint& operator=(const Endpoint&) = delete;
-  virtual ~Endpoint() = default;
+  explicit Destination(Address address) : address_(std::move(address)) {}
+  Destination(const Destination&) = delete;
+  Destination& operator=(const Destination&) = delete;
+  virtual ~Destination() = default;
 
   const Address& address() const { return address_; }
   // Takes ownership of `env`. If it cannot be delivered, its request (if
@@ -26,20 +26,20 @@ class Endpoint {
   virtual void deliver(Envelope* env) = 0;
   // Class id (type_id<A>()) of a local actor; 0 when not known here.
   virtual uint32_t actor_class() const { return 0; }
-  // The runtime this endpoint belongs to, or nullptr (unresolved).
+  // The runtime this destination belongs to, or nullptr (unresolved).
   virtual RuntimeCore* runtime() const { return nullptr; }
 
  private:
   Address address_;
 };
 
-// An endpoint resolved lazily through Runtime::current() at each send.
-std::shared_ptr<Endpoint> unresolved_endpoint(Address address);
+// A destination resolved lazily through Runtime::current() at each send.
+std::shared_ptr<Destination> unresolved_destination(Address address);
 // Fails `env`'s request with `status` and deletes it.
 void reject(Envelope* env, absl::Status status);
 // Posts a closure envelope to `target` (dropped if the actor is gone).
-void post(Endpoint& target, Envelope* closure);
+void post(Destination& target, Envelope* closure);
 // Requests that the actor stops after the messages already in its mailbox.
-void request_stop(Endpoint& target);
+void request_stop(Destination& target);
 
 }  // namespace castmesh::detail
