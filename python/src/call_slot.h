@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "bindings.h"
 #include "castmesh/future.h"
@@ -115,7 +114,7 @@ class CallSlot {
   std::condition_variable cv_;
   bool done_ = false;  // set once under mu_; result_ is read after seeing it
   absl::StatusOr<T> result_;
-  std::vector<pybind11::object> callbacks_ ABSL_GUARDED_BY(mu_);
+  std::vector<pybind11::object> callbacks_;  // under mu_ (the destructor runs alone)
 };
 // A call to one actor (castmesh._castmesh.CallFuture).
 using CallFuture = CallSlot<std::string>;

@@ -6,7 +6,6 @@
 
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -14,6 +13,7 @@
 #include "bindings.h"
 #include "call_slot.h"
 #include "castmesh/actor.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
 #include "py_call.h"
 #include "status_binding.h"
@@ -30,7 +30,7 @@ class PortQueue {
   void push(std::string payload) {
     std::shared_ptr<CallFuture> waiter;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       if (waiters_.empty()) {
         items_.push_back(std::move(payload));
         return;
@@ -46,7 +46,7 @@ class PortQueue {
     auto slot = std::make_shared<CallFuture>();
     std::string payload;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       if (items_.empty()) {
         waiters_.push_back(slot);
         return slot;
@@ -59,7 +59,7 @@ class PortQueue {
   }
 
  private:
-  std::mutex mu_;
+  detail::Mutex mu_;
   std::deque<std::string> items_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<CallFuture>> waiters_ ABSL_GUARDED_BY(mu_);
 };

@@ -5,12 +5,9 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "bindings.h"
 #include "call_slot.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
 #include "castmesh/supervision.h"
 #include "host_actor.h"
@@ -43,7 +41,7 @@ class FailureQueue {
   // Any thread; never blocks on Python. Dropped once the queue is closed.
   void push(FailureReport report) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       if (closed_) return;
       reports_.push_back(std::move(report));
     }
@@ -57,9 +55,10 @@ class FailureQueue {
     std::optional<FailureReport> report;
     {
       py::gil_scoped_release release;
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::duration<double>(timeout),
-                   [this] { return closed_ || !reports_.empty(); });
+      detail::MutexLock lock(mu_);
+      cv_.wait_for(lock, absl::Seconds(timeout), [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return closed_ || !reports_.empty();
+      });
       if (!closed_ && !reports_.empty()) {
         report = std::move(reports_.front());
         reports_.pop_front();
@@ -75,7 +74,7 @@ class FailureQueue {
   // through pybind11's noexcept gil_scoped_release ends in std::terminate).
   void close() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       closed_ = true;
       reports_.clear();
     }
@@ -83,8 +82,8 @@ class FailureQueue {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
+  detail::Mutex mu_;
+  detail::CondVar cv_;
   std::deque<FailureReport> reports_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
