@@ -82,19 +82,23 @@ class ABSL_LOCKABLE SharedMutex {
   void unlock_shared() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
 
  private:
+  friend class ReaderMutexLock;
   std::shared_mutex mu_;
 };
 
-// Holds a SharedMutex shared for its scope.
+// Holds a SharedMutex shared for its scope (or until unlock()).
 class ABSL_SCOPED_LOCKABLE ReaderMutexLock {
  public:
-  explicit ReaderMutexLock(SharedMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : mu_(mu) { mu_.lock_shared(); }
-  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
+  explicit ReaderMutexLock(SharedMutex& mu) ABSL_SHARED_LOCK_FUNCTION(mu) : lock_(mu.mu_) {}
+  ~ReaderMutexLock() ABSL_UNLOCK_FUNCTION() {}
   ReaderMutexLock(const ReaderMutexLock&) = delete;
   ReaderMutexLock& operator=(const ReaderMutexLock&) = delete;
 
+  // Releases the shared hold before the end of the scope.
+  void unlock() ABSL_UNLOCK_FUNCTION() { lock_.unlock(); }
+
  private:
-  SharedMutex& mu_;
+  std::shared_lock<std::shared_mutex> lock_;
 };
 
 // Holds a SharedMutex exclusively for its scope.

@@ -1,9 +1,8 @@
 #include "core/proc/proc_host.h"
 
-#include <condition_variable>
-#include <shared_mutex>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
@@ -26,8 +25,8 @@ constexpr uint32_t kDataFlag = 2;
 
 // Hosts by runtime, so a second allocation on one runtime reuses its host.
 struct HostDirectory {
-  std::mutex mu;
-  absl::flat_hash_map<const Runtime*, std::weak_ptr<ProcHost>> by_runtime;
+  detail::Mutex mu;
+  absl::flat_hash_map<const Runtime*, std::weak_ptr<ProcHost>> by_runtime ABSL_GUARDED_BY(mu);
 };
 HostDirectory& host_directory() {
   static auto* directory = new HostDirectory;
@@ -45,12 +44,12 @@ class ProcHost::Router : public detail::RemoteRouter {
   Router(ProcHost* host, Runtime* runtime) : host_(host), runtime_(runtime) {}
 
   void detach() {
-    std::unique_lock lock(mu_);
+    detail::WriterMutexLock lock(mu_);
     host_ = nullptr;
   }
 
   void route(detail::WireMessage msg) override {
-    std::shared_lock lock(mu_);
+    detail::ReaderMutexLock lock(mu_);
     if (host_ == nullptr) {
       lock.unlock();
       fail(msg, absl::UnavailableError("this proc's transport is shut down"));
@@ -78,7 +77,7 @@ class ProcHost::Router : public detail::RemoteRouter {
   }
 
   void watch(const Address& actor) override {
-    std::shared_lock lock(mu_);
+    detail::ReaderMutexLock lock(mu_);
     if (host_ == nullptr) {
       lock.unlock();
       Seam::report_remote_down(*runtime_, actor,
@@ -99,21 +98,21 @@ class ProcHost::Router : public detail::RemoteRouter {
     }
   }
 
-  std::shared_mutex mu_;
-  ProcHost* host_;
+  detail::SharedMutex mu_;
+  ProcHost* host_ ABSL_GUARDED_BY(mu_);
   Runtime* runtime_;  // the runtime this router is installed in (it outlives its router's use)
 };
 
 struct ProcHost::PendingRequest {
   ProcId peer;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  absl::StatusOr<std::string> result = absl::UnknownError("no reply");
+  detail::Mutex mu;
+  detail::CondVar cv;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<std::string> result ABSL_GUARDED_BY(mu) = absl::UnknownError("no reply");
 
   void complete(absl::StatusOr<std::string> value) {
     {
-      std::lock_guard lock(mu);
+      detail::MutexLock lock(mu);
       if (done) return;
       done = true;
       result = std::move(value);
@@ -124,7 +123,7 @@ struct ProcHost::PendingRequest {
 
 absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, ProcHostOptions options) {
   {
-    std::lock_guard lock(host_directory().mu);
+    detail::MutexLock lock(host_directory().mu);
     auto it = host_directory().by_runtime.find(&runtime);
     if (it != host_directory().by_runtime.end() && !it->second.expired()) {
       return absl::AlreadyExistsError("this runtime is already a proc (ProcHost attached)");
@@ -165,7 +164,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   refuse_joins(*host);  // until an allocation waits for procs (core/proc/join.h)
   host->install_services();
   {
-    std::lock_guard lock(host_directory().mu);
+    detail::MutexLock lock(host_directory().mu);
     host_directory().by_runtime[&runtime] = host;
   }
   host->ready_.store(true, std::memory_order_release);
@@ -184,14 +183,14 @@ void ProcHost::install_services() {
 }
 
 std::shared_ptr<ProcHost> ProcHost::of(const Runtime& runtime) {
-  std::lock_guard lock(host_directory().mu);
+  detail::MutexLock lock(host_directory().mu);
   auto it = host_directory().by_runtime.find(&runtime);
   return it == host_directory().by_runtime.end() ? nullptr : it->second.lock();
 }
 
 ProcHost::~ProcHost() {
   {
-    std::lock_guard lock(host_directory().mu);
+    detail::MutexLock lock(host_directory().mu);
     auto it = host_directory().by_runtime.find(&runtime_);
     if (it != host_directory().by_runtime.end() && it->second.expired()) host_directory().by_runtime.erase(it);
   }
@@ -205,7 +204,7 @@ ProcHost::~ProcHost() {
   // Joins the I/O thread; a handler still running meanwhile may call
   // endpoint_->send(), which then fails cleanly (the object stays alive).
   if (endpoint_) endpoint_->shutdown();
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   for (auto& [id, pending] : pending_) pending->complete(absl::CancelledError("proc shut down"));
 }
 
@@ -227,24 +226,25 @@ absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::
   pending->peer = peer;
   uint64_t id;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     id = next_id_++;
     pending_.emplace(id, pending);
   }
   absl::Status sent = send_control(peer, message, id);
   if (!sent.ok()) pending->complete(sent);
   {
-    std::unique_lock lock(pending->mu);
-    if (!pending->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout), [&] { return pending->done; })) {
+    detail::MutexLock lock(pending->mu);
+    if (!pending->cv.wait_for(lock, timeout, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pending->mu) { return pending->done; })) {
       pending->done = true;
       pending->result = absl::DeadlineExceededError(absl::StrCat("no answer from proc ", describe(peer), " within ",
                                                                  absl::FormatDuration(timeout)));
     }
   }
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     pending_.erase(id);
   }
+  detail::MutexLock lock(pending->mu);
   return pending->result;
 }
 
@@ -261,12 +261,12 @@ absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_nam
 }
 
 void ProcHost::on_data(const std::string& type_name, DataHandler handler) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   data_handlers_[type_name] = std::move(handler);
 }
 
 void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provider) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   data_sinks_[type_name] = std::move(provider);
 }
 
@@ -278,7 +278,7 @@ std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string
   }
   DataSinkProvider provider;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = data_sinks_.find(envelope.message_type());
     if (it == data_sinks_.end()) return nullptr;
     provider = it->second;
@@ -294,7 +294,7 @@ std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {
 }
 
 void ProcHost::on_control(const std::string& type_name, ControlHandler handler) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   control_handlers_[type_name] = std::move(handler);
 }
 
@@ -305,12 +305,12 @@ uint64_t ProcHost::add_peer_lost_observer(PeerLostObserver observer) {
 void ProcHost::remove_peer_lost_observer(uint64_t id) { peer_lost_observers_.remove(id); }
 
 void ProcHost::describe_peer(const ProcId& peer, std::string description) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   descriptions_[peer] = std::move(description);
 }
 
 std::string ProcHost::describe(const ProcId& peer) const {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = descriptions_.find(peer);
   return it == descriptions_.end() ? peer : absl::StrCat(peer, " (", it->second, ")");
 }
@@ -321,7 +321,7 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
     if (envelope.flags() & kReplyFlag) {
       std::shared_ptr<PendingRequest> pending;
       {
-        std::lock_guard lock(mu_);
+        detail::MutexLock lock(mu_);
         auto it = pending_.find(envelope.correlation());
         if (it != pending_.end()) pending = it->second;
       }
@@ -334,7 +334,7 @@ void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope
     }
     ControlHandler handler;
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       auto it = control_handlers_.find(envelope.message_type());
       if (it != control_handlers_.end()) handler = it->second;
     }
@@ -382,7 +382,7 @@ void ProcHost::deliver_data(const std::string& peer, const std::string& type_nam
                             wire::Payload payload) {
   DataHandler handler;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = data_handlers_.find(type_name);
     if (it != data_handlers_.end()) handler = it->second;
   }
@@ -401,7 +401,7 @@ void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
   Seam::report_proc_down(runtime_, peer, gone);  // every monitor of an actor there is down
   std::vector<std::shared_ptr<PendingRequest>> failed;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     for (auto& [id, pending] : pending_) {
       if (pending->peer == peer) failed.push_back(pending);
     }

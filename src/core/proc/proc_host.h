@@ -21,11 +21,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
 #include "core/proc/observer_registry.h"
 #include "core/proc/proc_service.h"
@@ -165,13 +165,13 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   std::shared_ptr<RemoteMonitors> monitors_;        // also in services_; the router's watches
   ObserverRegistry<ProcId, absl::Status> peer_lost_observers_;
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, ControlHandler> control_handlers_;
-  absl::flat_hash_map<std::string, DataHandler> data_handlers_;
-  absl::flat_hash_map<std::string, DataSinkProvider> data_sinks_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_;
-  absl::flat_hash_map<ProcId, std::string> descriptions_;
-  uint64_t next_id_ = 1;
+  mutable detail::Mutex mu_;
+  absl::flat_hash_map<std::string, ControlHandler> control_handlers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, DataHandler> data_handlers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, DataSinkProvider> data_sinks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ProcId, std::string> descriptions_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace castmesh::proc

@@ -1,10 +1,10 @@
 // RendezvousAllocator: procs started by a launcher (mpirun, srun, a
 // Kubernetes Job) join this controller at its listen address.
 #include <cstdlib>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/proc_mesh.h"
 #include "core/log/log.h"
 #include "core/proc/join.h"
@@ -79,7 +79,7 @@ absl::StatusOr<std::shared_ptr<proc::ProcHost>> RendezvousAllocator::listening_h
 RendezvousAllocator::RendezvousAllocator(RendezvousAllocatorOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::string> RendezvousAllocator::listen(Runtime& runtime) {
-  std::lock_guard allocation(proc::allocation_mutex());
+  detail::MutexLock allocation(proc::allocation_mutex());
   absl::StatusOr<std::shared_ptr<proc::ProcHost>> host = listening_host(runtime);
   if (!host.ok()) return host.status();
   return (*host)->id();
@@ -96,7 +96,7 @@ absl::StatusOr<ProcMesh> RendezvousAllocator::allocate(Runtime& runtime, const S
   if (!shape.ok()) return shape.status();
   const int procs = static_cast<int>(shape->size());
   if (procs <= 0) return absl::InvalidArgumentError("a proc mesh needs at least one proc");
-  std::lock_guard allocation(proc::allocation_mutex());
+  detail::MutexLock allocation(proc::allocation_mutex());
   absl::StatusOr<std::shared_ptr<proc::ProcHost>> listening = listening_host(runtime);
   if (!listening.ok()) return listening.status();
   std::shared_ptr<proc::ProcHost> host = *std::move(listening);
