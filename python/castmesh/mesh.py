@@ -528,7 +528,7 @@ class _TreeRoute:
     __slots__ = ("_cmesh", "_labels")
     folds = True  # C++ reducers fold numeric reply pieces on the way up
 
-    def __init__(self, cmesh: "_castmesh.ActorMesh", labels: List[str]) -> None:
+    def __init__(self, cmesh: "_castmesh.ActorMeshHandle", labels: List[str]) -> None:
         self._cmesh = cmesh
         # The dimension names the C++ view knows (flatten, rename and split
         # change only the Python view).

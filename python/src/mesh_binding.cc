@@ -25,7 +25,7 @@ namespace {
 // A castmesh::ActorMesh over the Python actor hosts of a ProcMesh: cast and
 // call travel along the mesh's cast tree, and a member whose proc dies fails
 // pending and later calls naming its point.
-struct PyActorMesh {
+struct ActorMeshHandle {
   ActorMesh<PyActorHost> mesh;
 
   std::vector<PyActorRef> refs() const {
@@ -33,13 +33,13 @@ struct PyActorMesh {
     for (auto& r : mesh.refs()) out.push_back(PyActorRef{r});
     return out;
   }
-  PyActorMesh select_index(const std::string& name, int64_t index) const {
-    return PyActorMesh{value_or_throw(mesh.slice(name, Selector(index)), ErrorDomain::kValue)};
+  ActorMeshHandle select_index(const std::string& name, int64_t index) const {
+    return ActorMeshHandle{value_or_throw(mesh.slice(name, Selector(index)), ErrorDomain::kValue)};
   }
-  PyActorMesh select_range(const std::string& name, int64_t start, int64_t stop, int64_t step) const {
+  ActorMeshHandle select_range(const std::string& name, int64_t start, int64_t stop, int64_t step) const {
     // Python normalises its slices first (castmesh.shape.normalize_selector):
     // a negative value here is refused by the C++ Shape, never read as "to the end".
-    return PyActorMesh{value_or_throw(mesh.slice(name, Selector(Range(start, stop, step))), ErrorDomain::kValue)};
+    return ActorMeshHandle{value_or_throw(mesh.slice(name, Selector(Range(start, stop, step))), ErrorDomain::kValue)};
   }
   void cast(const std::string& endpoint, std::string payload) const {
     absl::Status status;
@@ -94,7 +94,7 @@ struct PyReplyStream {
   }
 };
 
-PyActorMesh spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std::string spec,
+ActorMeshHandle spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std::string spec,
                              const std::vector<std::pair<std::string, size_t>>& dims) {
   absl::StatusOr<ActorMesh<PyActorHost>> mesh = absl::UnknownError("not spawned");
   {
@@ -111,7 +111,7 @@ PyActorMesh spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std
       mesh = ActorMesh<PyActorHost>::Spawn(procs, *shape, std::move(options), spec);
     }
   }
-  return PyActorMesh{value_or_throw(std::move(mesh), ErrorDomain::kProc)};
+  return ActorMeshHandle{value_or_throw(std::move(mesh), ErrorDomain::kProc)};
 }
 
 std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& name, std::string spec) {
@@ -133,27 +133,27 @@ void bind_meshes(py::module_& module) {
   py::class_<PyReplyStream>(module, "ReplyStream", "Replies of a mesh stream, in arrival order.")
       .def("next", &PyReplyStream::next, py::arg("timeout") = -1.0);
 
-  py::class_<PyActorMesh>(module, "ActorMesh",
+  py::class_<ActorMeshHandle>(module, "ActorMeshHandle",
                           "castmesh::ActorMesh of Python actor hosts (cast tree, supervision).")
-      .def_property_readonly("size", [](const PyActorMesh& m) { return m.mesh.size(); })
-      .def("refs", &PyActorMesh::refs)
-      .def("select_index", &PyActorMesh::select_index, py::arg("name"), py::arg("index"))
-      .def("select_range", &PyActorMesh::select_range, py::arg("name"), py::arg("start"), py::arg("stop"),
+      .def_property_readonly("size", [](const ActorMeshHandle& m) { return m.mesh.size(); })
+      .def("refs", &ActorMeshHandle::refs)
+      .def("select_index", &ActorMeshHandle::select_index, py::arg("name"), py::arg("index"))
+      .def("select_range", &ActorMeshHandle::select_range, py::arg("name"), py::arg("start"), py::arg("stop"),
            py::arg("step"))
-      .def("cast", &PyActorMesh::cast, py::arg("endpoint"), py::arg("payload"))
-      .def("call", &PyActorMesh::call, py::arg("endpoint"), py::arg("payload"))
-      .def("call_one", &PyActorMesh::call_one, py::arg("endpoint"), py::arg("payload"))
-      .def("call_reduce", &PyActorMesh::call_reduce, py::arg("endpoint"), py::arg("payload"), py::arg("op"),
+      .def("cast", &ActorMeshHandle::cast, py::arg("endpoint"), py::arg("payload"))
+      .def("call", &ActorMeshHandle::call, py::arg("endpoint"), py::arg("payload"))
+      .def("call_one", &ActorMeshHandle::call_one, py::arg("endpoint"), py::arg("payload"))
+      .def("call_reduce", &ActorMeshHandle::call_reduce, py::arg("endpoint"), py::arg("payload"), py::arg("op"),
            "One reply piece folded by the C++ reducer op (sum, min, max) along the cast tree.")
       .def(
           "stream",
-          [](const PyActorMesh& m, const std::string& endpoint, std::string payload) {
+          [](const ActorMeshHandle& m, const std::string& endpoint, std::string payload) {
             py::gil_scoped_release release;
             return PyReplyStream{
                 std::make_shared<ReplyStream<std::string>>(m.mesh.stream(PyCall{endpoint, std::move(payload)}))};
           },
           py::arg("endpoint"), py::arg("payload"))
-      .def("stop", [](const PyActorMesh& m) {
+      .def("stop", [](const ActorMeshHandle& m) {
         py::gil_scoped_release release;
         m.mesh.stop();
       });
