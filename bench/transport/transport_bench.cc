@@ -191,15 +191,15 @@ int serve_castmesh(const std::string& kind) {
   std::atomic<bool> done{false};
   auto endpoint = Endpoint::start(
       options,
-      [&](const std::string& peer, v1::Envelope&& envelope, Payload payload) {
+      [&](const std::string& peer, v1::FrameHeader&& envelope, Payload payload) {
         if (envelope.message_type() == "ping") {
-          v1::Envelope pong;
+          v1::FrameHeader pong;
           pong.set_message_type("pong");
           (void)self->send(peer, std::move(pong), std::move(payload));
         } else if (envelope.message_type() == "data") {
           ++received;
         } else if (envelope.message_type() == "done") {
-          v1::Envelope ack;
+          v1::FrameHeader ack;
           ack.set_message_type("ack");
           ack.set_correlation(received);
           received = 0;
@@ -262,7 +262,7 @@ class Client {
   explicit Client(const std::string& server) : server_(server) {
     EndpointOptions options;
     options.secret = kSecret;
-    auto endpoint = Endpoint::start(options, [this](const std::string&, v1::Envelope&& e, Payload p) {
+    auto endpoint = Endpoint::start(options, [this](const std::string&, v1::FrameHeader&& e, Payload p) {
       on_reply(std::move(e), std::move(p));
     });
     endpoint_ = std::move(*endpoint);
@@ -297,7 +297,7 @@ class Client {
     replies_ = 0;
     const auto t0 = Clock::now();
     for (int i = 0; i < count; ++i) {
-      v1::Envelope e;
+      v1::FrameHeader e;
       e.set_message_type("data");
       check(endpoint_->send(server_, std::move(e), payload));
     }
@@ -311,7 +311,7 @@ class Client {
     replies_ = 0;
     const auto t0 = Clock::now();
     for (int i = 0; i < count; ++i) {
-      v1::Envelope e;
+      v1::FrameHeader e;
       e.set_message_type("data");
       check(endpoint_->send(server_, std::move(e), payload));
     }
@@ -327,12 +327,12 @@ class Client {
     }
   }
   void ping() {
-    v1::Envelope e;
+    v1::FrameHeader e;
     e.set_message_type("ping");
     check(endpoint_->send(server_, std::move(e), Payload::copy_of("8bytes!!")));
   }
   void finish(int count) {
-    v1::Envelope done;
+    v1::FrameHeader done;
     done.set_message_type("done");
     check(endpoint_->send(server_, std::move(done)));
     wait_replies(1);
@@ -341,7 +341,7 @@ class Client {
       std::exit(1);
     }
   }
-  void on_reply(v1::Envelope&& e, Payload) {
+  void on_reply(v1::FrameHeader&& e, Payload) {
     if (e.message_type() == "ack") acked_ = e.correlation();
     if (chain_ && --remaining_ > 0) ping();
     replies_.fetch_add(1, std::memory_order_release);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "castmesh/runtime.h"
-#include "castmesh/wire/v1/envelope.pb.h"
+#include "castmesh/wire/v1/frame.pb.h"
 #include "core/proc/proc_host.h"
 #include "core/transport/address.h"
 #include "core/wire/frame.h"
@@ -142,7 +142,7 @@ std::string frames_from(const std::uint8_t* data, std::size_t size, const std::s
       out += payload;
       continue;
     }
-    v1::Envelope envelope;
+    v1::FrameHeader envelope;
     envelope.set_version(wire::kWireVersion);
     envelope.set_sequence(sequence++);
     envelope.set_correlation(type + 1);
@@ -153,10 +153,10 @@ std::string frames_from(const std::uint8_t* data, std::size_t size, const std::s
     }
     envelope.set_payload_size(payload.size());
     if (type % (kControlCount + 1) < kControlCount) {
-      envelope.set_kind(v1::Envelope::KIND_CONTROL);
+      envelope.set_kind(v1::FrameHeader::KIND_CONTROL);
       envelope.set_message_type(kControlTypes[type % (kControlCount + 1)]);
     } else {
-      envelope.set_kind(v1::Envelope::KIND_MESSAGE);
+      envelope.set_kind(v1::FrameHeader::KIND_MESSAGE);
       envelope.set_destination(proc_id + "/target[" + std::to_string(flags) + "]");
       envelope.set_message_type("std::string");
       envelope.set_reply_to(std::string(kFuzzPeer) + "/caller[0]#1");

@@ -59,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       handshake_done = handshake->has_accept() || handshake->has_response();
       continue;
     }
-    auto envelope = wire::parse_envelope(body, body_size, limits);
+    auto envelope = wire::parse_frame_header(body, body_size, limits);
     if (!envelope.ok()) {
       check_error_text(std::string(envelope.status().message()));
       break;

@@ -55,8 +55,8 @@ class ProcHost::Router : public detail::RemoteRouter {
       fail(msg, absl::UnavailableError("this proc's transport is shut down"));
       return;
     }
-    v1::Envelope envelope;
-    envelope.set_kind(v1::Envelope::KIND_MESSAGE);
+    v1::FrameHeader envelope;
+    envelope.set_kind(v1::FrameHeader::KIND_MESSAGE);
     envelope.set_destination(msg.destination.to_string());
     envelope.set_port(msg.port);
     if (!msg.sender.empty()) envelope.set_source(msg.sender.to_string());
@@ -144,11 +144,11 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   ProcHost* raw = host.get();
   auto endpoint = transport::Endpoint::start(
       endpoint_options,
-      [raw](const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
+      [raw](const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload) {
         raw->on_message(peer, std::move(envelope), std::move(payload));
       },
       [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); },
-      [raw](const std::string& peer, const wire::v1::Envelope& envelope) { return raw->payload_sink(peer, envelope); });
+      [raw](const std::string& peer, const wire::v1::FrameHeader& envelope) { return raw->payload_sink(peer, envelope); });
   if (!endpoint.ok()) return endpoint.status();
   host->endpoint_ = std::move(*endpoint);
   host->id_ = host->endpoint_->id();
@@ -210,8 +210,8 @@ ProcHost::~ProcHost() {
 
 absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::MessageLite& message,
                                     uint64_t correlation, bool is_reply) {
-  v1::Envelope envelope;
-  envelope.set_kind(v1::Envelope::KIND_CONTROL);
+  v1::FrameHeader envelope;
+  envelope.set_kind(v1::FrameHeader::KIND_CONTROL);
   envelope.set_message_type(message.GetTypeName());
   envelope.set_correlation(correlation);
   if (is_reply) envelope.set_flags(kReplyFlag);
@@ -250,8 +250,8 @@ absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::
 
 absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_name, std::string header,
                                  wire::Payload payload) {
-  v1::Envelope envelope;
-  envelope.set_kind(v1::Envelope::KIND_CONTROL);
+  v1::FrameHeader envelope;
+  envelope.set_kind(v1::FrameHeader::KIND_CONTROL);
   envelope.set_message_type(type_name);
   envelope.set_flags(kDataFlag);
   envelope.set_data_header(std::move(header));
@@ -271,8 +271,8 @@ void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provi
 }
 
 std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer,
-                                                               const wire::v1::Envelope& envelope) {
-  if (!ready_.load(std::memory_order_acquire) || envelope.kind() != v1::Envelope::KIND_CONTROL ||
+                                                               const wire::v1::FrameHeader& envelope) {
+  if (!ready_.load(std::memory_order_acquire) || envelope.kind() != v1::FrameHeader::KIND_CONTROL ||
       (envelope.flags() & kDataFlag) == 0) {
     return nullptr;
   }
@@ -315,9 +315,9 @@ std::string ProcHost::describe(const ProcId& peer) const {
   return it == descriptions_.end() ? peer : absl::StrCat(peer, " (", it->second, ")");
 }
 
-void ProcHost::on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload) {
+void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload) {
   if (!ready_.load(std::memory_order_acquire)) return;
-  if (envelope.kind() == v1::Envelope::KIND_CONTROL) {
+  if (envelope.kind() == v1::FrameHeader::KIND_CONTROL) {
     if (envelope.flags() & kReplyFlag) {
       std::shared_ptr<PendingRequest> pending;
       {

@@ -96,7 +96,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // The mesh's shared secret (authenticates every connection).
   const std::string& secret() const { return secret_; }
 
-  // One-way control message (Envelope.kind = KIND_CONTROL).
+  // One-way control message (FrameHeader.kind = KIND_CONTROL).
   absl::Status send_control(const ProcId& peer, const google::protobuf::MessageLite& message,
                             uint64_t correlation = 0, bool is_reply = false);
   // Sends a control request and waits for the reply's payload; fails when
@@ -141,11 +141,11 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   struct PendingRequest;
 
   ProcHost(Runtime& runtime, std::string secret) : runtime_(runtime), secret_(std::move(secret)) {}
-  void on_message(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload);
+  void on_message(const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload);
   void on_peer_lost(const std::string& peer, const absl::Status& why);
   void deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
                     wire::Payload payload);
-  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer, const wire::v1::Envelope& envelope);
+  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer, const wire::v1::FrameHeader& envelope);
   // Installs the proc's own services, then the registered ones.
   void install_services();
 

@@ -177,7 +177,7 @@ class Endpoint::Impl {
 
   absl::Status start();
   void shutdown();
-  absl::Status send(std::string_view peer, v1::Envelope envelope, wire::Payload payload);
+  absl::Status send(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload);
   void disconnect(std::string_view peer);
   std::vector<std::string> peers() const;
   std::optional<long> peer_pid(std::string_view peer) const;
@@ -189,9 +189,9 @@ class Endpoint::Impl {
   // I/O thread: the handshake deadline of a connection accepted now.
   absl::Duration handshake_deadline() const;
   void on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report);
-  void deliver(const std::string& peer, v1::Envelope&& envelope, wire::Payload payload);
+  void deliver(const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload);
   // The receiver's sink for a payload not yet buffered, or nullptr.
-  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, const v1::Envelope& envelope) {
+  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, const v1::FrameHeader& envelope) {
     if (stopping() || !payload_sinks_) return nullptr;
     return payload_sinks_(peer, envelope);
   }
@@ -209,7 +209,7 @@ class Endpoint::Impl {
   void admit(Socket socket);
   void release_admission(Connection& connection);
   void arm_heartbeat();
-  absl::Status send_local(std::string_view peer, v1::Envelope envelope, wire::Payload payload);
+  absl::Status send_local(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload);
 
   EndpointOptions options_;
   MessageHandler on_message_;
@@ -320,7 +320,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Any thread. See the backpressure policy in endpoint.h.
-  absl::Status enqueue(v1::Envelope& envelope, wire::Payload&& payload, bool on_io_thread) {
+  absl::Status enqueue(v1::FrameHeader& envelope, wire::Payload&& payload, bool on_io_thread) {
     envelope.set_version(wire::kWireVersion);
     envelope.set_payload_size(payload.size());
     const EndpointOptions& options = owner_.options();
@@ -398,8 +398,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     if (now - last_tx_ >= absl::ToChronoNanoseconds(owner_.options().heartbeat_interval)) {
-      v1::Envelope heartbeat;
-      heartbeat.set_kind(v1::Envelope::KIND_HEARTBEAT);
+      v1::FrameHeader heartbeat;
+      heartbeat.set_kind(v1::FrameHeader::KIND_HEARTBEAT);
       (void)enqueue(heartbeat, {}, true);  // a full queue means traffic: no heartbeat needed
     }
   }
@@ -561,7 +561,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         on_handshake_frame(body, body_size);
         continue;
       }
-      absl::StatusOr<v1::Envelope> envelope = wire::parse_envelope(body, body_size, limits);
+      absl::StatusOr<v1::FrameHeader> envelope = wire::parse_frame_header(body, body_size, limits);
       if (!envelope.ok()) {
         protocol_error(envelope.status());
         return;
@@ -579,7 +579,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // the receiver's memory (its sink), or into a buffer of its own. The
       // size is the peer's claim (bounded by limits.max_payload_size):
       // memory that cannot be had costs this connection, never the proc.
-      if (envelope->kind() != v1::Envelope::KIND_HEARTBEAT && envelope->sequence() == expected_sequence_) {
+      if (envelope->kind() != v1::FrameHeader::KIND_HEARTBEAT && envelope->sequence() == expected_sequence_) {
         if (std::shared_ptr<PayloadSink> sink = owner_.payload_sink(peer_, *envelope)) {
           if (!feed_buffered(*sink, have)) {
             sink->finish(false);
@@ -604,7 +604,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     start_read();
   }
 
-  void read_payload(v1::Envelope envelope, wire::Payload payload, char* writable, std::size_t got) {
+  void read_payload(v1::FrameHeader envelope, wire::Payload payload, char* writable, std::size_t got) {
     const std::size_t size = payload.size();
     if (got == size) {
       deliver(std::move(envelope), std::move(payload));
@@ -682,14 +682,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  void deliver(v1::Envelope&& envelope, wire::Payload payload) {
+  void deliver(v1::FrameHeader&& envelope, wire::Payload payload) {
     if (envelope.sequence() != expected_sequence_) {
       protocol_error(absl::DataLossError(absl::StrCat("sequence ", envelope.sequence(), " where ",
                                                       expected_sequence_, " was expected")));
       return;
     }
     ++expected_sequence_;
-    if (envelope.kind() == v1::Envelope::KIND_HEARTBEAT) return;
+    if (envelope.kind() == v1::FrameHeader::KIND_HEARTBEAT) return;
     owner_.deliver(peer_, std::move(envelope), std::move(payload));
   }
 
@@ -1035,7 +1035,7 @@ void Endpoint::Impl::shutdown() {
   CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint down", id_);
 }
 
-absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
+absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload) {
   if (peer == id_) {
     envelope.set_version(wire::kWireVersion);
     envelope.set_payload_size(payload.size());
@@ -1083,7 +1083,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::Envelope envelope, 
   return queued;
 }
 
-absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
+absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload) {
   envelope.set_version(wire::kWireVersion);
   envelope.set_payload_size(payload.size());
   detail::MutexLock lock(local_registry().mu);
@@ -1170,7 +1170,7 @@ void Endpoint::Impl::on_closed(const std::shared_ptr<Connection>& connection, co
   }
 }
 
-void Endpoint::Impl::deliver(const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
+void Endpoint::Impl::deliver(const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
   if (stopping() || !on_message_) return;
   try {
     on_message_(peer, std::move(envelope), std::move(payload));
@@ -1194,7 +1194,7 @@ Endpoint::Endpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Endpoint::~Endpoint() = default;  // Impl::~Impl shuts down
 void Endpoint::shutdown() { impl_->shutdown(); }
 const std::string& Endpoint::id() const { return impl_->id(); }
-absl::Status Endpoint::send(std::string_view peer, v1::Envelope envelope, wire::Payload payload) {
+absl::Status Endpoint::send(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload) {
   return impl_->send(peer, std::move(envelope), std::move(payload));
 }
 void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }

@@ -1,6 +1,6 @@
 // Endpoint: a proc's one transport endpoint. It listens on one channel
 // address (its proc id), keeps one authenticated, multiplexed connection per
-// peer proc, and moves Envelope + Payload frames between procs.
+// peer proc, and moves FrameHeader + Payload frames between procs.
 //
 // Threading: every Endpoint owns one I/O thread (Asio io_context) that runs
 // all socket work and calls the handlers. send() may be called from any
@@ -42,7 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "castmesh/wire/v1/envelope.pb.h"
+#include "castmesh/wire/v1/frame.pb.h"
 #include "core/wire/frame.h"
 #include "core/wire/payload.h"
 
@@ -87,7 +87,7 @@ struct EndpointOptions {
 // Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL envelope,
 // with the peer's proc id.
 using MessageHandler =
-    std::function<void(const std::string& peer, wire::v1::Envelope&& envelope, wire::Payload payload)>;
+    std::function<void(const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload)>;
 // Called on the I/O thread when the connection to `peer` is lost (closed,
 // reset, heartbeat timeout, protocol error) or could not be opened. Not
 // called while the endpoint is being destroyed.
@@ -114,7 +114,7 @@ class PayloadSink {
 // in its own buffer, through the MessageHandler). A sink's envelope is not
 // passed to the MessageHandler.
 using PayloadSinkProvider =
-    std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::Envelope& envelope)>;
+    std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::FrameHeader& envelope)>;
 
 class Endpoint {
  public:
@@ -142,7 +142,7 @@ class Endpoint {
   // version, sequence and payload_size. OK means queued, not delivered; a
   // connection that fails later is reported through the PeerLostHandler.
   // Sending to id() delivers to this endpoint's own handler.
-  absl::Status send(std::string_view peer, wire::v1::Envelope envelope, wire::Payload payload = {});
+  absl::Status send(std::string_view peer, wire::v1::FrameHeader envelope, wire::Payload payload = {});
 
   // Closes the connection to `peer` (if any) without reporting it lost.
   void disconnect(std::string_view peer);

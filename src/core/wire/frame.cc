@@ -54,12 +54,12 @@ absl::Status check_name(const char* what, const std::string& value, std::size_t 
                                                  log::printable(value, 64), "\""));
 }
 
-absl::Status check_envelope_text(const v1::Envelope& envelope) {
+absl::Status check_envelope_text(const v1::FrameHeader& envelope) {
   for (const auto& [what, value] : {std::pair<const char*, const std::string*>{"envelope source", &envelope.source()},
                                     {"envelope destination", &envelope.destination()},
                                     {"envelope message type", &envelope.message_type()},
                                     {"envelope reply address", &envelope.reply_to()}}) {
-    if (absl::Status st = check_name(what, *value, kMaxEnvelopeNameSize); !st.ok()) return st;
+    if (absl::Status st = check_name(what, *value, kMaxHeaderNameSize); !st.ok()) return st;
   }
   if (!log::is_utf8(envelope.error_message())) {
     return absl::InvalidArgumentError(absl::StrCat("envelope error message is not UTF-8: \"",
@@ -70,9 +70,9 @@ absl::Status check_envelope_text(const v1::Envelope& envelope) {
 
 }  // namespace
 
-absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
+absl::StatusOr<v1::FrameHeader> parse_frame_header(const char* body, std::size_t size,
                                             const FrameLimits& limits) {
-  v1::Envelope envelope;
+  v1::FrameHeader envelope;
   if (!envelope.ParseFromArray(body, static_cast<int>(size))) {
     return absl::InvalidArgumentError(absl::StrCat("malformed envelope (", size, " bytes)"));
   }

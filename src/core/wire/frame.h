@@ -1,4 +1,4 @@
-// Frame codec of the castmesh wire (proto/castmesh/wire/v1/envelope.proto):
+// Frame codec of the castmesh wire (proto/castmesh/wire/v1/frame.proto):
 //   frame := u32_le(body_size) body [payload]
 // Pure functions; callable from any thread.
 #pragma once
@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "castmesh/wire/v1/envelope.pb.h"
+#include "castmesh/wire/v1/frame.pb.h"
 
 namespace castmesh::wire {
 
@@ -48,14 +48,14 @@ absl::Status check_body_size(std::uint32_t size, const FrameLimits& limits);
 // Longest proc id a handshake may carry, and longest address or type name an
 // envelope may carry (they end up in logs and error messages).
 inline constexpr std::size_t kMaxProcIdSize = 512;
-inline constexpr std::size_t kMaxEnvelopeNameSize = 1024;
+inline constexpr std::size_t kMaxHeaderNameSize = 1024;
 
 // Parses and validates an envelope body: parse errors, an unknown version,
 // a payload above the limit, addresses or a type name that are not printable
-// UTF-8 (log::is_printable) or longer than kMaxEnvelopeNameSize, or an
+// UTF-8 (log::is_printable) or longer than kMaxHeaderNameSize, or an
 // error_message that is not UTF-8 are InvalidArgument with the reason (the
 // peer's text escaped and cut, log::printable).
-absl::StatusOr<v1::Envelope> parse_envelope(const char* body, std::size_t size,
+absl::StatusOr<v1::FrameHeader> parse_frame_header(const char* body, std::size_t size,
                                             const FrameLimits& limits);
 
 // Sends libprotobuf's own log lines (e.g. about a `string` field that is

@@ -1,6 +1,6 @@
 // Cryptographic pieces of the connection handshake (HMAC-SHA256 over the mesh
 // secret, OpenSSL libcrypto). The message flow is documented in
-// proto/castmesh/wire/v1/envelope.proto. Pure functions; any thread.
+// proto/castmesh/wire/v1/frame.proto. Pure functions; any thread.
 #pragma once
 
 #include <string>

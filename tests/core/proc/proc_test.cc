@@ -695,10 +695,10 @@ TEST(ProcMesh, PeerWithAWrongSecretIsRefusedAndTheProcKeepsServing) {
   castmesh::transport::EndpointOptions options;
   options.secret = "wrong-secret";
   auto intruder = castmesh::transport::Endpoint::start(
-      options, [&](const std::string&, castmesh::wire::v1::Envelope&&, castmesh::wire::Payload) { ++delivered; },
+      options, [&](const std::string&, castmesh::wire::v1::FrameHeader&&, castmesh::wire::Payload) { ++delivered; },
       [&](const std::string&, const absl::Status&) { ++lost; });
   ASSERT_TRUE(intruder.ok());
-  castmesh::wire::v1::Envelope envelope;
+  castmesh::wire::v1::FrameHeader envelope;
   envelope.set_destination((*echoes)[0].to_string());
   ASSERT_TRUE((*intruder)->send(mesh->proc(0).id, envelope).ok());
   for (int i = 0; i < 500 && lost == 0; ++i) std::this_thread::sleep_for(10ms);

@@ -204,7 +204,7 @@ class FakeProc {
     options.listen = "tcp:127.0.0.1:0";
     options.secret = kSecret;
     auto endpoint = castmesh::transport::Endpoint::start(
-        options, [this](const std::string&, castmesh::wire::v1::Envelope&& envelope, castmesh::wire::Payload payload) {
+        options, [this](const std::string&, castmesh::wire::v1::FrameHeader&& envelope, castmesh::wire::Payload payload) {
           if (envelope.message_type() == castmesh::wire::v1::Stop().GetTypeName()) {
             std::lock_guard lock(mu_);
             stopped_ = true;
@@ -247,8 +247,8 @@ class FakeProc {
     join.set_world_size(world_size);
     join.set_pid(::getpid());
     join.set_hostname("fake-host");
-    castmesh::wire::v1::Envelope envelope;
-    envelope.set_kind(castmesh::wire::v1::Envelope::KIND_CONTROL);
+    castmesh::wire::v1::FrameHeader envelope;
+    envelope.set_kind(castmesh::wire::v1::FrameHeader::KIND_CONTROL);
     envelope.set_message_type(join.GetTypeName());
     envelope.set_correlation(1);
     ASSERT_TRUE(endpoint_->send(controller, envelope, castmesh::wire::Payload::adopt(join.SerializeAsString())).ok());

@@ -40,7 +40,7 @@ constexpr char kSecret[] = "test-mesh-secret";
 
 struct Received {
   std::string peer;
-  v1::Envelope envelope;
+  v1::FrameHeader envelope;
   wire::Payload payload;
 };
 
@@ -48,7 +48,7 @@ struct Received {
 class Inbox {
  public:
   MessageHandler handler() {
-    return [this](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
+    return [this](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
       std::lock_guard lock(mu_);
       messages_.push_back({peer, std::move(envelope), std::move(payload)});
       cv_.notify_all();
@@ -102,8 +102,8 @@ std::unique_ptr<Endpoint> start(EndpointOptions options, Inbox& inbox) {
   return endpoint.ok() ? std::move(*endpoint) : nullptr;
 }
 
-v1::Envelope message(std::string type, std::uint64_t correlation = 0) {
-  v1::Envelope envelope;
+v1::FrameHeader message(std::string type, std::uint64_t correlation = 0) {
+  v1::FrameHeader envelope;
   envelope.set_message_type(std::move(type));
   envelope.set_correlation(correlation);
   return envelope;
@@ -260,9 +260,9 @@ TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
   Endpoint* a_raw = nullptr;
   auto a = Endpoint::start(
       options_for(listen_url(GetParam(), "a")),
-      [&](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
-        inbox_a.handler()(peer, v1::Envelope(envelope), payload);
-        v1::Envelope reply = message("test.Pong", envelope.correlation());
+      [&](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
+        inbox_a.handler()(peer, v1::FrameHeader(envelope), payload);
+        v1::FrameHeader reply = message("test.Pong", envelope.correlation());
         reply.set_destination(envelope.source());
         ASSERT_TRUE(a_raw->send(peer, std::move(reply), wire::Payload::copy_of("pong")).ok());
       },
@@ -273,7 +273,7 @@ TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
   auto b = start(options_for(listen_url(GetParam(), "b")), inbox_b);
   ASSERT_TRUE(b);
 
-  v1::Envelope ping = message("test.Ping", 77);
+  v1::FrameHeader ping = message("test.Ping", 77);
   ping.set_source(b->id() + "/actor[1]");
   ping.set_destination((*a)->id() + "/actor[2]");
   ping.set_port(5);
@@ -445,8 +445,8 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   Endpoint* a_raw = nullptr;
   auto a = Endpoint::start(
       options_for(listen_url("unix", "a")),
-      [&](const std::string& peer, v1::Envelope&& envelope, wire::Payload payload) {
-        inbox_a.handler()(peer, v1::Envelope(envelope), payload);
+      [&](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
+        inbox_a.handler()(peer, v1::FrameHeader(envelope), payload);
         (void)a_raw->send(peer, message("echo"));
       },
       inbox_a.lost_handler());
@@ -479,7 +479,7 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   {  // Authenticated, then an unknown wire version.
     auto raw = RawPeer::connect_to((*a)->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-version"));
-    v1::Envelope envelope = message("x");
+    v1::FrameHeader envelope = message("x");
     envelope.set_version(2);
     envelope.set_sequence(1);
     raw->write_frame(envelope);
@@ -489,7 +489,7 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   {  // Authenticated, then a sequence gap.
     auto raw = RawPeer::connect_to((*a)->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-gap"));
-    v1::Envelope envelope = message("x");
+    v1::FrameHeader envelope = message("x");
     envelope.set_version(wire::kWireVersion);
     envelope.set_sequence(5);
     raw->write_frame(envelope);
@@ -512,7 +512,7 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
 
 // An authenticated envelope announcing a payload (bytes that need not follow).
 std::string announcing_envelope(std::uint64_t payload_size) {
-  v1::Envelope envelope = message("big");
+  v1::FrameHeader envelope = message("big");
   envelope.set_version(wire::kWireVersion);
   envelope.set_sequence(1);
   envelope.set_payload_size(payload_size);
@@ -624,7 +624,7 @@ class PipeDrain {
   // descriptor limit instead of the per-peer cap.
   options.max_unauthenticated_per_peer = options.max_unauthenticated;
   std::atomic<Endpoint*> self{nullptr};
-  auto served = Endpoint::start(options, [&self](const std::string& peer, v1::Envelope&& envelope, wire::Payload) {
+  auto served = Endpoint::start(options, [&self](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload) {
     (void)self.load()->send(peer, message("pong", envelope.correlation()));
   });
   if (!served.ok()) ::_exit(2);
@@ -890,7 +890,7 @@ TEST(Endpoint, PeerSuppliedTextCannotForgeOrFloodLogLines) {
   {  // Authenticated, then an envelope whose destination holds a newline.
     auto raw = RawPeer::connect_to(a->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-inject"));
-    v1::Envelope envelope = message("x");
+    v1::FrameHeader envelope = message("x");
     envelope.set_version(wire::kWireVersion);
     envelope.set_sequence(1);
     envelope.set_destination("actor\n[error] forged");
@@ -914,7 +914,7 @@ TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
   for (int t = 0; t < kThreads; ++t) {
     senders.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        v1::Envelope envelope = message("seq", static_cast<std::uint64_t>(i));
+        v1::FrameHeader envelope = message("seq", static_cast<std::uint64_t>(i));
         envelope.set_port(static_cast<std::uint64_t>(t));
         ASSERT_TRUE(b->send(a->id(), std::move(envelope), wire::Payload::copy_of("0123456789abcdef")).ok());
       }

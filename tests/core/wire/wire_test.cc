@@ -9,7 +9,7 @@ namespace castmesh::wire {
 namespace {
 
 TEST(Frame, RoundTripsAnEnvelope) {
-  v1::Envelope envelope;
+  v1::FrameHeader envelope;
   envelope.set_version(kWireVersion);
   envelope.set_source("unix:@a/actor[1]");
   envelope.set_destination("unix:@b/actor[2]");
@@ -23,7 +23,7 @@ TEST(Frame, RoundTripsAnEnvelope) {
   const std::uint32_t body = read_length_prefix(frame.data());
   ASSERT_EQ(body + kLengthPrefixSize, frame.size());
   ASSERT_TRUE(check_body_size(body, FrameLimits{}).ok());
-  auto parsed = parse_envelope(frame.data() + kLengthPrefixSize, body, FrameLimits{});
+  auto parsed = parse_frame_header(frame.data() + kLengthPrefixSize, body, FrameLimits{});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->destination(), "unix:@b/actor[2]");
   EXPECT_EQ(parsed->sequence(), 42u);
@@ -33,20 +33,20 @@ TEST(Frame, RoundTripsAnEnvelope) {
 TEST(Frame, RejectsUnknownVersionOversizeAndGarbage) {
   FrameLimits limits;
   limits.max_payload_size = 100;
-  v1::Envelope envelope;
+  v1::FrameHeader envelope;
   envelope.set_version(99);
   std::string body = envelope.SerializeAsString();
-  auto bad_version = parse_envelope(body.data(), body.size(), limits);
+  auto bad_version = parse_frame_header(body.data(), body.size(), limits);
   ASSERT_FALSE(bad_version.ok());
   EXPECT_NE(bad_version.status().message().find("unknown wire version 99"), std::string::npos);
 
   envelope.set_version(kWireVersion);
   envelope.set_payload_size(101);
   body = envelope.SerializeAsString();
-  EXPECT_FALSE(parse_envelope(body.data(), body.size(), limits).ok());
+  EXPECT_FALSE(parse_frame_header(body.data(), body.size(), limits).ok());
 
   const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff";
-  EXPECT_FALSE(parse_envelope(garbage.data(), garbage.size(), limits).ok());
+  EXPECT_FALSE(parse_frame_header(garbage.data(), garbage.size(), limits).ok());
   EXPECT_FALSE(check_body_size(0, limits).ok());
   EXPECT_FALSE(check_body_size(limits.max_body_size + 1, limits).ok());
   EXPECT_FALSE(parse_handshake(garbage.data(), garbage.size()).ok());
