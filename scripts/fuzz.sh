@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses (tests/fuzz/) with clang + ASan/UBSan and runs
 # each for a bounded time, starting from the seed corpus in tests/fuzz/corpus/.
+# The clang build of the core is also CI's lock check: -Werror=thread-safety
+# turns every ABSL_GUARDED_BY the analysis finds broken into an error
+# (docs/architecture.md, Locks).
 # Any crash, sanitizer report, leak or timeout fails the script (exit != 0);
 # the input that caused it is left in build/fuzz-artifacts/.
 #
@@ -26,7 +29,8 @@ command -v ccache > /dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -D
 cmake -S . -B "${BUILD}" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
   -DCASTMESH_SANITIZE=address,undefined \
-  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined -fsized-deallocation" \
+  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link \
+  -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined -fsized-deallocation -Werror=thread-safety" \
   -DCASTMESH_BUILD_FUZZERS=ON -DCASTMESH_BUILD_TESTS=OFF -DCASTMESH_BUILD_PYTHON=OFF -DCASTMESH_BUILD_EXAMPLES=OFF \
   -DCASTMESH_WITH_RDMA=OFF -DCASTMESH_WITH_TENSOR_ENGINE=OFF > "${BUILD}.configure.log" 2>&1 \
   || { cat "${BUILD}.configure.log"; exit 1; }

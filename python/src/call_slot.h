@@ -6,15 +6,14 @@
 #include <pybind11/pybind11.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "bindings.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/future.h"
 #include "castmesh/value_mesh.h"
 #include "status_binding.h"
@@ -36,7 +35,8 @@ inline pybind11::object to_python(const ValueMesh<std::string>& mesh) {
 template <typename T>
 class CallSlot {
  public:
-  ~CallSlot() {
+  // Runs alone (the last reference is gone), so without the lock.
+  ~CallSlot() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (callbacks_.empty()) return;
     if (python_usable()) {
       pybind11::gil_scoped_acquire gil;
@@ -50,7 +50,7 @@ class CallSlot {
   void complete(absl::StatusOr<T> result) {
     std::vector<pybind11::object> callbacks;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       if (done_) return;
       result_ = std::move(result);
       done_ = true;
@@ -85,8 +85,8 @@ class CallSlot {
       const double chunk = bounded ? timeout : 0.1;
       {
         pybind11::gil_scoped_release release;
-        std::unique_lock<std::mutex> lock(mu_);
-        if (chunk > 0) cv_.wait_for(lock, std::chrono::duration<double>(chunk), [this] { return done_; });
+        detail::MutexLock lock(mu_);
+        if (chunk > 0) cv_.wait_for(lock, absl::Seconds(chunk), [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; });
         done = done_;
       }
       if (done || bounded) break;
@@ -100,7 +100,7 @@ class CallSlot {
   // Runs `callback()` once the call completes (now if it has). Python thread, GIL held.
   void add_callback(pybind11::object callback) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       if (!done_) {
         callbacks_.push_back(std::move(callback));
         return;
@@ -110,11 +110,11 @@ class CallSlot {
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;  // set once under mu_; result_ is read after seeing it
-  absl::StatusOr<T> result_;
-  std::vector<pybind11::object> callbacks_;  // under mu_ (the destructor runs alone)
+  detail::Mutex mu_;
+  detail::CondVar cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;  // set once; result_ is read after seeing it
+  absl::StatusOr<T> result_;                  // written once under mu_ before done_
+  std::vector<pybind11::object> callbacks_ ABSL_GUARDED_BY(mu_);
 };
 // A call to one actor (castmesh._castmesh.CallFuture).
 using CallFuture = CallSlot<std::string>;

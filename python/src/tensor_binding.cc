@@ -6,9 +6,7 @@
 
 #include <bit>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "castmesh/detail/mutex.h"
 #include "status_binding.h"
 
 namespace castmesh::python {
@@ -72,7 +71,7 @@ class HoldReleaser {
   HoldReleaser() { std::thread([this] { run(); }).detach(); }
   void push(PythonHold* held) {
     {
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       queue_.push_back(held);
     }
     cv_.notify_one();
@@ -81,8 +80,8 @@ class HoldReleaser {
     for (;;) {
       std::vector<PythonHold*> batch;
       {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [this] { return !queue_.empty(); });
+        detail::MutexLock lock(mu_);
+        cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); });
         batch.swap(queue_);
       }
       // Once the interpreter exits the Python memory is gone anyway, and
@@ -93,9 +92,9 @@ class HoldReleaser {
       for (PythonHold* held : batch) release_now(held);
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<PythonHold*> queue_;
+  detail::Mutex mu_;
+  detail::CondVar cv_;
+  std::vector<PythonHold*> queue_ ABSL_GUARDED_BY(mu_);
 };
 
 std::shared_ptr<void> hold(PythonHold* held) {

@@ -13,12 +13,10 @@
 // outside its lock.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <chrono>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/slot_collector.h"
 #include "castmesh/shape.h"
 #include "castmesh/value_mesh.h"
@@ -110,7 +109,7 @@ class ReplyQueue {
     Item item{std::move(point), value.status(), std::nullopt};
     if (value.ok()) item.value.emplace(*std::move(value));
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      detail::MutexLock lock(mu_);
       items_.push_back(std::move(item));
     }
     arrived_.notify_one();
@@ -121,13 +120,10 @@ class ReplyQueue {
   // expected reply has been taken.
   absl::StatusOr<std::pair<Point, absl::StatusOr<R>>> next(
       absl::Duration timeout = absl::InfiniteDuration()) {
-    std::unique_lock<std::mutex> lock(mu_);
+    detail::MutexLock lock(mu_);
     if (taken_ == expected_) return absl::OutOfRangeError("every reply of the stream was taken");
-    auto has_item = [this] { return !items_.empty(); };
-    // Very long timeouts would overflow the clock arithmetic of wait_for.
-    bool arrived = timeout >= absl::Hours(24 * 365)
-                       ? (arrived_.wait(lock, has_item), true)
-                       : arrived_.wait_for(lock, absl::ToChronoNanoseconds(timeout), has_item);
+    auto has_item = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !items_.empty(); };
+    const bool arrived = arrived_.wait_for(lock, timeout, has_item);
     if (!arrived) {
       return absl::DeadlineExceededError(absl::StrCat("no reply within ", absl::FormatDuration(timeout),
                                                       " (", taken_, " of ", expected_, " taken)"));
@@ -151,10 +147,10 @@ class ReplyQueue {
     std::optional<R> value;
   };
   const size_t expected_;
-  std::mutex mu_;
-  std::condition_variable arrived_;
-  std::deque<Item> items_;  // guarded by mu_
-  size_t taken_ = 0;        // guarded by mu_
+  detail::Mutex mu_;
+  detail::CondVar arrived_;
+  std::deque<Item> items_ ABSL_GUARDED_BY(mu_);
+  size_t taken_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace castmesh::detail

@@ -7,13 +7,13 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/mesh_options.h"
 #include "castmesh/ref.h"
 #include "castmesh/runtime.h"
@@ -72,18 +72,18 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   const std::string name_;
   const Shape base_;
   const size_t fanout_;
-  std::mutex handler_mu_;  // held while the failure handler runs
-  bool detached_ = false;  // guarded by handler_mu_
+  detail::Mutex handler_mu_;  // held while the failure handler runs
+  bool detached_ ABSL_GUARDED_BY(handler_mu_) = false;
   const MeshFailureHandler on_failure_;
   std::vector<UntypedRef> members_;
   std::unique_ptr<MeshRouter> router_;
   std::unique_ptr<std::atomic<int>[]> in_flight_;
 
-  mutable std::mutex mu_;  // guards the members below
-  std::vector<bool> dead_;
-  std::vector<MeshEvent> events_;
-  absl::Status stopped_;  // non-OK once stopped
-  std::mt19937 rng_{12345};
+  mutable detail::Mutex mu_;
+  std::vector<bool> dead_ ABSL_GUARDED_BY(mu_);
+  std::vector<MeshEvent> events_ ABSL_GUARDED_BY(mu_);
+  absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // non-OK once stopped
+  std::mt19937 rng_ ABSL_GUARDED_BY(mu_){12345};
 };
 
 // Owned by the ActorMesh handles of one spawned mesh (not by work in flight):

@@ -16,15 +16,15 @@
 // fail() returning true), so the caller runs its continuation outside the
 // lock, exactly once. A collection of 0 slots never finishes by itself.
 //
-// Thread-safe: any thread may fill or fail; std::mutex (ThreadSanitizer
-// understands it; the system abseil is not instrumented).
+// Thread-safe: any thread may fill or fail.
 #pragma once
 
 #include <cstddef>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
+
+#include "castmesh/detail/mutex.h"
 
 namespace castmesh::detail {
 
@@ -42,7 +42,7 @@ struct SlotFill {
 template <typename T>
 class SlotCollector {
  public:
-  explicit SlotCollector(size_t slots) : values_(slots), filled_(slots, false), remaining_(slots) {}
+  explicit SlotCollector(size_t slots) : size_(slots), values_(slots), filled_(slots, false), remaining_(slots) {}
   SlotCollector(const SlotCollector&) = delete;
   SlotCollector& operator=(const SlotCollector&) = delete;
 
@@ -52,7 +52,7 @@ class SlotCollector {
   // Ignored when `slot` itself is filled or the collection finished.
   SlotFill<T> set(size_t slot, T value, size_t width = 1) {
     SlotFill<T> out;
-    std::lock_guard<std::mutex> lock(mu_);
+    detail::MutexLock lock(mu_);
     if (finished_ || filled_[slot]) return out;
     out.stored = true;
     values_[slot].emplace(std::move(value));
@@ -74,21 +74,22 @@ class SlotCollector {
   // Finishes the collection as failed. True for the first call when it had
   // not finished (the caller reports the error); false otherwise.
   bool fail() {
-    std::lock_guard<std::mutex> lock(mu_);
+    detail::MutexLock lock(mu_);
     if (finished_) return false;
     finished_ = true;
     return true;
   }
 
   // Number of slots.
-  size_t size() const { return filled_.size(); }
+  size_t size() const { return size_; }
 
  private:
-  std::mutex mu_;
-  std::vector<std::optional<T>> values_;  // guarded by mu_
-  std::vector<bool> filled_;              // guarded by mu_; size fixed at construction
-  size_t remaining_;                      // guarded by mu_
-  bool finished_ = false;                 // guarded by mu_
+  const size_t size_;
+  detail::Mutex mu_;
+  std::vector<std::optional<T>> values_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> filled_ ABSL_GUARDED_BY(mu_);  // size_ of them
+  size_t remaining_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace castmesh::detail

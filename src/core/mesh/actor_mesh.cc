@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "castmesh/detail/mesh_router.h"
+#include "castmesh/detail/mutex.h"
 #include "core/log/log.h"
 
 namespace castmesh {
@@ -43,7 +44,7 @@ void MeshState::watch_members(Runtime& runtime) {
 }
 
 absl::Status MeshState::check_view(const Shape& view) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   if (!stopped_.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("mesh '", name_, "' is stopped: ", stopped_.message()));
@@ -58,18 +59,18 @@ absl::Status MeshState::check_view(const Shape& view) const {
 }
 
 bool MeshState::is_dead(size_t rank) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   return dead_[rank];
 }
 
 std::vector<MeshEvent> MeshState::events() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   return events_;
 }
 
 void MeshState::stop(absl::Status reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    detail::MutexLock lock(mu_);
     if (!stopped_.ok()) return;
     stopped_ = reason.ok() ? absl::CancelledError("stopped") : std::move(reason);
   }
@@ -80,7 +81,7 @@ void MeshState::stop(absl::Status reason) {
 absl::StatusOr<size_t> MeshState::pick_member(const Shape& view) {
   std::vector<size_t> best;
   int best_load = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  detail::MutexLock lock(mu_);
   for (size_t rank : view.slice().ranks()) {
     if (dead_[rank]) continue;
     int load = in_flight_[rank].load(std::memory_order_relaxed);
@@ -104,7 +105,7 @@ void MeshState::request_finished(size_t rank) { in_flight_[rank].fetch_sub(1, st
 void MeshState::on_member_down(size_t rank, const DownEvent& event) {
   MeshEvent mesh_event{name_, *base_.point_at(rank), event.actor, event.reason};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    detail::MutexLock lock(mu_);
     if (dead_[rank]) return;
     dead_[rank] = true;
     // Once the mesh is stopped, its members going down is the stop itself
@@ -118,7 +119,7 @@ void MeshState::on_member_down(size_t rank, const DownEvent& event) {
   }
   MeshFailureAction action = MeshFailureAction::kStop;
   {
-    std::lock_guard<std::mutex> lock(handler_mu_);
+    detail::MutexLock lock(handler_mu_);
     if (detached_) {
       CASTMESH_LOG_WARN("{} (no handle of the mesh is left; nothing done)", mesh_event.to_string());
       return;
@@ -136,7 +137,7 @@ void MeshState::on_member_down(size_t rank, const DownEvent& event) {
 }
 
 void MeshState::detach() {
-  std::lock_guard<std::mutex> lock(handler_mu_);
+  detail::MutexLock lock(handler_mu_);
   detached_ = true;
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/detail/slot_collector.h"
 #include "castmesh/message.h"
@@ -204,12 +205,12 @@ std::shared_ptr<CastRelay> CastRelay::install(proc::ProcHost& host, Runtime& run
 
 void CastRelay::detach() {
   {
-    std::unique_lock lock(host_mu_);
+    detail::WriterMutexLock lock(host_mu_);
     host_ = nullptr;
   }
   std::vector<std::shared_ptr<Node>> nodes;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     detached_ = true;
     for (auto& [key, node] : nodes_) nodes.push_back(node);
   }
@@ -220,13 +221,13 @@ void CastRelay::detach() {
 }
 
 absl::Status CastRelay::send_control(const ProcId& peer, const google::protobuf::MessageLite& message) {
-  std::shared_lock lock(host_mu_);
+  detail::ReaderMutexLock lock(host_mu_);
   if (host_ == nullptr) return absl::UnavailableError("this proc's transport is shut down");
   return host_->send_control(peer, message);
 }
 
 std::shared_ptr<const CastTable> CastRelay::find_table(const ProcId& owner, uint64_t id) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   auto it = tables_.find(std::make_pair(owner, id));
   return it == tables_.end() ? nullptr : it->second;
 }
@@ -236,7 +237,7 @@ std::vector<bool> CastRelay::lost_groups(const CastTable& table, const v1::CastH
   for (uint32_t g : hop.lost_groups()) {
     if (g < lost.size()) lost[g] = true;
   }
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   if (lost_.empty()) return lost;
   for (size_t g = 0; g < lost.size(); ++g) {
     if (table.group_procs[g] != id_ && lost_.contains(table.group_procs[g])) lost[g] = true;
@@ -253,7 +254,7 @@ void CastRelay::set_lost_groups(const std::vector<bool>& lost, v1::CastHop* hop)
 
 bool CastRelay::is_lost(const ProcId& proc) {
   if (proc == id_) return false;
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   return lost_.contains(proc);
 }
 
@@ -269,7 +270,7 @@ void list_in_directory(const CastTable& table) {
 
 absl::Status CastRelay::install_table(const std::shared_ptr<const CastTable>& table) {
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     tables_[std::make_pair(table->owner, table->id)] = table;
   }
   list_in_directory(*table);
@@ -287,7 +288,7 @@ absl::Status CastRelay::install_table(const std::shared_ptr<const CastTable>& ta
     if (proc == id_) continue;
     absl::StatusOr<std::string> answer;
     {
-      std::shared_lock lock(host_mu_);
+      detail::ReaderMutexLock lock(host_mu_);
       if (host_ == nullptr) return absl::UnavailableError("this proc's transport is shut down");
       answer = host_->request(proc, setup, absl::Seconds(30));
     }
@@ -306,7 +307,7 @@ absl::Status CastRelay::install_table(const std::shared_ptr<const CastTable>& ta
 
 void CastRelay::drop_table(const CastTable& table) {
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     tables_.erase(std::make_pair(table.owner, table.id));
   }
   MeshDirectory::remove(directory_key(table.owner, table.id));
@@ -351,11 +352,11 @@ void CastRelay::on_setup(const ProcId& peer, uint64_t correlation, const std::st
     } else {
       auto shared = std::make_shared<const CastTable>(*std::move(table));
       list_in_directory(*shared);
-      std::lock_guard lock(mu_);
+      detail::MutexLock lock(mu_);
       tables_[std::make_pair(shared->owner, shared->id)] = shared;
     }
   }
-  std::shared_lock lock(host_mu_);
+  detail::ReaderMutexLock lock(host_mu_);
   if (host_ != nullptr) (void)host_->send_control(peer, reply, correlation, /*is_reply=*/true);
 }
 
@@ -363,19 +364,19 @@ void CastRelay::on_drop(const std::string& payload) {
   v1::CastMeshDrop drop;
   if (!drop.ParseFromString(payload)) return;
   MeshDirectory::remove(directory_key(drop.owner(), drop.mesh_id()));
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   tables_.erase(std::make_pair(drop.owner(), drop.mesh_id()));
 }
 
 // ---- nodes ----
 
 void CastRelay::register_node(const std::shared_ptr<Node>& node) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   nodes_[std::make_tuple(node->owner, node->request, node->span)] = node;
 }
 
 void CastRelay::forget_node(const Node& node) {
-  std::lock_guard lock(mu_);
+  detail::MutexLock lock(mu_);
   nodes_.erase(std::make_tuple(node.owner, node.request, node.span));
 }
 
@@ -707,7 +708,7 @@ void CastRelay::on_reply_message(const std::string& payload) {
 void CastRelay::handle_reply(const v1::CastReply& reply) {
   std::shared_ptr<Node> node;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     auto it = nodes_.find(std::make_tuple(reply.owner(), reply.request(), reply.span()));
     if (it != nodes_.end()) node = it->second;
   }
@@ -727,7 +728,7 @@ void CastRelay::handle_reply(const v1::CastReply& reply) {
 void CastRelay::on_peer_lost(const ProcId& peer, const absl::Status& why) {
   std::vector<std::pair<std::shared_ptr<Node>, size_t>> failed;
   {
-    std::lock_guard lock(mu_);
+    detail::MutexLock lock(mu_);
     lost_.insert(peer);
     for (auto& [key, node] : nodes_) {
       for (size_t slot = 0; slot < node->slots.size(); ++slot) {
@@ -741,7 +742,7 @@ void CastRelay::on_peer_lost(const ProcId& peer, const absl::Status& why) {
 absl::Status CastRelay::launch(const std::shared_ptr<const CastTable>& table, detail::CastRequest request,
                                detail::CastPiecesHandler on_pieces) {
   {
-    std::shared_lock lock(host_mu_);
+    detail::ReaderMutexLock lock(host_mu_);
     if (host_ == nullptr) return absl::UnavailableError("this proc's transport is shut down");
   }
   v1::CastHop hop;

@@ -29,8 +29,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -39,6 +37,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "castmesh/cast_tree.h"
+#include "castmesh/detail/mutex.h"
 #include "castmesh/detail/proc_cast.h"
 #include "castmesh/runtime.h"
 #include "castmesh/shape.h"
@@ -155,8 +154,8 @@ class CastRelay : public proc::ProcService, public std::enable_shared_from_this<
   std::vector<bool> lost_groups(const CastTable& table, const wire::v1::CastHop& hop);
   static void set_lost_groups(const std::vector<bool>& lost, wire::v1::CastHop* hop);
 
-  std::shared_mutex host_mu_;
-  proc::ProcHost* host_;  // guarded by host_mu_; nullptr once detached
+  detail::SharedMutex host_mu_;
+  proc::ProcHost* host_ ABSL_GUARDED_BY(host_mu_);  // nullptr once detached
   Runtime* const runtime_;
   const ProcId id_;
   std::atomic<uint64_t> next_mesh_id_{1};
@@ -165,11 +164,11 @@ class CastRelay : public proc::ProcService, public std::enable_shared_from_this<
   std::atomic<uint64_t> replies_received_{0};
   std::atomic<uint64_t> pieces_received_{0};
 
-  std::mutex mu_;  // guards the members below
-  absl::flat_hash_map<std::pair<ProcId, uint64_t>, std::shared_ptr<const CastTable>> tables_;
-  absl::flat_hash_map<std::tuple<ProcId, uint64_t, uint64_t>, std::shared_ptr<Node>> nodes_;
-  absl::flat_hash_set<ProcId> lost_;
-  bool detached_ = false;
+  detail::Mutex mu_;
+  absl::flat_hash_map<std::pair<ProcId, uint64_t>, std::shared_ptr<const CastTable>> tables_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::tuple<ProcId, uint64_t, uint64_t>, std::shared_ptr<Node>> nodes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<ProcId> lost_ ABSL_GUARDED_BY(mu_);
+  bool detached_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace castmesh::mesh

@@ -44,21 +44,17 @@ class BackendRegistry {
  private:
   class LoadedLibrary;
 
-  // Both require mu_ to be held.
-  void discover_locked();
+  void discover_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loads (once) and returns the probe result for one library file.
-  const LoadedLibrary& probe_locked(const std::string& path);
+  const LoadedLibrary& probe_locked(const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::function<SearchTiers()> search_tiers_;
-  // detail::Mutex, not absl::Mutex: Debian's Abseil is not built with
-  // ThreadSanitizer, so tsan cannot see absl::Mutex's happens-before edges.
   detail::Mutex mu_;
-  // All guarded by mu_.
-  bool discovered_ = false;
+  bool discovered_ ABSL_GUARDED_BY(mu_) = false;
   // Probed libraries by canonical path.
-  std::map<std::string, std::unique_ptr<LoadedLibrary>> libraries_;
+  std::map<std::string, std::unique_ptr<LoadedLibrary>> libraries_ ABSL_GUARDED_BY(mu_);
   // Discovery result by backend name.
-  std::map<std::string, BackendInfo> found_;
+  std::map<std::string, BackendInfo> found_ ABSL_GUARDED_BY(mu_);
 };
 
 // The backend name a library file stands for: "libcastmesh_rdma.so" -> "rdma";
