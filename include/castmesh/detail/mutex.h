@@ -34,11 +34,6 @@ class ABSL_LOCKABLE Mutex {
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   // Releases a mutex the calling thread holds.
   void unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
-  // Takes the mutex when free; true when it did.
-  bool try_lock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
-  // Tells the analysis the caller holds the mutex (where it cannot see why,
-  // e.g. in a callback run under the lock); checks nothing at run time.
-  void assert_held() const ABSL_ASSERT_EXCLUSIVE_LOCK() {}
 
  private:
   friend class MutexLock;
