@@ -5,7 +5,7 @@
 // byte on (the acceptor's handshake parser). Odd: the harness authenticates
 // with the mesh secret first, then sends records
 //   [u8 type][u8 flags][u16_le size][size bytes of payload]
-// each as one envelope with a correct sequence number: `type` picks a
+// each as one frame header with a correct sequence number: `type` picks a
 // control message (the proc's control handlers: join, spawn, supervision,
 // monitors, cast relay, collectives, ...) or an actor message, and its high
 // bit sends the record's bytes raw instead (frame errors after the handshake).
@@ -46,7 +46,7 @@ const char* const kControlTypes[] = {
     "castmesh.wire.v1.CastMeshDrop",  "castmesh.wire.v1.CastHop",       "castmesh.wire.v1.CastPiece",
     "castmesh.wire.v1.CastReply",     "castmesh.wire.v1.CollectiveHeader", "castmesh.wire.v1.WorldJoin",
     "castmesh.wire.v1.WorldRoster",
-    // Data messages (envelope flag 2, ProcHost::send_data): a header in the envelope + a raw body.
+    // Data messages (frame header flag 2, ProcHost::send_data): the data header inside the frame header + a raw body.
     "castmesh.collectives.v1",        "castmesh.rdma.v1",
 };
 constexpr std::size_t kControlCount = sizeof(kControlTypes) / sizeof(kControlTypes[0]);
@@ -142,27 +142,27 @@ std::string frames_from(const std::uint8_t* data, std::size_t size, const std::s
       out += payload;
       continue;
     }
-    v1::FrameHeader envelope;
-    envelope.set_version(wire::kWireVersion);
-    envelope.set_sequence(sequence++);
-    envelope.set_correlation(type + 1);
-    envelope.set_flags(flags);
+    v1::FrameHeader frame_header;
+    frame_header.set_version(wire::kWireVersion);
+    frame_header.set_sequence(sequence++);
+    frame_header.set_correlation(type + 1);
+    frame_header.set_flags(flags);
     if (flags & 2) {  // a data message: the record's first half is the service's header
-      envelope.set_data_header(payload.substr(0, payload.size() / 2));
+      frame_header.set_data_header(payload.substr(0, payload.size() / 2));
       payload.erase(0, payload.size() / 2);
     }
-    envelope.set_payload_size(payload.size());
+    frame_header.set_payload_size(payload.size());
     if (type % (kControlCount + 1) < kControlCount) {
-      envelope.set_kind(v1::FrameHeader::KIND_CONTROL);
-      envelope.set_message_type(kControlTypes[type % (kControlCount + 1)]);
+      frame_header.set_kind(v1::FrameHeader::KIND_CONTROL);
+      frame_header.set_message_type(kControlTypes[type % (kControlCount + 1)]);
     } else {
-      envelope.set_kind(v1::FrameHeader::KIND_MESSAGE);
-      envelope.set_destination(proc_id + "/target[" + std::to_string(flags) + "]");
-      envelope.set_message_type("std::string");
-      envelope.set_reply_to(std::string(kFuzzPeer) + "/caller[0]#1");
-      envelope.set_port(flags & 1);
+      frame_header.set_kind(v1::FrameHeader::KIND_MESSAGE);
+      frame_header.set_destination(proc_id + "/target[" + std::to_string(flags) + "]");
+      frame_header.set_message_type("std::string");
+      frame_header.set_reply_to(std::string(kFuzzPeer) + "/caller[0]#1");
+      frame_header.set_port(flags & 1);
     }
-    wire::append_frame_body(envelope, out);
+    wire::append_frame_body(frame_header, out);
     out += payload;
   }
   return out;

@@ -1,6 +1,6 @@
 // libFuzzer harness: the frame codec a connection runs over every byte a
 // peer sends. The input is read as a connection's byte stream (length
-// prefix, handshake or envelope body, payload), as Connection::on_read does,
+// prefix, handshake or frame header body, payload), as Connection::on_read does,
 // through the same functions; every text field let through is passed to
 // log::printable, whose output must be one safe log fragment.
 #include <cstddef>
@@ -59,16 +59,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       handshake_done = handshake->has_accept() || handshake->has_response();
       continue;
     }
-    auto envelope = wire::parse_frame_header(body, body_size, limits);
-    if (!envelope.ok()) {
-      check_error_text(std::string(envelope.status().message()));
+    auto frame_header = wire::parse_frame_header(body, body_size, limits);
+    if (!frame_header.ok()) {
+      check_error_text(std::string(frame_header.status().message()));
       break;
     }
-    for (const std::string* text : {&envelope->source(), &envelope->destination(), &envelope->message_type(),
-                                    &envelope->reply_to(), &envelope->error_message()}) {
+    for (const std::string* text : {&frame_header->source(), &frame_header->destination(),
+                                    &frame_header->message_type(), &frame_header->reply_to(),
+                                    &frame_header->error_message()}) {
       check_printable(*text);
     }
-    const std::uint64_t payload = envelope->payload_size();
+    const std::uint64_t payload = frame_header->payload_size();
     if (payload > size - at) break;
     at += static_cast<std::size_t>(payload);
   }

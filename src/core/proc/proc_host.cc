@@ -55,19 +55,20 @@ class ProcHost::Router : public detail::RemoteRouter {
       fail(msg, absl::UnavailableError("this proc's transport is shut down"));
       return;
     }
-    v1::FrameHeader envelope;
-    envelope.set_kind(v1::FrameHeader::KIND_MESSAGE);
-    envelope.set_destination(msg.destination.to_string());
-    envelope.set_port(msg.port);
-    if (!msg.sender.empty()) envelope.set_source(msg.sender.to_string());
-    envelope.set_message_type(msg.type_name);
-    if (msg.reply_to) envelope.set_reply_to(msg.reply_to->to_string());
+    v1::FrameHeader frame_header;
+    frame_header.set_kind(v1::FrameHeader::KIND_MESSAGE);
+    frame_header.set_destination(msg.destination.to_string());
+    frame_header.set_port(msg.port);
+    if (!msg.sender.empty()) frame_header.set_source(msg.sender.to_string());
+    frame_header.set_message_type(msg.type_name);
+    if (msg.reply_to) frame_header.set_reply_to(msg.reply_to->to_string());
     if (!msg.error.ok()) {
-      wire::status_to_wire(msg.error, &envelope);
+      wire::status_to_wire(msg.error, &frame_header);
     }
     ProcHost* host = host_;
     const ProcId& peer = msg.destination.proc;
-    absl::Status sent = host->endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(std::move(msg.payload)));
+    absl::Status sent =
+        host->endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(std::move(msg.payload)));
     if (sent.ok()) host->messages_sent_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok()) {
       const std::string who = host->describe(peer);
@@ -144,11 +145,13 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   ProcHost* raw = host.get();
   auto endpoint = transport::Endpoint::start(
       endpoint_options,
-      [raw](const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload) {
-        raw->on_message(peer, std::move(envelope), std::move(payload));
+      [raw](const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload) {
+        raw->on_message(peer, std::move(frame_header), std::move(payload));
       },
       [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); },
-      [raw](const std::string& peer, const wire::v1::FrameHeader& envelope) { return raw->payload_sink(peer, envelope); });
+      [raw](const std::string& peer, const wire::v1::FrameHeader& frame_header) {
+        return raw->payload_sink(peer, frame_header);
+      });
   if (!endpoint.ok()) return endpoint.status();
   host->endpoint_ = std::move(*endpoint);
   host->id_ = host->endpoint_->id();
@@ -210,12 +213,12 @@ ProcHost::~ProcHost() {
 
 absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::MessageLite& message,
                                     uint64_t correlation, bool is_reply) {
-  v1::FrameHeader envelope;
-  envelope.set_kind(v1::FrameHeader::KIND_CONTROL);
-  envelope.set_message_type(message.GetTypeName());
-  envelope.set_correlation(correlation);
-  if (is_reply) envelope.set_flags(kReplyFlag);
-  absl::Status sent = endpoint_->send(peer, std::move(envelope), wire::Payload::adopt(message.SerializeAsString()));
+  v1::FrameHeader frame_header;
+  frame_header.set_kind(v1::FrameHeader::KIND_CONTROL);
+  frame_header.set_message_type(message.GetTypeName());
+  frame_header.set_correlation(correlation);
+  if (is_reply) frame_header.set_flags(kReplyFlag);
+  absl::Status sent = endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(message.SerializeAsString()));
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
   return sent;
 }
@@ -250,12 +253,12 @@ absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::
 
 absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_name, std::string header,
                                  wire::Payload payload) {
-  v1::FrameHeader envelope;
-  envelope.set_kind(v1::FrameHeader::KIND_CONTROL);
-  envelope.set_message_type(type_name);
-  envelope.set_flags(kDataFlag);
-  envelope.set_data_header(std::move(header));
-  absl::Status sent = endpoint_->send(peer, std::move(envelope), std::move(payload));
+  v1::FrameHeader frame_header;
+  frame_header.set_kind(v1::FrameHeader::KIND_CONTROL);
+  frame_header.set_message_type(type_name);
+  frame_header.set_flags(kDataFlag);
+  frame_header.set_data_header(std::move(header));
+  absl::Status sent = endpoint_->send(peer, std::move(frame_header), std::move(payload));
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
   return sent;
 }
@@ -271,19 +274,19 @@ void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provi
 }
 
 std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer,
-                                                               const wire::v1::FrameHeader& envelope) {
-  if (!ready_.load(std::memory_order_acquire) || envelope.kind() != v1::FrameHeader::KIND_CONTROL ||
-      (envelope.flags() & kDataFlag) == 0) {
+                                                               const wire::v1::FrameHeader& frame_header) {
+  if (!ready_.load(std::memory_order_acquire) || frame_header.kind() != v1::FrameHeader::KIND_CONTROL ||
+      (frame_header.flags() & kDataFlag) == 0) {
     return nullptr;
   }
   DataSinkProvider provider;
   {
     detail::MutexLock lock(mu_);
-    auto it = data_sinks_.find(envelope.message_type());
+    auto it = data_sinks_.find(frame_header.message_type());
     if (it == data_sinks_.end()) return nullptr;
     provider = it->second;
   }
-  return provider(peer, envelope.data_header(), envelope.payload_size());
+  return provider(peer, frame_header.data_header(), frame_header.payload_size());
 }
 
 std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {
@@ -315,66 +318,67 @@ std::string ProcHost::describe(const ProcId& peer) const {
   return it == descriptions_.end() ? peer : absl::StrCat(peer, " (", it->second, ")");
 }
 
-void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload) {
+void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload) {
   if (!ready_.load(std::memory_order_acquire)) return;
-  if (envelope.kind() == v1::FrameHeader::KIND_CONTROL) {
-    if (envelope.flags() & kReplyFlag) {
+  if (frame_header.kind() == v1::FrameHeader::KIND_CONTROL) {
+    if (frame_header.flags() & kReplyFlag) {
       std::shared_ptr<PendingRequest> pending;
       {
         detail::MutexLock lock(mu_);
-        auto it = pending_.find(envelope.correlation());
+        auto it = pending_.find(frame_header.correlation());
         if (it != pending_.end()) pending = it->second;
       }
       if (pending) pending->complete(std::string(payload.view()));
       return;
     }
-    if (envelope.flags() & kDataFlag) {
-      deliver_data(peer, envelope.message_type(), envelope.data_header(), std::move(payload));
+    if (frame_header.flags() & kDataFlag) {
+      deliver_data(peer, frame_header.message_type(), frame_header.data_header(), std::move(payload));
       return;
     }
     ControlHandler handler;
     {
       detail::MutexLock lock(mu_);
-      auto it = control_handlers_.find(envelope.message_type());
+      auto it = control_handlers_.find(frame_header.message_type());
       if (it != control_handlers_.end()) handler = it->second;
     }
     if (handler) {
-      handler(peer, envelope.correlation(), std::string(payload.view()));
+      handler(peer, frame_header.correlation(), std::string(payload.view()));
     } else {
-      CASTMESH_LOG_WARN("castmesh-proc {}: unknown control message '{}' from {}", id(), envelope.message_type(), peer);
+      CASTMESH_LOG_WARN("castmesh-proc {}: unknown control message '{}' from {}", id(), frame_header.message_type(),
+                        peer);
     }
     return;
   }
-  auto destination = Address::parse(envelope.destination());
+  auto destination = Address::parse(frame_header.destination());
   if (!destination.ok()) {
     CASTMESH_LOG_WARN("castmesh-proc {}: dropping message from {} with bad destination '{}'", id(), peer,
-                      envelope.destination());
+                      frame_header.destination());
     return;
   }
   absl::Status delivered;
-  if (envelope.port() == 0) {
+  if (frame_header.port() == 0) {
     std::optional<PortAddress> reply_to;
-    if (!envelope.reply_to().empty()) {
-      auto port = PortAddress::parse(envelope.reply_to());
+    if (!frame_header.reply_to().empty()) {
+      auto port = PortAddress::parse(frame_header.reply_to());
       if (port.ok()) reply_to = std::move(*port);
     }
     Address sender;
-    if (!envelope.source().empty()) {
-      if (auto s = Address::parse(envelope.source()); s.ok()) sender = std::move(*s);
+    if (!frame_header.source().empty()) {
+      if (auto s = Address::parse(frame_header.source()); s.ok()) sender = std::move(*s);
     }
     delivered =
-        Seam::deliver_serialized(runtime_, *destination, envelope.message_type(), payload.view(), reply_to, sender);
+        Seam::deliver_serialized(runtime_, *destination, frame_header.message_type(), payload.view(), reply_to, sender);
   } else {
-    const PortAddress port{*destination, envelope.port()};
-    if (envelope.error_code() != 0) {
-      Seam::fail_reply_port(runtime_, port, wire::status_from_wire(envelope));
+    const PortAddress port{*destination, frame_header.port()};
+    if (frame_header.error_code() != 0) {
+      Seam::fail_reply_port(runtime_, port, wire::status_from_wire(frame_header));
     } else {
-      delivered = Seam::deliver_serialized_reply(runtime_, port, envelope.message_type(), payload.view());
+      delivered = Seam::deliver_serialized_reply(runtime_, port, frame_header.message_type(), payload.view());
     }
   }
   if (!delivered.ok()) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: message from {} to {} not delivered: {}", id(), peer,
-                       envelope.destination(), delivered.ToString());
+                       frame_header.destination(), delivered.ToString());
   }
 }
 

@@ -141,11 +141,12 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   struct PendingRequest;
 
   ProcHost(Runtime& runtime, std::string secret) : runtime_(runtime), secret_(std::move(secret)) {}
-  void on_message(const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload);
+  void on_message(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload);
   void on_peer_lost(const std::string& peer, const absl::Status& why);
   void deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
                     wire::Payload payload);
-  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer, const wire::v1::FrameHeader& envelope);
+  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer,
+                                                       const wire::v1::FrameHeader& frame_header);
   // Installs the proc's own services, then the registered ones.
   void install_services();
 

@@ -177,7 +177,7 @@ class Endpoint::Impl {
 
   absl::Status start();
   void shutdown();
-  absl::Status send(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload);
+  absl::Status send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload);
   void disconnect(std::string_view peer);
   std::vector<std::string> peers() const;
   std::optional<long> peer_pid(std::string_view peer) const;
@@ -189,11 +189,11 @@ class Endpoint::Impl {
   // I/O thread: the handshake deadline of a connection accepted now.
   absl::Duration handshake_deadline() const;
   void on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report);
-  void deliver(const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload);
+  void deliver(const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload);
   // The receiver's sink for a payload not yet buffered, or nullptr.
-  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, const v1::FrameHeader& envelope) {
+  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, const v1::FrameHeader& frame_header) {
     if (stopping() || !payload_sinks_) return nullptr;
-    return payload_sinks_(peer, envelope);
+    return payload_sinks_(peer, frame_header);
   }
 
   const EndpointOptions& options() const { return options_; }
@@ -209,7 +209,7 @@ class Endpoint::Impl {
   void admit(Socket socket);
   void release_admission(Connection& connection);
   void arm_heartbeat();
-  absl::Status send_local(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload);
+  absl::Status send_local(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload);
 
   EndpointOptions options_;
   MessageHandler on_message_;
@@ -320,9 +320,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Any thread. See the backpressure policy in endpoint.h.
-  absl::Status enqueue(v1::FrameHeader& envelope, wire::Payload&& payload, bool on_io_thread) {
-    envelope.set_version(wire::kWireVersion);
-    envelope.set_payload_size(payload.size());
+  absl::Status enqueue(v1::FrameHeader& frame_header, wire::Payload&& payload, bool on_io_thread) {
+    frame_header.set_version(wire::kWireVersion);
+    frame_header.set_payload_size(payload.size());
     const EndpointOptions& options = owner_.options();
     detail::MutexLock lock(out_mu_);
     if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
@@ -338,11 +338,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
     }
-    envelope.set_sequence(next_sequence_++);
+    frame_header.set_sequence(next_sequence_++);
     if (pending_.empty() || !pending_.back().payload.empty()) pending_.emplace_back();
     Chunk& chunk = pending_.back();
     const std::size_t before = chunk.bytes.size();
-    wire::append_frame_body(envelope, chunk.bytes);
+    wire::append_frame_body(frame_header, chunk.bytes);
     std::size_t added = chunk.bytes.size() - before;
     if (payload.size() <= kInlinePayloadLimit) {
       chunk.bytes.append(payload.data(), payload.size());
@@ -439,7 +439,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // --- writing (I/O thread) -------------------------------------------------
 
-  // Handshake frames go out ahead of any envelope queued meanwhile.
+  // Handshake frames go out ahead of any frame header queued meanwhile.
   void write_handshake(const v1::Handshake& hs) {
     {
       detail::MutexLock lock(out_mu_);
@@ -502,7 +502,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     flush();
   }
 
-  // Handshake done: envelopes may flow.
+  // Handshake done: frame headers may flow.
   void establish() {
     established_ = true;
     handshake_timer_.cancel();
@@ -561,26 +561,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
         on_handshake_frame(body, body_size);
         continue;
       }
-      absl::StatusOr<v1::FrameHeader> envelope = wire::parse_frame_header(body, body_size, limits);
-      if (!envelope.ok()) {
-        protocol_error(envelope.status());
+      absl::StatusOr<v1::FrameHeader> frame_header = wire::parse_frame_header(body, body_size, limits);
+      if (!frame_header.ok()) {
+        protocol_error(frame_header.status());
         return;
       }
-      const std::uint64_t payload_size = envelope->payload_size();
+      const std::uint64_t payload_size = frame_header->payload_size();
       const std::size_t have = rend_ - rbegin_;
       if (payload_size <= have) {
         wire::Payload payload =
             payload_size == 0 ? wire::Payload() : wire::Payload::copy_of({rbuf_.get() + rbegin_, payload_size});
         rbegin_ += payload_size;
-        deliver(std::move(*envelope), std::move(payload));
+        deliver(std::move(*frame_header), std::move(payload));
         continue;
       }
       // A payload larger than what is buffered: read the rest straight into
       // the receiver's memory (its sink), or into a buffer of its own. The
       // size is the peer's claim (bounded by limits.max_payload_size):
       // memory that cannot be had costs this connection, never the proc.
-      if (envelope->kind() != v1::FrameHeader::KIND_HEARTBEAT && envelope->sequence() == expected_sequence_) {
-        if (std::shared_ptr<PayloadSink> sink = owner_.payload_sink(peer_, *envelope)) {
+      if (frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT && frame_header->sequence() == expected_sequence_) {
+        if (std::shared_ptr<PayloadSink> sink = owner_.payload_sink(peer_, *frame_header)) {
           if (!feed_buffered(*sink, have)) {
             sink->finish(false);
             protocol_error(absl::InternalError("a payload sink refused the bytes it was offered"));
@@ -598,22 +598,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       std::memcpy(writable, rbuf_.get() + rbegin_, have);
       rbegin_ = rend_ = 0;
-      read_payload(std::move(*envelope), *std::move(payload), writable, have);
+      read_payload(std::move(*frame_header), *std::move(payload), writable, have);
       return;
     }
     start_read();
   }
 
-  void read_payload(v1::FrameHeader envelope, wire::Payload payload, char* writable, std::size_t got) {
+  void read_payload(v1::FrameHeader frame_header, wire::Payload payload, char* writable, std::size_t got) {
     const std::size_t size = payload.size();
     if (got == size) {
-      deliver(std::move(envelope), std::move(payload));
+      deliver(std::move(frame_header), std::move(payload));
       start_read();
       return;
     }
     socket_.async_read_some(
         asio::buffer(writable + got, std::min(size - got, kPayloadChunk)),
-        [self = shared_from_this(), envelope = std::move(envelope), payload = std::move(payload), writable,
+        [self = shared_from_this(), frame_header = std::move(frame_header), payload = std::move(payload), writable,
          got](const std::error_code& ec, std::size_t n) mutable {
           if (self->closed_) return;
           if (ec) {
@@ -621,7 +621,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
             return;
           }
           self->last_rx_ = Clock::now();
-          self->read_payload(std::move(envelope), std::move(payload), writable, got + n);
+          self->read_payload(std::move(frame_header), std::move(payload), writable, got + n);
         });
   }
 
@@ -647,7 +647,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // receive(), so the sink may hold its lock while its memory is written.
   void read_into_sink(std::size_t size, std::shared_ptr<PayloadSink> sink, std::size_t got) {
     if (got == size) {
-      ++expected_sequence_;  // the envelope, checked before its payload was read
+      ++expected_sequence_;  // the frame header, checked before its payload was read
       sink->finish(true);
       start_read();
       return;
@@ -682,15 +682,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
-  void deliver(v1::FrameHeader&& envelope, wire::Payload payload) {
-    if (envelope.sequence() != expected_sequence_) {
-      protocol_error(absl::DataLossError(absl::StrCat("sequence ", envelope.sequence(), " where ",
+  void deliver(v1::FrameHeader&& frame_header, wire::Payload payload) {
+    if (frame_header.sequence() != expected_sequence_) {
+      protocol_error(absl::DataLossError(absl::StrCat("sequence ", frame_header.sequence(), " where ",
                                                       expected_sequence_, " was expected")));
       return;
     }
     ++expected_sequence_;
-    if (envelope.kind() == v1::FrameHeader::KIND_HEARTBEAT) return;
-    owner_.deliver(peer_, std::move(envelope), std::move(payload));
+    if (frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT) return;
+    owner_.deliver(peer_, std::move(frame_header), std::move(payload));
   }
 
   void on_handshake_frame(const char* body, std::size_t size) {
@@ -794,7 +794,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
   std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
   bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled or a write is in flight
-  bool can_write_ ABSL_GUARDED_BY(out_mu_) = false;  // handshake done: envelopes may be written
+  bool can_write_ ABSL_GUARDED_BY(out_mu_) = false;  // handshake done: frame headers may be written
   bool out_closed_ ABSL_GUARDED_BY(out_mu_) = false;
   int direct_fd_ ABSL_GUARDED_BY(out_mu_) = -1;  // the socket, for direct writes; -1 once closing
   Clock::time_point last_enqueue_ ABSL_GUARDED_BY(out_mu_){};
@@ -1035,16 +1035,16 @@ void Endpoint::Impl::shutdown() {
   CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint down", id_);
 }
 
-absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload) {
+absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload) {
   if (peer == id_) {
-    envelope.set_version(wire::kWireVersion);
-    envelope.set_payload_size(payload.size());
-    asio::post(io_, [this, envelope = std::move(envelope), payload = std::move(payload)]() mutable {
-      deliver(id_, std::move(envelope), std::move(payload));
+    frame_header.set_version(wire::kWireVersion);
+    frame_header.set_payload_size(payload.size());
+    asio::post(io_, [this, frame_header = std::move(frame_header), payload = std::move(payload)]() mutable {
+      deliver(id_, std::move(frame_header), std::move(payload));
     });
     return absl::OkStatus();
   }
-  if (peer.starts_with("local:")) return send_local(peer, std::move(envelope), std::move(payload));
+  if (peer.starts_with("local:")) return send_local(peer, std::move(frame_header), std::move(payload));
   if (payload.size() > options_.limits.max_payload_size) {
     // The receiver would close the connection (every proc of a mesh has
     // the same limit unless configured otherwise): refuse it here instead.
@@ -1075,7 +1075,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader envelop
   }
   // Queue first, then dial: a dial that fails at once must not race this
   // frame into an "already closed" error (the loss is reported instead).
-  absl::Status queued = connection->enqueue(envelope, std::move(payload), on_io_thread());
+  absl::Status queued = connection->enqueue(frame_header, std::move(payload), on_io_thread());
   if (dial) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: dialing {}", id_, std::string(peer));
     asio::post(io_, [connection, address = *dial] { connection->start_dial(address); });
@@ -1083,9 +1083,9 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader envelop
   return queued;
 }
 
-absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload) {
-  envelope.set_version(wire::kWireVersion);
-  envelope.set_payload_size(payload.size());
+absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload) {
+  frame_header.set_version(wire::kWireVersion);
+  frame_header.set_payload_size(payload.size());
   detail::MutexLock lock(local_registry().mu);
   auto it = local_registry().by_name.find(std::string(peer.substr(6)));
   if (it == local_registry().by_name.end()) {
@@ -1094,8 +1094,9 @@ absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::FrameHeader e
   Impl* target = it->second;
   // Posted while the registry lock is held, so the target cannot finish
   // shutting down in between; it runs everything posted before it joins.
-  asio::post(target->io_, [target, from = id_, envelope = std::move(envelope), payload = std::move(payload)]() mutable {
-    target->deliver(from, std::move(envelope), std::move(payload));
+  asio::post(target->io_, [target, from = id_, frame_header = std::move(frame_header),
+                           payload = std::move(payload)]() mutable {
+    target->deliver(from, std::move(frame_header), std::move(payload));
   });
   return absl::OkStatus();
 }
@@ -1170,10 +1171,10 @@ void Endpoint::Impl::on_closed(const std::shared_ptr<Connection>& connection, co
   }
 }
 
-void Endpoint::Impl::deliver(const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
+void Endpoint::Impl::deliver(const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
   if (stopping() || !on_message_) return;
   try {
-    on_message_(peer, std::move(envelope), std::move(payload));
+    on_message_(peer, std::move(frame_header), std::move(payload));
   } catch (const std::exception& e) {
     CASTMESH_LOG_ERROR("castmesh-proc {}: message handler threw on a message from {}: {}", id_, peer, e.what());
   }
@@ -1194,8 +1195,8 @@ Endpoint::Endpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Endpoint::~Endpoint() = default;  // Impl::~Impl shuts down
 void Endpoint::shutdown() { impl_->shutdown(); }
 const std::string& Endpoint::id() const { return impl_->id(); }
-absl::Status Endpoint::send(std::string_view peer, v1::FrameHeader envelope, wire::Payload payload) {
-  return impl_->send(peer, std::move(envelope), std::move(payload));
+absl::Status Endpoint::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload) {
+  return impl_->send(peer, std::move(frame_header), std::move(payload));
 }
 void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }
 std::vector<std::string> Endpoint::peers() const { return impl_->peers(); }

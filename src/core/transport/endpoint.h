@@ -84,10 +84,10 @@ struct EndpointOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
 };
 
-// Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL envelope,
+// Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL frame header,
 // with the peer's proc id.
 using MessageHandler =
-    std::function<void(const std::string& peer, wire::v1::FrameHeader&& envelope, wire::Payload payload)>;
+    std::function<void(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload)>;
 // Called on the I/O thread when the connection to `peer` is lost (closed,
 // reset, heartbeat timeout, protocol error) or could not be opened. Not
 // called while the endpoint is being destroyed.
@@ -109,12 +109,12 @@ class PayloadSink {
   // was lost first.
   virtual void finish(bool complete) = 0;
 };
-// Asked on the I/O thread for an authenticated envelope whose payload is not
+// Asked on the I/O thread for an authenticated frame header whose payload is not
 // yet buffered: a sink for its payload, or nullptr (the payload then arrives
-// in its own buffer, through the MessageHandler). A sink's envelope is not
+// in its own buffer, through the MessageHandler). A sink's frame header is not
 // passed to the MessageHandler.
 using PayloadSinkProvider =
-    std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::FrameHeader& envelope)>;
+    std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::FrameHeader& frame_header)>;
 
 class Endpoint {
  public:
@@ -137,12 +137,12 @@ class Endpoint {
   // for tcp port 0), or "anon:<pid>-<random>" without a listener.
   const std::string& id() const;
 
-  // Queues `envelope` (+ `payload`) for the proc `peer` (its id / address),
+  // Queues `frame_header` (+ `payload`) for the proc `peer` (its id / address),
   // opening and authenticating a connection first if there is none. Fills in
   // version, sequence and payload_size. OK means queued, not delivered; a
   // connection that fails later is reported through the PeerLostHandler.
   // Sending to id() delivers to this endpoint's own handler.
-  absl::Status send(std::string_view peer, wire::v1::FrameHeader envelope, wire::Payload payload = {});
+  absl::Status send(std::string_view peer, wire::v1::FrameHeader frame_header, wire::Payload payload = {});
 
   // Closes the connection to `peer` (if any) without reporting it lost.
   void disconnect(std::string_view peer);

@@ -54,16 +54,17 @@ absl::Status check_name(const char* what, const std::string& value, std::size_t 
                                                  log::printable(value, 64), "\""));
 }
 
-absl::Status check_envelope_text(const v1::FrameHeader& envelope) {
-  for (const auto& [what, value] : {std::pair<const char*, const std::string*>{"envelope source", &envelope.source()},
-                                    {"envelope destination", &envelope.destination()},
-                                    {"envelope message type", &envelope.message_type()},
-                                    {"envelope reply address", &envelope.reply_to()}}) {
+absl::Status check_header_text(const v1::FrameHeader& frame_header) {
+  using Field = std::pair<const char*, const std::string*>;
+  for (const auto& [what, value] : {Field{"frame header source", &frame_header.source()},
+                                    {"frame header destination", &frame_header.destination()},
+                                    {"frame header message type", &frame_header.message_type()},
+                                    {"frame header reply address", &frame_header.reply_to()}}) {
     if (absl::Status st = check_name(what, *value, kMaxHeaderNameSize); !st.ok()) return st;
   }
-  if (!log::is_utf8(envelope.error_message())) {
-    return absl::InvalidArgumentError(absl::StrCat("envelope error message is not UTF-8: \"",
-                                                   log::printable(envelope.error_message(), 64), "\""));
+  if (!log::is_utf8(frame_header.error_message())) {
+    return absl::InvalidArgumentError(absl::StrCat("frame header error message is not UTF-8: \"",
+                                                   log::printable(frame_header.error_message(), 64), "\""));
   }
   return absl::OkStatus();
 }
@@ -72,21 +73,21 @@ absl::Status check_envelope_text(const v1::FrameHeader& envelope) {
 
 absl::StatusOr<v1::FrameHeader> parse_frame_header(const char* body, std::size_t size,
                                             const FrameLimits& limits) {
-  v1::FrameHeader envelope;
-  if (!envelope.ParseFromArray(body, static_cast<int>(size))) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed envelope (", size, " bytes)"));
+  v1::FrameHeader frame_header;
+  if (!frame_header.ParseFromArray(body, static_cast<int>(size))) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed frame header (", size, " bytes)"));
   }
-  if (envelope.version() != kWireVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown wire version ", envelope.version(),
+  if (frame_header.version() != kWireVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown wire version ", frame_header.version(),
                                                    " (this proc speaks ", kWireVersion, ")"));
   }
-  if (envelope.payload_size() > limits.max_payload_size) {
-    return absl::InvalidArgumentError(absl::StrCat("payload of ", envelope.payload_size(),
+  if (frame_header.payload_size() > limits.max_payload_size) {
+    return absl::InvalidArgumentError(absl::StrCat("payload of ", frame_header.payload_size(),
                                                    " bytes exceeds the limit of ",
                                                    limits.max_payload_size));
   }
-  if (absl::Status st = check_envelope_text(envelope); !st.ok()) return st;
-  return envelope;
+  if (absl::Status st = check_header_text(frame_header); !st.ok()) return st;
+  return frame_header;
 }
 
 absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits) {

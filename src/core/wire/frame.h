@@ -27,8 +27,8 @@ inline constexpr char kEnvMaxMessageBytes[] = "CASTMESH_MAX_MESSAGE_BYTES";
 
 // What a receiver accepts; anything larger closes the connection.
 struct FrameLimits {
-  std::uint32_t max_body_size = 64 * 1024;                  // envelope or handshake message
-  std::uint64_t max_payload_size = kDefaultMaxPayloadSize;  // payload of one envelope
+  std::uint32_t max_body_size = 64 * 1024;                  // frame header or handshake message
+  std::uint64_t max_payload_size = kDefaultMaxPayloadSize;  // payload of one frame
 };
 
 // `limits` with max_payload_size taken from CASTMESH_MAX_MESSAGE_BYTES when
@@ -46,11 +46,11 @@ std::uint32_t read_length_prefix(const char* p);
 absl::Status check_body_size(std::uint32_t size, const FrameLimits& limits);
 
 // Longest proc id a handshake may carry, and longest address or type name an
-// envelope may carry (they end up in logs and error messages).
+// frame header may carry (they end up in logs and error messages).
 inline constexpr std::size_t kMaxProcIdSize = 512;
 inline constexpr std::size_t kMaxHeaderNameSize = 1024;
 
-// Parses and validates an envelope body: parse errors, an unknown version,
+// Parses and validates a frame header body: parse errors, an unknown version,
 // a payload above the limit, addresses or a type name that are not printable
 // UTF-8 (log::is_printable) or longer than kMaxHeaderNameSize, or an
 // error_message that is not UTF-8 are InvalidArgument with the reason (the

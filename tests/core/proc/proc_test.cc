@@ -698,9 +698,9 @@ TEST(ProcMesh, PeerWithAWrongSecretIsRefusedAndTheProcKeepsServing) {
       options, [&](const std::string&, castmesh::wire::v1::FrameHeader&&, castmesh::wire::Payload) { ++delivered; },
       [&](const std::string&, const absl::Status&) { ++lost; });
   ASSERT_TRUE(intruder.ok());
-  castmesh::wire::v1::FrameHeader envelope;
-  envelope.set_destination((*echoes)[0].to_string());
-  ASSERT_TRUE((*intruder)->send(mesh->proc(0).id, envelope).ok());
+  castmesh::wire::v1::FrameHeader frame_header;
+  frame_header.set_destination((*echoes)[0].to_string());
+  ASSERT_TRUE((*intruder)->send(mesh->proc(0).id, frame_header).ok());
   for (int i = 0; i < 500 && lost == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(lost, 1);
   EXPECT_EQ(delivered, 0);

@@ -204,14 +204,15 @@ class FakeProc {
     options.listen = "tcp:127.0.0.1:0";
     options.secret = kSecret;
     auto endpoint = castmesh::transport::Endpoint::start(
-        options, [this](const std::string&, castmesh::wire::v1::FrameHeader&& envelope, castmesh::wire::Payload payload) {
-          if (envelope.message_type() == castmesh::wire::v1::Stop().GetTypeName()) {
+        options,
+        [this](const std::string&, castmesh::wire::v1::FrameHeader&& frame_header, castmesh::wire::Payload payload) {
+          if (frame_header.message_type() == castmesh::wire::v1::Stop().GetTypeName()) {
             std::lock_guard lock(mu_);
             stopped_ = true;
             cv_.notify_all();
             return;
           }
-          if (envelope.message_type() != castmesh::wire::v1::JoinReply().GetTypeName()) return;
+          if (frame_header.message_type() != castmesh::wire::v1::JoinReply().GetTypeName()) return;
           castmesh::wire::v1::JoinReply reply;
           reply.ParseFromString(std::string(payload.view()));
           std::lock_guard lock(mu_);
@@ -247,11 +248,12 @@ class FakeProc {
     join.set_world_size(world_size);
     join.set_pid(::getpid());
     join.set_hostname("fake-host");
-    castmesh::wire::v1::FrameHeader envelope;
-    envelope.set_kind(castmesh::wire::v1::FrameHeader::KIND_CONTROL);
-    envelope.set_message_type(join.GetTypeName());
-    envelope.set_correlation(1);
-    ASSERT_TRUE(endpoint_->send(controller, envelope, castmesh::wire::Payload::adopt(join.SerializeAsString())).ok());
+    castmesh::wire::v1::FrameHeader frame_header;
+    frame_header.set_kind(castmesh::wire::v1::FrameHeader::KIND_CONTROL);
+    frame_header.set_message_type(join.GetTypeName());
+    frame_header.set_correlation(1);
+    ASSERT_TRUE(
+        endpoint_->send(controller, frame_header, castmesh::wire::Payload::adopt(join.SerializeAsString())).ok());
   }
 
   const std::string& id() const { return endpoint_->id(); }

@@ -40,7 +40,7 @@ constexpr char kSecret[] = "test-mesh-secret";
 
 struct Received {
   std::string peer;
-  v1::FrameHeader envelope;
+  v1::FrameHeader frame_header;
   wire::Payload payload;
 };
 
@@ -48,9 +48,9 @@ struct Received {
 class Inbox {
  public:
   MessageHandler handler() {
-    return [this](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
+    return [this](const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
       std::lock_guard lock(mu_);
-      messages_.push_back({peer, std::move(envelope), std::move(payload)});
+      messages_.push_back({peer, std::move(frame_header), std::move(payload)});
       cv_.notify_all();
     };
   }
@@ -103,10 +103,10 @@ std::unique_ptr<Endpoint> start(EndpointOptions options, Inbox& inbox) {
 }
 
 v1::FrameHeader message(std::string type, std::uint64_t correlation = 0) {
-  v1::FrameHeader envelope;
-  envelope.set_message_type(std::move(type));
-  envelope.set_correlation(correlation);
-  return envelope;
+  v1::FrameHeader frame_header;
+  frame_header.set_message_type(std::move(type));
+  frame_header.set_correlation(correlation);
+  return frame_header;
 }
 
 // A test-side socket speaking (or abusing) the wire protocol by hand.
@@ -255,15 +255,15 @@ std::string listen_url(const std::string& kind, const std::string& tag) {
   return "local:test-" + unique;
 }
 
-TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
+TEST_P(ChannelTest, RequestAndReplyCarryEveryFrameHeaderField) {
   Inbox inbox_a, inbox_b;
   Endpoint* a_raw = nullptr;
   auto a = Endpoint::start(
       options_for(listen_url(GetParam(), "a")),
-      [&](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
-        inbox_a.handler()(peer, v1::FrameHeader(envelope), payload);
-        v1::FrameHeader reply = message("test.Pong", envelope.correlation());
-        reply.set_destination(envelope.source());
+      [&](const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
+        inbox_a.handler()(peer, v1::FrameHeader(frame_header), payload);
+        v1::FrameHeader reply = message("test.Pong", frame_header.correlation());
+        reply.set_destination(frame_header.source());
         ASSERT_TRUE(a_raw->send(peer, std::move(reply), wire::Payload::copy_of("pong")).ok());
       },
       inbox_a.lost_handler());
@@ -283,18 +283,18 @@ TEST_P(ChannelTest, RequestAndReplyCarryEveryEnvelopeField) {
   auto at_a = inbox_a.messages();
   ASSERT_EQ(at_a.size(), 1u);
   EXPECT_EQ(at_a[0].peer, b->id());
-  EXPECT_EQ(at_a[0].envelope.version(), wire::kWireVersion);
-  EXPECT_EQ(at_a[0].envelope.source(), b->id() + "/actor[1]");
-  EXPECT_EQ(at_a[0].envelope.destination(), (*a)->id() + "/actor[2]");
-  EXPECT_EQ(at_a[0].envelope.port(), 5u);
-  EXPECT_EQ(at_a[0].envelope.message_type(), "test.Ping");
-  EXPECT_EQ(at_a[0].envelope.correlation(), 77u);
+  EXPECT_EQ(at_a[0].frame_header.version(), wire::kWireVersion);
+  EXPECT_EQ(at_a[0].frame_header.source(), b->id() + "/actor[1]");
+  EXPECT_EQ(at_a[0].frame_header.destination(), (*a)->id() + "/actor[2]");
+  EXPECT_EQ(at_a[0].frame_header.port(), 5u);
+  EXPECT_EQ(at_a[0].frame_header.message_type(), "test.Ping");
+  EXPECT_EQ(at_a[0].frame_header.correlation(), 77u);
   EXPECT_EQ(at_a[0].payload.view(), "ping");
   auto at_b = inbox_b.messages();
   EXPECT_EQ(at_b[0].peer, (*a)->id());
-  EXPECT_EQ(at_b[0].envelope.message_type(), "test.Pong");
-  EXPECT_EQ(at_b[0].envelope.correlation(), 77u);
-  EXPECT_EQ(at_b[0].envelope.destination(), b->id() + "/actor[1]");
+  EXPECT_EQ(at_b[0].frame_header.message_type(), "test.Pong");
+  EXPECT_EQ(at_b[0].frame_header.correlation(), 77u);
+  EXPECT_EQ(at_b[0].frame_header.destination(), b->id() + "/actor[1]");
   EXPECT_EQ(at_b[0].payload.view(), "pong");
   if (GetParam() != "local") {
     EXPECT_EQ(b->peers(), std::vector<std::string>{(*a)->id()});
@@ -410,7 +410,7 @@ TEST(Endpoint, WrongSecretIsRefusedAndNothingIsDelivered) {
   std::this_thread::sleep_for(100ms);
   auto got = inbox_a.messages();
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].envelope.message_type(), "friend");
+  EXPECT_EQ(got[0].frame_header.message_type(), "friend");
 }
 
 TEST(Endpoint, ConnectorRefusesAnAcceptorWithoutTheSecret) {
@@ -445,8 +445,8 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   Endpoint* a_raw = nullptr;
   auto a = Endpoint::start(
       options_for(listen_url("unix", "a")),
-      [&](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload payload) {
-        inbox_a.handler()(peer, v1::FrameHeader(envelope), payload);
+      [&](const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
+        inbox_a.handler()(peer, v1::FrameHeader(frame_header), payload);
         (void)a_raw->send(peer, message("echo"));
       },
       inbox_a.lost_handler());
@@ -479,24 +479,24 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   {  // Authenticated, then an unknown wire version.
     auto raw = RawPeer::connect_to((*a)->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-version"));
-    v1::FrameHeader envelope = message("x");
-    envelope.set_version(2);
-    envelope.set_sequence(1);
-    raw->write_frame(envelope);
+    v1::FrameHeader frame_header = message("x");
+    frame_header.set_version(2);
+    frame_header.set_sequence(1);
+    raw->write_frame(frame_header);
     EXPECT_TRUE(raw->closed_by_peer());
   }
   ASSERT_TRUE(c_still_served());
   {  // Authenticated, then a sequence gap.
     auto raw = RawPeer::connect_to((*a)->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-gap"));
-    v1::FrameHeader envelope = message("x");
-    envelope.set_version(wire::kWireVersion);
-    envelope.set_sequence(5);
-    raw->write_frame(envelope);
+    v1::FrameHeader frame_header = message("x");
+    frame_header.set_version(wire::kWireVersion);
+    frame_header.set_sequence(5);
+    raw->write_frame(frame_header);
     EXPECT_TRUE(raw->closed_by_peer());
   }
   ASSERT_TRUE(c_still_served());
-  {  // Authenticated, then an envelope that is not protobuf.
+  {  // Authenticated, then a frame header that is not protobuf.
     auto raw = RawPeer::connect_to((*a)->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-junk"));
     raw->write_bytes(std::string("\x04\x00\x00\x00\xff\xff\xff\xff", 8));
@@ -510,14 +510,14 @@ TEST(Endpoint, MalformedFramesCloseOnlyThatConnection) {
   for (const auto& m : inbox_a.messages()) EXPECT_EQ(m.peer, c->id());
 }
 
-// An authenticated envelope announcing a payload (bytes that need not follow).
-std::string announcing_envelope(std::uint64_t payload_size) {
-  v1::FrameHeader envelope = message("big");
-  envelope.set_version(wire::kWireVersion);
-  envelope.set_sequence(1);
-  envelope.set_payload_size(payload_size);
+// An authenticated frame header announcing a payload (bytes that need not follow).
+std::string announcing_frame_header(std::uint64_t payload_size) {
+  v1::FrameHeader frame_header = message("big");
+  frame_header.set_version(wire::kWireVersion);
+  frame_header.set_sequence(1);
+  frame_header.set_payload_size(payload_size);
   std::string frame;
-  wire::append_frame_body(envelope, frame);
+  wire::append_frame_body(frame_header, frame);
   return frame + "first payload bytes";
 }
 
@@ -532,7 +532,7 @@ TEST(Endpoint, PayloadThatCannotBeAllocatedClosesOnlyThatConnection) {
   ASSERT_TRUE(a && c);
   auto raw = RawPeer::connect_to(a->id());
   ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-alloc"));
-  raw->write_bytes(announcing_envelope(std::uint64_t{1} << 61));
+  raw->write_bytes(announcing_frame_header(std::uint64_t{1} << 61));
   EXPECT_TRUE(raw->closed_by_peer());
   ASSERT_TRUE(inbox_a.wait_lost(1));
   EXPECT_EQ(inbox_a.lost()[0].first, "unix:@raw-alloc");
@@ -553,7 +553,7 @@ TEST(Endpoint, PayloadAboveThePerMessageLimitIsRefusedOnBothSides) {
   {  // Receiving: the connection that announces more is closed.
     auto raw = RawPeer::connect_to(a->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-limit"));
-    raw->write_bytes(announcing_envelope(1001));
+    raw->write_bytes(announcing_frame_header(1001));
     EXPECT_TRUE(raw->closed_by_peer());
     ASSERT_TRUE(inbox_a.wait_lost(1));
     EXPECT_NE(inbox_a.lost()[0].second.message().find("exceeds the limit of 1000"), std::string::npos)
@@ -624,8 +624,9 @@ class PipeDrain {
   // descriptor limit instead of the per-peer cap.
   options.max_unauthenticated_per_peer = options.max_unauthenticated;
   std::atomic<Endpoint*> self{nullptr};
-  auto served = Endpoint::start(options, [&self](const std::string& peer, v1::FrameHeader&& envelope, wire::Payload) {
-    (void)self.load()->send(peer, message("pong", envelope.correlation()));
+  auto served = Endpoint::start(options, [&self](const std::string& peer, v1::FrameHeader&& frame_header,
+                                                 wire::Payload) {
+    (void)self.load()->send(peer, message("pong", frame_header.correlation()));
   });
   if (!served.ok()) ::_exit(2);
   self = served->get();
@@ -887,14 +888,14 @@ TEST(Endpoint, PeerSuppliedTextCannotForgeOrFloodLogLines) {
     EXPECT_LT(log.size(), 2048u) << log;
     EXPECT_NE(log.find("unauthenticated peer"), std::string::npos) << "no line about the refused peer:\n" << log;
   }
-  {  // Authenticated, then an envelope whose destination holds a newline.
+  {  // Authenticated, then a frame header whose destination holds a newline.
     auto raw = RawPeer::connect_to(a->id());
     ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-inject"));
-    v1::FrameHeader envelope = message("x");
-    envelope.set_version(wire::kWireVersion);
-    envelope.set_sequence(1);
-    envelope.set_destination("actor\n[error] forged");
-    raw->write_frame(envelope);
+    v1::FrameHeader frame_header = message("x");
+    frame_header.set_version(wire::kWireVersion);
+    frame_header.set_sequence(1);
+    frame_header.set_destination("actor\n[error] forged");
+    raw->write_frame(frame_header);
     EXPECT_TRUE(raw->closed_by_peer());
     ASSERT_TRUE(inbox.wait_lost(1));
     EXPECT_NE(inbox.lost()[0].second.message().find("actor\\n[error] forged"), std::string::npos)
@@ -914,9 +915,9 @@ TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
   for (int t = 0; t < kThreads; ++t) {
     senders.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
-        v1::FrameHeader envelope = message("seq", static_cast<std::uint64_t>(i));
-        envelope.set_port(static_cast<std::uint64_t>(t));
-        ASSERT_TRUE(b->send(a->id(), std::move(envelope), wire::Payload::copy_of("0123456789abcdef")).ok());
+        v1::FrameHeader frame_header = message("seq", static_cast<std::uint64_t>(i));
+        frame_header.set_port(static_cast<std::uint64_t>(t));
+        ASSERT_TRUE(b->send(a->id(), std::move(frame_header), wire::Payload::copy_of("0123456789abcdef")).ok());
       }
     });
   }
@@ -924,9 +925,9 @@ TEST(Endpoint, FifoPerSenderUnderConcurrentSenders) {
   ASSERT_TRUE(inbox_a.wait_messages(kThreads * kPerThread, 30s));
   std::vector<std::int64_t> next(kThreads, 0);
   for (const auto& m : inbox_a.messages()) {
-    const auto t = m.envelope.port();
+    const auto t = m.frame_header.port();
     ASSERT_LT(t, static_cast<std::uint64_t>(kThreads));
-    ASSERT_EQ(static_cast<std::int64_t>(m.envelope.correlation()), next[t]) << "thread " << t;
+    ASSERT_EQ(static_cast<std::int64_t>(m.frame_header.correlation()), next[t]) << "thread " << t;
     ++next[t];
   }
   for (int t = 0; t < kThreads; ++t) EXPECT_EQ(next[t], kPerThread);
@@ -950,7 +951,7 @@ TEST(Endpoint, LargeAndSmallPayloadsArriveIntactAndInOrder) {
   ASSERT_TRUE(inbox_a.wait_messages(sizes.size(), 60s));
   auto got = inbox_a.messages();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    EXPECT_EQ(got[i].envelope.correlation(), i);
+    EXPECT_EQ(got[i].frame_header.correlation(), i);
     ASSERT_EQ(got[i].payload.size(), sizes[i]);
     EXPECT_TRUE(got[i].payload.view() == pattern(sizes[i], char('a' + i))) << "payload " << i << " differs";
   }

@@ -8,17 +8,17 @@
 namespace castmesh::wire {
 namespace {
 
-TEST(Frame, RoundTripsAnEnvelope) {
-  v1::FrameHeader envelope;
-  envelope.set_version(kWireVersion);
-  envelope.set_source("unix:@a/actor[1]");
-  envelope.set_destination("unix:@b/actor[2]");
-  envelope.set_port(7);
-  envelope.set_sequence(42);
-  envelope.set_message_type("demo.Ping");
-  envelope.set_payload_size(3);
+TEST(Frame, RoundTripsAFrameHeader) {
+  v1::FrameHeader frame_header;
+  frame_header.set_version(kWireVersion);
+  frame_header.set_source("unix:@a/actor[1]");
+  frame_header.set_destination("unix:@b/actor[2]");
+  frame_header.set_port(7);
+  frame_header.set_sequence(42);
+  frame_header.set_message_type("demo.Ping");
+  frame_header.set_payload_size(3);
   std::string frame;
-  append_frame_body(envelope, frame);
+  append_frame_body(frame_header, frame);
   ASSERT_GE(frame.size(), kLengthPrefixSize);
   const std::uint32_t body = read_length_prefix(frame.data());
   ASSERT_EQ(body + kLengthPrefixSize, frame.size());
@@ -33,16 +33,16 @@ TEST(Frame, RoundTripsAnEnvelope) {
 TEST(Frame, RejectsUnknownVersionOversizeAndGarbage) {
   FrameLimits limits;
   limits.max_payload_size = 100;
-  v1::FrameHeader envelope;
-  envelope.set_version(99);
-  std::string body = envelope.SerializeAsString();
+  v1::FrameHeader frame_header;
+  frame_header.set_version(99);
+  std::string body = frame_header.SerializeAsString();
   auto bad_version = parse_frame_header(body.data(), body.size(), limits);
   ASSERT_FALSE(bad_version.ok());
   EXPECT_NE(bad_version.status().message().find("unknown wire version 99"), std::string::npos);
 
-  envelope.set_version(kWireVersion);
-  envelope.set_payload_size(101);
-  body = envelope.SerializeAsString();
+  frame_header.set_version(kWireVersion);
+  frame_header.set_payload_size(101);
+  body = frame_header.SerializeAsString();
   EXPECT_FALSE(parse_frame_header(body.data(), body.size(), limits).ok());
 
   const std::string garbage = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff";
