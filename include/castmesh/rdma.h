@@ -12,8 +12,10 @@
 //   single copy    same host: process_vm_readv / process_vm_writev straight
 //                  between the two processes' memory, while the owner holds
 //                  a lease on the range (released buffers refuse new ones);
-//   socket         otherwise, and when the kernel refuses cross-memory
-//                  attach: the proc connection carries the bytes in chunks,
+//   shared segment same host where the kernel refuses cross-memory
+//                  attach: a POSIX shared-memory window the owner copies
+//                  chunks into and this proc copies them out of, pipelined;
+//   socket         otherwise: the proc connection carries the bytes in chunks,
 //                  all in flight at once (no per-chunk round trip); the
 //                  owner sends straight from the registered memory.
 //
@@ -56,9 +58,16 @@ class Runtime;
 enum class RdmaAccess : uint32_t { kRead = 1, kWrite = 2, kReadWrite = 3 };
 
 // How an operation's bytes moved, best first.
-enum class RdmaTransport : uint32_t { kIbverbs = 1, kSameProcess = 2, kSingleCopy = 3, kSocket = 4 };
+// (Values are wire numbers; kSharedSegment ranks before kSocket.)
+enum class RdmaTransport : uint32_t {
+  kIbverbs = 1,
+  kSameProcess = 2,
+  kSingleCopy = 3,
+  kSocket = 4,
+  kSharedSegment = 5,
+};
 
-// "ibverbs", "same_process", "single_copy", "socket".
+// "ibverbs", "same_process", "single_copy", "shared_segment", "socket".
 std::string_view rdma_transport_name(RdmaTransport transport);
 
 // The outcome of one finished operation.

@@ -19,6 +19,7 @@
 #include "core/proc/proc_host.h"
 #include "core/rdma/ibverbs_path.h"
 #include "core/rdma/registry.h"
+#include "core/rdma/segment_path.h"
 #include "core/rdma/service.h"
 #include "core/rdma/transfers.h"
 
@@ -94,16 +95,20 @@ absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle,
   }
   static std::once_flag logged;
   std::call_once(logged, [&handle] {
-    CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy and the socket "
-                      "transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
+    CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy (or a shared "
+                      "segment) and the socket transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
                       why_no_ibverbs(handle));
   });
+  const bool same_host = length >= kSingleCopyMinBytes && handle.host_identity == platform::host_identity();
   const char* switch_text = std::getenv("CASTMESH_RDMA_SINGLE_COPY");
-  const bool single_copy = (switch_text == nullptr || std::string_view(switch_text) != "0") &&
-                           length >= kSingleCopyMinBytes && offers(handle, RdmaTransport::kSingleCopy) &&
-                           rdma::single_copy_usable() && CASTMESH_LINUX_FACILITIES &&
-                           handle.host_identity == platform::host_identity();
+  const bool single_copy = same_host && (switch_text == nullptr || std::string_view(switch_text) != "0") &&
+                           offers(handle, RdmaTransport::kSingleCopy) && rdma::single_copy_usable() &&
+                           CASTMESH_LINUX_FACILITIES;
   if (single_copy) return RdmaTransport::kSingleCopy;
+  // Where the kernel refuses (or the switch forbids) single copy.
+  if (same_host && offers(handle, RdmaTransport::kSharedSegment) && rdma::shared_segment_reaches(handle.owner)) {
+    return RdmaTransport::kSharedSegment;
+  }
   if (offers(handle, RdmaTransport::kSocket)) return RdmaTransport::kSocket;
   return absl::FailedPreconditionError(absl::StrCat("proc ", handle.owner,
                                                     " offers no transport this proc has for its RDMA buffer"));
@@ -192,6 +197,7 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   transfer->bytes = bytes;
   transfer->transport = *transport;
   transfer->owner_pid = handle->pid;
+  transfer->segment_offered = offers(*handle, RdmaTransport::kSharedSegment);
   transfer->remote_address = handle->nic_address;
   transfer->rkey = handle->rkey;
   return start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
@@ -202,6 +208,7 @@ std::vector<RdmaTransport> transports_of_this_proc(bool nic) {
   if (nic) offered.push_back(RdmaTransport::kIbverbs);
   offered.push_back(RdmaTransport::kSameProcess);
   if (CASTMESH_LINUX_FACILITIES) offered.push_back(RdmaTransport::kSingleCopy);
+  offered.push_back(RdmaTransport::kSharedSegment);  // POSIX shm_open: every build
   offered.push_back(RdmaTransport::kSocket);
   return offered;
 }
@@ -228,6 +235,7 @@ std::string_view rdma_transport_name(RdmaTransport transport) {
     case RdmaTransport::kSameProcess: return "same_process";
     case RdmaTransport::kSingleCopy: return "single_copy";
     case RdmaTransport::kSocket: return "socket";
+    case RdmaTransport::kSharedSegment: return "shared_segment";
   }
   return "unknown";
 }
@@ -315,7 +323,8 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
   handle->rkey = wire.rkey();
   for (uint32_t t : wire.transports()) {
     // Transports of a newer peer that this build does not know are skipped.
-    if (t >= static_cast<uint32_t>(RdmaTransport::kIbverbs) && t <= static_cast<uint32_t>(RdmaTransport::kSocket)) {
+    if (t >= static_cast<uint32_t>(RdmaTransport::kIbverbs) &&
+        t <= static_cast<uint32_t>(RdmaTransport::kSharedSegment)) {
       handle->transports.push_back(static_cast<RdmaTransport>(t));
     }
   }

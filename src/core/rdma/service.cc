@@ -18,6 +18,7 @@
 #include "core/rdma/ibverbs_path.h"
 #include "core/rdma/read_sink.h"
 #include "core/rdma/registry.h"
+#include "core/rdma/segment_path.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -35,7 +36,7 @@ std::atomic<bool> cross_memory_refused{false};
 void refuse_cross_memory(const absl::Status& why) {
   if (!cross_memory_refused.exchange(true)) {
     CASTMESH_LOG_INFO("castmesh-rdma: the kernel refused a cross-memory copy ({}); RDMA buffers of this host's "
-                      "procs go through the socket transport from now on",
+                      "procs go through a shared segment (or the socket transport) from now on",
                       std::string(why.message()));
   }
 }
@@ -212,7 +213,10 @@ void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
   if (copied.ok()) return finish(transfer, RdmaResult{transfer->length, RdmaTransport::kSingleCopy});
   if (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied)) {
     refuse_cross_memory(copied);
-    transfer->transport = RdmaTransport::kSocket;  // nothing else reads it before begin() sends
+    // Nothing else reads the transport before begin() sends.
+    transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
+                              ? RdmaTransport::kSharedSegment
+                              : RdmaTransport::kSocket;
     return begin(transfer);
   }
   finish(transfer, copied);
@@ -318,6 +322,7 @@ class RdmaService final : public proc::ProcService {
       IbverbsPath::instance().peer_lost(peer);
       Registry::instance().forget_peer(peer);
       writes->forget_peer(peer);
+      segment_peer_lost(peer);
     });
   }
   void detach() override {}
@@ -343,6 +348,15 @@ class RdmaService final : public proc::ProcService {
         return IbverbsPath::instance().on_connect(host, peer, header);
       case v1::RdmaHeader::CONNECTED:
         return IbverbsPath::instance().on_connected(peer, header);
+      case v1::RdmaHeader::SEGMENT_READ:
+      case v1::RdmaHeader::SEGMENT_DATA:
+      case v1::RdmaHeader::SEGMENT_WRITE_DATA:
+      case v1::RdmaHeader::SEGMENT_FREE:
+      case v1::RdmaHeader::SEGMENT_CLOSE:
+      case v1::RdmaHeader::SEGMENT_REFUSED:
+        return on_segment_message(weak, host, peer, header, [&](const char* bytes, size_t size) {
+          return writes.apply(peer, header, bytes, size);
+        });
       case v1::RdmaHeader::READ_DATA:
       case v1::RdmaHeader::WRITE_DONE:
       case v1::RdmaHeader::LEASE_GRANTED:
@@ -387,6 +401,8 @@ void begin(const std::shared_ptr<Transfer>& transfer) {
   v1::RdmaHeader first;
   if (transfer->release) {
     first = header_of(v1::RdmaHeader::RELEASE, transfer->id);
+  } else if (transfer->transport == RdmaTransport::kSharedSegment) {
+    return begin_segment(transfer);
   } else if (transfer->transport == RdmaTransport::kSingleCopy) {
     first = header_of(v1::RdmaHeader::LEASE, transfer->id);
     first.set_write(transfer->write);

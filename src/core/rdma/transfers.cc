@@ -40,16 +40,19 @@ std::shared_ptr<Transfer> Transfers::find(uint64_t id) {
 }
 
 void Transfers::finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult> result) {
+  std::function<void(bool)> cleanup;
   {
     detail::MutexLock lock(transfer->mu);
     if (transfer->finished) return;
     transfer->finished = true;
+    cleanup = std::move(transfer->cleanup);
   }
   {
     detail::MutexLock lock(mu_);
     live_.erase(transfer->id);
   }
   if (transfer->timer != 0) timers_.cancel(transfer->timer);
+  if (cleanup) cleanup(result.ok());
   // Only the one finisher gets here: `done` is no longer shared.
   std::function<void(absl::StatusOr<RdmaResult>)> done = std::move(transfer->done);
   if (done) done(std::move(result));

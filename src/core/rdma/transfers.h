@@ -27,6 +27,8 @@ class ProcHost;
 
 namespace castmesh::rdma {
 
+struct SegmentWindow;
+
 // One operation on another proc's buffer.
 struct Transfer {
   uint64_t id = 0;
@@ -40,14 +42,22 @@ struct Transfer {
   char* bytes = nullptr;  // local.data()
   RdmaTransport transport = RdmaTransport::kSocket;
   int64_t owner_pid = 0;  // the handle's pid: a lease must name this process
+  bool segment_offered = false;  // the owner offers a shared segment (single copy's fallback)
   uint64_t remote_address = 0;  // ibverbs: the owner's NIC address of the buffer's first byte
   uint32_t rkey = 0;            // ibverbs: the owner's remote key
   std::weak_ptr<proc::ProcHost> host;  // the proc that sends
   std::function<void(absl::StatusOr<RdmaResult>)> done;  // called once, by Transfers::finish
 
+  // Shared segment: the staging window, set (under mu) before the first
+  // message goes and never reset, so handlers of the answers read it freely.
+  std::shared_ptr<SegmentWindow> window;
+
   detail::Mutex mu;
   size_t moved ABSL_GUARDED_BY(mu) = 0;
   bool finished ABSL_GUARDED_BY(mu) = false;
+  // Run once by Transfers::finish, outside the lock, before `done`
+  // (argument: whether the operation succeeded).
+  std::function<void(bool ok)> cleanup ABSL_GUARDED_BY(mu);
   uint64_t timer = 0;  // set by Transfers::start
 };
 

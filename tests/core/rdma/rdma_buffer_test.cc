@@ -1,11 +1,23 @@
 // RdmaBuffer: within one process, and across real worker procs (this binary
-// re-executed) over same-host single copy and the socket transport.
+// re-executed) over same-host single copy, a shared segment and the socket
+// transport.
 #include <signal.h>
 #include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include <cstddef>
+#endif
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,15 +63,53 @@ struct MakeBuffer {
 struct Verify {
   Numbers n;  // seed, offset, length
 };
+// Makes the kernel refuse cross-memory attach in the receiving process.
+struct RefuseCrossMemory {
+  Numbers n;  // unused
+};
 absl::Status encode_make(const MakeBuffer& m, std::string* out) { return encode_numbers(m.n, out); }
 absl::Status decode_make(std::string_view b, MakeBuffer* m) { return decode_numbers(b, &m->n); }
 absl::Status encode_verify(const Verify& m, std::string* out) { return encode_numbers(m.n, out); }
 absl::Status decode_verify(std::string_view b, Verify* m) { return decode_numbers(b, &m->n); }
+absl::Status encode_refuse(const RefuseCrossMemory& m, std::string* out) { return encode_numbers(m.n, out); }
+absl::Status decode_refuse(std::string_view b, RefuseCrossMemory* m) { return decode_numbers(b, &m->n); }
+
+// A seccomp filter on every thread of this process that fails
+// process_vm_readv / process_vm_writev with EPERM, as a container runtime's
+// profile does. "" when installed, else why not.
+std::string refuse_cross_memory_attach() {
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+#if defined(__x86_64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#else
+  constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#endif
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+  };
+  sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return absl::StrCat("PR_SET_NO_NEW_PRIVS: ", std::strerror(errno));
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program) != 0) {
+    return absl::StrCat("seccomp: ", std::strerror(errno));
+  }
+  return "";
+#else
+  return "no seccomp filter for this system";
+#endif
+}
 
 }  // namespace
 
 CASTMESH_REGISTER_MESSAGE(MakeBuffer, "castmesh.test.rdma.MakeBuffer", encode_make, decode_make);
 CASTMESH_REGISTER_MESSAGE(Verify, "castmesh.test.rdma.Verify", encode_verify, decode_verify);
+CASTMESH_REGISTER_MESSAGE(RefuseCrossMemory, "castmesh.test.rdma.RefuseCrossMemory", encode_refuse, decode_refuse);
 
 namespace {
 
@@ -89,7 +139,8 @@ class Reader : public castmesh::Actor {
       return absl::StrCat(std::string(castmesh::rdma_transport_name(r.transport)), ":", mismatch(into->data(), 0, r.bytes, 1));
     });
   }
-  using Handlers = castmesh::Handlers<&Reader::read>;
+  std::string refuse(const RefuseCrossMemory&) { return refuse_cross_memory_attach(); }
+  using Handlers = castmesh::Handlers<&Reader::read, &Reader::refuse>;
 };
 
 }  // namespace
@@ -235,8 +286,21 @@ void stop_process(int64_t pid) {
   FAIL() << "process " << pid << " did not stop";
 }
 
-// Param: whether same-host single copy may be used (false: the socket path).
-class RdmaAcrossProcs : public ::testing::TestWithParam<bool> {
+// The same-host path a test forces (the switches are inherited by the worker procs).
+enum class Path { kSingleCopy, kSharedSegment, kSocket };
+
+// Names of this process's shared segments still in /dev/shm (none may outlive an operation).
+std::vector<std::string> leftover_segments() {
+  std::vector<std::string> found;
+  const std::string prefix = absl::StrCat("castmesh-rdma-", ::getpid(), "-");
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) found.push_back(entry.path().string());
+  }
+  return found;
+}
+
+class RdmaAcrossProcs : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
     auto procs = castmesh::LocalAllocator().allocate(runtime_, 2);
@@ -246,7 +310,10 @@ class RdmaAcrossProcs : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(owners.ok()) << owners.status();
     owners_ = *owners;
   }
-  void TearDown() override { (void)procs_.stop(); }
+  void TearDown() override {
+    (void)procs_.stop();
+    EXPECT_EQ(absl::StrJoin(leftover_segments(), ", "), "");
+  }
 
   RdmaBuffer make(size_t owner, size_t size, RdmaAccess access = RdmaAccess::kReadWrite) {
     auto made = owners_.at(owner).ask(MakeBuffer{{{static_cast<int64_t>(size), static_cast<int64_t>(access)}}})
@@ -260,14 +327,22 @@ class RdmaAcrossProcs : public ::testing::TestWithParam<bool> {
                       .get(absl::Seconds(30));
     return answer.ok() ? *answer : answer.status().ToString();
   }
-  // Single copy needs Linux's cross-memory attach (not in a posix-fallbacks build).
+  // Single copy needs Linux's cross-memory attach; without it (a
+  // posix-fallbacks build) a shared segment is chosen instead.
   RdmaTransport expected() const {
-    return GetParam() && castmesh::platform::uses_linux_facilities() ? RdmaTransport::kSingleCopy
-                                                                     : RdmaTransport::kSocket;
+    switch (GetParam()) {
+      case Path::kSingleCopy:
+        return castmesh::platform::uses_linux_facilities() ? RdmaTransport::kSingleCopy
+                                                           : RdmaTransport::kSharedSegment;
+      case Path::kSharedSegment: return RdmaTransport::kSharedSegment;
+      case Path::kSocket: return RdmaTransport::kSocket;
+    }
+    return RdmaTransport::kSocket;
   }
 
   ScopedEnv chunk_{"CASTMESH_RDMA_CHUNK_BYTES", "4096"};
-  ScopedEnv single_copy_{"CASTMESH_RDMA_SINGLE_COPY", GetParam() ? "1" : "0"};
+  ScopedEnv single_copy_{"CASTMESH_RDMA_SINGLE_COPY", GetParam() == Path::kSingleCopy ? "1" : "0"};
+  ScopedEnv shared_segment_{"CASTMESH_RDMA_SHARED_SEGMENT", GetParam() == Path::kSocket ? "0" : "1"};
   castmesh::Runtime runtime_;
   castmesh::ProcMesh procs_;
   std::vector<castmesh::ActorRef<Owner>> owners_;
@@ -424,7 +499,44 @@ TEST_P(RdmaAcrossProcs, HandleOfferingATransportThisProcLacksStillWorks) {
   EXPECT_EQ(mismatch(dst.data(), 0, 100000, 1), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, RdmaAcrossProcs, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "SingleCopy" : "Socket"; });
+TEST_P(RdmaAcrossProcs, RefusedCrossMemoryAttachFallsBackToASharedSegment) {
+  if (GetParam() != Path::kSingleCopy) GTEST_SKIP() << "only where single copy is allowed";
+  auto readers = procs_.spawn<Reader>("reader");
+  ASSERT_TRUE(readers.ok()) << readers.status();
+  auto refused = readers->at(1).ask(RefuseCrossMemory{}).get(absl::Seconds(30));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  if (!refused->empty()) GTEST_SKIP() << "cannot make the kernel refuse cross-memory attach here: " << *refused;
+  for (int round = 0; round < 2; ++round) {  // the first tries single copy and falls back, the second skips it
+    RdmaBuffer buffer = make(0, 200000 + round);
+    auto answer = readers->at(1).ask(buffer).get(absl::Seconds(60));
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(*answer, "shared_segment:") << "round " << round;
+  }
+}
+
+TEST_P(RdmaAcrossProcs, StoppedOwnerWriteTimesOutAndTheBufferStillWorks) {
+  RdmaBuffer buffer = make(0, 300000);
+  const int64_t pid = procs_.proc(0).pid;
+  TensorView src = filled(300000, 3);
+  stop_process(pid);
+  auto wrote = buffer.write_from(src, RdmaOptions{.timeout = absl::Milliseconds(500)}).get(absl::Seconds(30));
+  EXPECT_EQ(wrote.status().code(), absl::StatusCode::kDeadlineExceeded) << wrote.status();
+  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGCONT), 0);
+  auto again = buffer.write_from(src).get(absl::Seconds(30));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->transport, expected());
+  EXPECT_EQ(verify(0, 3, 0, 300000), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RdmaAcrossProcs,
+                         ::testing::Values(Path::kSingleCopy, Path::kSharedSegment, Path::kSocket),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Path::kSingleCopy: return "SingleCopy";
+                             case Path::kSharedSegment: return "SharedSegment";
+                             case Path::kSocket: return "Socket";
+                           }
+                           return "Unknown";
+                         });
 
 }  // namespace
