@@ -12,6 +12,10 @@
 #include <cerrno>
 #include <ctime>
 #else
+#include <absl/time/clock.h>
+
+#include <algorithm>
+
 #include "core/scheduler/parking_lot.h"
 #endif
 
@@ -38,6 +42,24 @@ void futex_wake(std::atomic<uint32_t>* word, int count) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
 }
 
+bool futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+  timespec ts{};
+  timespec* tsp = nullptr;
+  if (deadline != absl::InfiniteFuture()) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    ts = absl::ToTimespec(left);
+    tsp = &ts;
+  }
+  const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, tsp, nullptr, 0);
+  if (rc == -1 && errno == ETIMEDOUT) return false;
+  return true;
+}
+
+void futex_wake_shared(std::atomic<uint32_t>* word, int count) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, count, nullptr, nullptr, 0);
+}
+
 #else
 
 bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
@@ -45,6 +67,21 @@ bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadl
 }
 
 void futex_wake(std::atomic<uint32_t>* word, int count) { (void)parking_lot_wake(word, count); }
+
+// The parking lot is per process: another process's wake cannot reach it,
+// so the sleeper polls the word.
+bool futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+  absl::Duration nap = absl::Microseconds(20);
+  while (word->load(std::memory_order_acquire) == expected) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return false;
+    absl::SleepFor(std::min(nap, deadline - now));
+    nap = std::min(nap * 2, absl::Milliseconds(1));
+  }
+  return true;
+}
+
+void futex_wake_shared(std::atomic<uint32_t>*, int) {}
 
 #endif
 

@@ -19,6 +19,14 @@ bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadl
 // Wakes up to `count` threads sleeping on `word`.
 void futex_wake(std::atomic<uint32_t>* word, int count);
 
+// The same on a word in memory shared between processes (a mapped
+// segment): the kernel keys the sleeper by physical page, not by this
+// process's address space. Without Linux futexes (other POSIX systems, a
+// CASTMESH_POSIX_FALLBACKS build) the wait polls the word with a backoff of
+// short sleeps (up to 1 ms) and the wake does nothing.
+bool futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline);
+void futex_wake_shared(std::atomic<uint32_t>* word, int count);
+
 // A full store-load barrier (Dekker-style handshakes between a thread that
 // publishes work and one that announces it is going to sleep). ThreadSanitizer
 // does not model fences, so under TSan every caller does a seq_cst RMW on one

@@ -1,0 +1,264 @@
+#include "core/shm_link/shm_ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/scheduler/futex.h"
+
+namespace castmesh::shm_link {
+
+namespace {
+constexpr uint64_t kMagic = 0x676e69726d736d63ULL;  // "cmsmring"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kMinCapacity = 4096;
+constexpr size_t kMaxCapacity = size_t{256} << 20;
+constexpr size_t kAlign = 16;
+constexpr uint32_t kSkip = 0;
+
+size_t align_up(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+bool power_of_two(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
+
+std::string random_name() {
+  std::random_device rd;  // the kernel's entropy: the name is the only guard besides mode 0600
+  std::string name = "/castmesh-";
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&name, absl::Hex(rd(), absl::kZeroPad8));
+  return name;
+}
+
+absl::Status errno_status(const std::string& what) {
+  const int e = errno;
+  std::string msg = absl::StrCat(what, ": ", std::strerror(e));
+  if (e == ENOENT) return absl::NotFoundError(msg);
+  if (e == EACCES || e == EPERM) return absl::PermissionDeniedError(msg);
+  return absl::UnavailableError(msg);
+}
+}  // namespace
+
+// The segment's first page: the header, then the ring's indices and the
+// doorbell, each on its own cache line. Records follow at kHeaderBytes.
+struct ShmRing::Layout {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t capacity;
+  alignas(64) std::atomic<uint64_t> head;  // consumer: bytes read
+  alignas(64) std::atomic<uint64_t> tail;  // producer: bytes written
+  alignas(64) std::atomic<uint32_t> doorbell;
+  std::atomic<uint32_t> sleeping;
+  std::atomic<uint32_t> pollers;
+};
+
+namespace {
+constexpr size_t kHeaderBytes = 4096;
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+}  // namespace
+
+ShmRing::ShmRing(std::string name, void* base, size_t mapped, bool creator)
+    : name_(std::move(name)),
+      base_(base),
+      mapped_(mapped),
+      layout_(static_cast<Layout*>(base)),
+      data_(static_cast<char*>(base) + kHeaderBytes),
+      capacity_(mapped - kHeaderBytes),
+      creator_(creator) {
+  static_assert(sizeof(Layout) <= kHeaderBytes);
+}
+
+ShmRing::~ShmRing() {
+  if (creator_) unlink();
+  if (base_ != nullptr) ::munmap(base_, mapped_);
+}
+
+void ShmRing::unlink() {
+  if (unlinked_) return;
+  unlinked_ = true;
+  (void)::shm_unlink(name_.c_str());  // ENOENT: the other side already did
+}
+
+absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(size_t capacity) {
+  if (!power_of_two(capacity) || capacity < kMinCapacity || capacity > kMaxCapacity) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm ring capacity ", capacity, " is not a power of two in ", kMinCapacity, "..", kMaxCapacity));
+  }
+  std::string name;
+  int fd = -1;
+  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+    name = random_name();
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno != EEXIST) return errno_status(absl::StrCat("shm_open(", name, ")"));
+  }
+  if (fd < 0) return absl::UnavailableError("shm_open: no free random name after 8 attempts");
+  const size_t size = kHeaderBytes + capacity;
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    absl::Status st = errno_status(absl::StrCat("ftruncate(", name, ")"));
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return st;
+  }
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) {
+    absl::Status st = errno_status(absl::StrCat("mmap(", name, ")"));
+    ::shm_unlink(name.c_str());
+    return st;
+  }
+  auto* layout = new (base) Layout{};
+  layout->magic = kMagic;
+  layout->version = kVersion;
+  layout->header_bytes = kHeaderBytes;
+  layout->capacity = capacity;
+  std::atomic_thread_fence(std::memory_order_release);
+  return std::unique_ptr<ShmRing>(new ShmRing(std::move(name), base, size, /*creator=*/true));
+}
+
+absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name) {
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos || name.size() > 200) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a shm segment name"));
+  }
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return errno_status(absl::StrCat("shm_open(", name, ")"));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = errno_status(absl::StrCat("fstat(", name, ")"));
+    ::close(fd);
+    return s;
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < kHeaderBytes + kMinCapacity || size > kHeaderBytes + kMaxCapacity) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("shm segment ", name, " has ", size, " bytes, not a ring's size"));
+  }
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) return errno_status(absl::StrCat("mmap(", name, ")"));
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const auto* layout = static_cast<const Layout*>(base);
+  std::string bad;
+  if (layout->magic != kMagic) {
+    bad = absl::StrFormat("bad magic %#x", layout->magic);
+  } else if (layout->version != kVersion) {
+    bad = absl::StrCat("version ", layout->version, " (this build reads ", kVersion, ")");
+  } else if (layout->header_bytes != kHeaderBytes) {
+    bad = absl::StrCat("header of ", layout->header_bytes, " bytes (expected ", kHeaderBytes, ")");
+  } else if (!power_of_two(layout->capacity) || layout->capacity + kHeaderBytes != size) {
+    bad = absl::StrCat("capacity ", layout->capacity, " does not match its size of ", size, " bytes");
+  } else if (layout->tail.load() - layout->head.load() > layout->capacity) {
+    bad = "indices out of range";
+  }
+  if (!bad.empty()) {
+    ::munmap(base, size);
+    return absl::InvalidArgumentError(absl::StrCat("shm segment ", name, " is not a castmesh ring: ", bad));
+  }
+  return std::unique_ptr<ShmRing>(new ShmRing(name, base, size, /*creator=*/false));
+}
+
+bool ShmRing::try_write(uint32_t kind, std::string_view meta, std::string_view body) {
+  const size_t payload = meta.size() + body.size();
+  if (kind == kSkip || kind > kMaxKind || payload > max_payload()) return false;
+  const size_t bytes = align_up(kRecordHeaderBytes + payload);
+  const uint64_t tail = layout_->tail.load(std::memory_order_relaxed);
+  const uint64_t head = layout_->head.load(std::memory_order_acquire);
+  size_t pos = tail & (capacity_ - 1);
+  const size_t to_end = capacity_ - pos;
+  const size_t skip = bytes <= to_end ? 0 : to_end;
+  if (tail - head + skip + bytes > capacity_) return false;
+  if (skip != 0) {
+    const uint32_t head_words[4] = {static_cast<uint32_t>(skip), kSkip, 0, 0};
+    std::memcpy(data_ + pos, head_words, sizeof head_words);
+    pos = 0;
+  }
+  const uint32_t words[4] = {static_cast<uint32_t>(kRecordHeaderBytes + payload), kind,
+                             static_cast<uint32_t>(meta.size()), 0};
+  char* at = data_ + pos;
+  std::memcpy(at, words, sizeof words);
+  if (!meta.empty()) std::memcpy(at + kRecordHeaderBytes, meta.data(), meta.size());
+  if (!body.empty()) std::memcpy(at + kRecordHeaderBytes + meta.size(), body.data(), body.size());
+  layout_->tail.store(tail + skip + bytes, std::memory_order_release);
+  // Dekker with sleep_until_rung/stop_polling: publish, then look whether
+  // the consumer sleeps.
+  detail::store_load_barrier();
+  if (layout_->sleeping.load(std::memory_order_relaxed) != 0 &&
+      layout_->pollers.load(std::memory_order_relaxed) == 0) {
+    ring();
+  }
+  return true;
+}
+
+bool ShmRing::readable() const {
+  return layout_->tail.load(std::memory_order_acquire) != layout_->head.load(std::memory_order_relaxed);
+}
+
+absl::StatusOr<std::optional<ShmRing::Record>> ShmRing::peek() {
+  uint64_t head = layout_->head.load(std::memory_order_relaxed);
+  const uint64_t tail = layout_->tail.load(std::memory_order_acquire);
+  uint64_t skipped = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const uint64_t avail = tail - head;
+    if (avail == 0) return std::nullopt;
+    const size_t pos = head & (capacity_ - 1);
+    if (avail > capacity_ || avail < kRecordHeaderBytes || pos % kAlign != 0) {
+      return absl::DataLossError(absl::StrCat("shm ring ", name_, ": indices out of range"));
+    }
+    uint32_t words[4];
+    std::memcpy(words, data_ + pos, sizeof words);
+    const size_t bytes = align_up(words[0]);
+    if (words[1] == kSkip) {
+      if (pass != 0 || words[0] != capacity_ - pos || bytes > avail) {
+        return absl::DataLossError(absl::StrCat("shm ring ", name_, ": malformed skip record"));
+      }
+      head += bytes;
+      skipped = bytes;
+      continue;
+    }
+    if (words[0] < kRecordHeaderBytes || bytes > avail || pos + bytes > capacity_ || words[1] > kMaxKind ||
+        words[2] > words[0] - kRecordHeaderBytes) {
+      return absl::DataLossError(absl::StrCat("shm ring ", name_, ": malformed record of ", words[0], " bytes"));
+    }
+    const char* at = data_ + pos + kRecordHeaderBytes;
+    Record record;
+    record.kind = words[1];
+    record.meta = std::string_view(at, words[2]);
+    record.body = std::string_view(at + words[2], words[0] - kRecordHeaderBytes - words[2]);
+    peeked_bytes_ = skipped + bytes;
+    return record;
+  }
+  return absl::DataLossError(absl::StrCat("shm ring ", name_, ": two skip records in a row"));
+}
+
+void ShmRing::pop() {
+  if (peeked_bytes_ == 0) return;
+  layout_->head.fetch_add(peeked_bytes_, std::memory_order_release);
+  peeked_bytes_ = 0;
+}
+
+void ShmRing::sleep_until_rung(absl::Time deadline) {
+  const uint32_t seen = layout_->doorbell.load(std::memory_order_acquire);
+  layout_->sleeping.store(1, std::memory_order_relaxed);
+  detail::store_load_barrier();
+  if (!readable()) (void)detail::futex_wait_shared(&layout_->doorbell, seen, deadline);
+  layout_->sleeping.store(0, std::memory_order_relaxed);
+}
+
+void ShmRing::ring() {
+  layout_->doorbell.fetch_add(1, std::memory_order_release);
+  detail::futex_wake_shared(&layout_->doorbell, 1);
+}
+
+void ShmRing::start_polling() { layout_->pollers.fetch_add(1, std::memory_order_seq_cst); }
+
+void ShmRing::stop_polling() {
+  layout_->pollers.fetch_sub(1, std::memory_order_seq_cst);
+  detail::store_load_barrier();
+}
+
+}  // namespace castmesh::shm_link
