@@ -117,10 +117,10 @@ class Windows {
   void done_with(const std::weak_ptr<proc::ProcHost>& weak, std::shared_ptr<SegmentWindow> window, uint64_t op,
                  bool ok) {
     window->mapping->unlink();
-    bool reusable = ok;
+    bool reusable = ok;  // success needed the owner's answer: it has the window mapped, and is done with it
     {
       detail::MutexLock lock(window->mu);
-      reusable = reusable && window->answered && !window->refused;
+      reusable = reusable && !window->refused;
     }
     if (reusable) {
       detail::MutexLock lock(mu_);

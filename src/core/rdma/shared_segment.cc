@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <random>
@@ -42,7 +43,10 @@ absl::StatusOr<std::shared_ptr<SegmentMapping>> SegmentMapping::create(uint64_t 
     return absl::InvalidArgumentError(absl::StrCat("a shared segment of ", slots, " slots of ", slot_bytes, " bytes"));
   }
   const uint64_t bytes = slot_bytes * slots;
-  const std::string name = name_prefix_of_this_process() + random_suffix();
+  std::string name = name_prefix_of_this_process() + random_suffix();
+#if defined(__APPLE__)
+  name.resize(std::min<size_t>(name.size(), 31));  // PSHMNAMLEN
+#endif
   const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return absl::ResourceExhaustedError(absl::StrCat("shm_open(", name, "): ", std::strerror(errno)));
   absl::Status sized;

@@ -2,8 +2,11 @@
 // (shm_open + mmap): the shared-segment transport of RDMA buffers, used
 // where the kernel refuses cross-memory attach (docs/rdma.md).
 //
-// The requester creates a window under a random, unguessable name (mode
-// 0600) and sends the name over the procs' authenticated connection; the
+// The requester creates a window under a random name (128 bits) with mode
+// 0600, so only processes of the same user can open it (the same trust as
+// cross-memory attach; /dev/shm may be listed by anyone, which is why the
+// name lives only until the owner mapped it). It sends the name over the
+// procs' authenticated connection; the
 // owner maps it and unlinks the name at once, and the requester unlinks it
 // too on the owner's first answer or when the operation ends, so no name
 // outlives an operation in /dev/shm. The window is `slots` slots of

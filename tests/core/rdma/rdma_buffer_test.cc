@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -458,6 +459,26 @@ TEST_P(RdmaAcrossProcs, StoppedOwnerTimesOutAndNoLateByteLands) {
   // The buffer still works afterwards.
   auto again = buffer.read_into(dst).get(absl::Seconds(30));
   ASSERT_TRUE(again.ok()) << again.status();
+}
+
+TEST_P(RdmaAcrossProcs, ReadTimingOutMidTransferWritesNothingAfterTheFailure) {
+  constexpr size_t kSize = size_t{64} << 20;  // thousands of 4 KiB chunks: still moving after 20 ms
+  RdmaBuffer buffer = make(0, kSize);
+  std::vector<uint8_t> memory(kSize + 2 * 4096, 0xAB);
+  TensorView dst = TensorView::Contiguous(memory.data() + 4096, DType::kUInt8, {static_cast<int64_t>(kSize)});
+  auto read = buffer.read_into(dst, RdmaOptions{.timeout = absl::Milliseconds(20)}).get(absl::Seconds(60));
+  const std::vector<uint8_t> reported = memory;  // the destination when the failure was reported
+  if (read.ok()) {  // a machine fast enough to finish: then the bytes must be right
+    EXPECT_EQ(mismatch(memory.data() + 4096, 0, kSize, 1), "");
+    return;
+  }
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded) << read.status();
+  EXPECT_EQ(verify(0, 2, 0, 0), "");  // a round trip behind what the owner still sends
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto differs = std::mismatch(memory.begin(), memory.end(), reported.begin());
+  EXPECT_TRUE(differs.first == memory.end()) << "byte " << (differs.first - memory.begin()) << " changed after the failure";
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(memory[i], 0xAB) << "guard byte " << i;
+  for (size_t i = kSize + 4096; i < memory.size(); ++i) ASSERT_EQ(memory[i], 0xAB) << "guard byte " << i;
 }
 
 TEST_P(RdmaAcrossProcs, KilledOwnerFailsPendingOperationsQuickly) {
