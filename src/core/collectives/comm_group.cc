@@ -9,6 +9,7 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
+#include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
@@ -145,8 +146,8 @@ absl::Status CommGroup::send_frame(int dest, v1::CollectiveHeader& header, const
   std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
   if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
   const ProcId& proc = layout_.procs[dest];
-  absl::Status sent = host->send_data(proc, collectives::kCollectiveDataType, header.SerializeAsString(),
-                                        wire::Payload::copy_of(std::string_view(static_cast<const char*>(body), bytes)));
+  absl::Status sent = collectives::send_collective_frame(
+      *host, proc, header.SerializeAsString(), std::string_view(static_cast<const char*>(body), bytes));
   if (!sent.ok()) {
     return absl::Status(sent.code(), absl::StrCat("sending to rank ", dest, " (proc ", proc, "): ", sent.message()));
   }

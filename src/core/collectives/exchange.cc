@@ -7,6 +7,7 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
+#include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
 #include "core/platform/process_memory.h"
 #include "core/log/log.h"
@@ -24,6 +25,7 @@ class CollectivesService final : public proc::ProcService {
   explicit CollectivesService(proc::ProcHost& host) : id_(host.id()) {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
     host.on_data(kCollectiveDataType, [weak](const ProcId& peer, const std::string& header, wire::Payload payload) {
+      ShmProgressScope io_thread;  // replies it sends must not wait for ring space
       Exchange::instance().on_frame(weak, peer, header, std::move(payload));
     });
     // Bodies of frames whose receive is already posted land in its buffer.
@@ -167,7 +169,7 @@ class SingleCopyBody final : public RemoteBody {
     done.set_channel(v1::CollectiveHeader::CHANNEL_DONE);
     done.set_token(token_);
     done.set_fallback(fallback);
-    (void)host->send_data(peer_, kCollectiveDataType, done.SerializeAsString());
+    (void)send_collective_frame(*host, peer_, done.SerializeAsString(), {});
   }
 
   std::weak_ptr<proc::ProcHost> host_;
@@ -209,13 +211,19 @@ void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const c
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header_bytes,
                         wire::Payload payload) {
+  const char* body = payload.data();
+  const size_t body_size = payload.size();
+  on_frame(host, peer, std::string_view(header_bytes), body, body_size, std::move(payload));
+}
+
+void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
+                        const char* body, size_t body_size, wire::Payload payload) {
   v1::CollectiveHeader header;
-  if (!header.ParseFromString(header_bytes)) {
+  if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
     return;
   }
-  const char* body = payload.data();
-  const size_t body_size = payload.size();
+  if (header.channel() >= v1::CollectiveHeader::CHANNEL_LINK_OFFER) return on_shm_link_frame(host, peer, header);
   const int dest = static_cast<int>(header.dest());
   if (header.channel() == v1::CollectiveHeader::CHANNEL_DONE) {
     if (auto group = live_group(header.comm(), dest)) group->on_send_done(header.token(), header.fallback());
@@ -253,11 +261,13 @@ std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& p
 }
 
 void Exchange::on_peer_alive(const ProcId& peer) {
+  on_shm_peer_alive(peer);
   detail::MutexLock lock(mu_);
   lost_.erase(peer);
 }
 
 void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
+  on_shm_peer_lost(peer, why);  // first: what the peer wrote to its ring before it died is delivered
   std::vector<std::tuple<std::shared_ptr<RankMailbox>, int, absl::Status>> failed;
   std::vector<std::shared_ptr<detail::CommGroup>> groups;
   std::vector<Parked> parked;

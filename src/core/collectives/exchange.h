@@ -53,6 +53,11 @@ class Exchange {
   // A frame from proc `peer` to proc `host` (ProcHost data handler, I/O thread).
   void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header,
                 wire::Payload payload);
+  // The same for a frame whose body is `body[0, size)`, owned by `owner`
+  // when not empty (else read before this returns): a shared-memory ring
+  // record (core/collectives/shm_path.h), on a consumer thread.
+  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
+                const char* body, size_t size, wire::Payload owner);
   // A sink for the body of a frame whose header arrived from `peer`, when a
   // posted receive matches it (RankMailbox::sink_for); else nullptr.
   std::shared_ptr<transport::PayloadSink> sink_for_frame(const ProcId& peer, const std::string& header,

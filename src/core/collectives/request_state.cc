@@ -1,10 +1,18 @@
 #include "core/collectives/request_state.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
 #include "core/scheduler/scheduler.h"
 
 namespace castmesh::detail {
+
+namespace {
+std::atomic<WaitSpinner> g_spinner{nullptr};
+}  // namespace
+
+void set_wait_spinner(WaitSpinner spinner) { g_spinner.store(spinner, std::memory_order_release); }
 
 std::shared_ptr<RequestState> RequestState::Done(absl::StatusOr<MessageStatus> result) {
   auto state = std::make_shared<RequestState>();
@@ -39,6 +47,13 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
   detail::MutexLock lock(mu_);
   if (!done_) {
+    if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
+      lock.unlock();
+      spin([this] { return done(); });
+      lock.lock();
+    }
+  }
+  if (!done_) {
     // A pooled actor about to block hands its queued work to other workers,
     // or to a helper when none is left (with mu_ released: that takes the
     // scheduler's locks).
@@ -54,6 +69,9 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
 }
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
+  if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr && !done()) {
+    spin([] { return true; });  // one look at the rings
+  }
   detail::MutexLock lock(mu_);
   if (!done_) return std::nullopt;
   return result_;

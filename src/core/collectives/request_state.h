@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -25,6 +26,13 @@ struct AnyWaiter {
   // Sets `fired` and wakes the waiter.
   void fire();
 };
+
+// Drives progress that needs the waiting thread itself (shared-memory
+// rings, core/collectives/shm_path.h): called by wait() before it sleeps,
+// it spins a bounded time, returning early once `done()` is true. Set once a
+// ring is up; any thread.
+using WaitSpinner = void (*)(const std::function<bool()>& done);
+void set_wait_spinner(WaitSpinner spinner);
 
 class RequestState {
  public:

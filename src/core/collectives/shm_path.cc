@@ -1,0 +1,567 @@
+#include "core/collectives/shm_path.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "castmesh/detail/mutex.h"
+#include "castmesh/wire/v1/collectives.pb.h"
+#include "core/collectives/exchange.h"
+#include "core/collectives/request_state.h"
+#include "core/log/log.h"
+#include "core/platform/process_memory.h"
+#include "core/proc/proc_host.h"
+#include "core/scheduler/futex.h"
+#include "core/shm_link/shm_ring.h"
+
+namespace castmesh::collectives {
+namespace {
+
+namespace v1 = wire::v1;
+using shm_link::ShmRing;
+
+// Record kinds in a ring.
+constexpr uint32_t kFrame = 1;      // meta: header; body: the whole body
+constexpr uint32_t kFirstPart = 2;  // meta: u64 total body size + header; body: the first chunk
+constexpr uint32_t kMorePart = 3;   // body: the next chunk
+constexpr size_t kChunk = kShmRingBytes / 4;
+constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fits max_payload()
+// How long a waiting caller spins on the rings before it sleeps.
+constexpr absl::Duration kWaitSpin = absl::Microseconds(50);
+
+bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("CASTMESH_SHM");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+// Set on threads that must not wait for ring space: I/O threads (they
+// deliver socket frames), drain threads and ring consumers.
+thread_local bool t_progress_context = false;
+
+using ProgressContext = ShmProgressScope;
+
+std::atomic<uint64_t> g_frames_in{0}, g_frames_out{0};
+
+absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body) {
+  return host.send_data(peer, kCollectiveDataType, header, wire::Payload::copy_of(body));
+}
+
+// One frame on its way into a ring, possibly in several records.
+struct Outgoing {
+  std::string header;
+  std::string_view body;
+  std::string owned;  // the body's bytes when queued
+  size_t offset = 0;
+  bool started = false;
+};
+
+// Writes as much of `out` as the ring takes now; true when all of it went.
+bool write_some(ShmRing& ring, Outgoing& out) {
+  if (!out.started) {
+    if (out.header.size() + out.body.size() <= kChunk) {
+      if (!ring.try_write(kFrame, out.header, out.body)) return false;
+      out.offset = out.body.size();
+      out.started = true;
+      return true;
+    }
+    std::string meta(8, '\0');
+    const uint64_t total = out.body.size();
+    std::memcpy(meta.data(), &total, 8);
+    meta += out.header;
+    const size_t n = std::min(out.body.size(), kChunk);
+    if (!ring.try_write(kFirstPart, meta, out.body.substr(0, n))) return false;
+    out.offset = n;
+    out.started = true;
+  }
+  while (out.offset < out.body.size()) {
+    const size_t n = std::min(out.body.size() - out.offset, kChunk);
+    if (!ring.try_write(kMorePart, {}, out.body.substr(out.offset, n))) return false;
+    out.offset += n;
+  }
+  return true;
+}
+
+enum class OutState { kNone, kOffered, kStarted, kRefused };
+
+// Both directions of the link with one peer proc.
+struct Peer {
+  explicit Peer(ProcId p) : id(std::move(p)) {}
+  const ProcId id;
+  std::atomic<bool> lost{false};
+  std::atomic<bool> broken{false};  // the inbound ring held garbage: never read again
+
+  // Outbound. Caller threads serialise on send_mu; whoever writes into the
+  // ring (a caller, or a progress context flushing the backlog) holds
+  // `producing`, a try-lock, so progress contexts never wait for a caller.
+  detail::Mutex send_mu;
+  std::atomic<OutState> out_state{OutState::kNone};
+  std::unique_ptr<ShmRing> outbound;  // set under send_mu before kStarted; then fixed
+  std::atomic_flag producing = ATOMIC_FLAG_INIT;
+  detail::Mutex backlog_mu;
+  std::deque<Outgoing> backlog ABSL_GUARDED_BY(backlog_mu);
+  std::atomic<bool> has_backlog{false};
+
+  // Inbound: set once by the offer, consumed once started.
+  std::weak_ptr<proc::ProcHost> host;  // set with inbound
+  std::unique_ptr<ShmRing> inbound;
+  std::atomic<bool> inbound_started{false};
+  std::atomic_flag consuming = ATOMIC_FLAG_INIT;
+  // The frame being reassembled from parts (consumer only).
+  std::string part_header;
+  std::string part_body;
+  uint64_t part_total = 0;
+
+  // The drain thread sleeps on the inbound doorbell, or on this word.
+  std::atomic<uint32_t> local_bell{0};
+  std::atomic<bool> drain_started{false};
+
+  void wake_drain() {
+    local_bell.fetch_add(1, std::memory_order_release);
+    detail::futex_wake(&local_bell, 1);
+    if (inbound_started.load(std::memory_order_acquire)) inbound->ring();
+  }
+};
+
+class Links {
+ public:
+  static Links& instance() {
+    static auto* links = new Links;  // leaked: drain threads may run during exit
+    return *links;
+  }
+
+  absl::Status send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body);
+  void on_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const v1::CollectiveHeader& h);
+  void on_peer_lost(const ProcId& peer, const absl::Status& why);
+  void on_peer_alive(const ProcId& peer);
+  // Consumes what every started inbound ring holds (try-locks). True if it
+  // handled a record.
+  bool poll();
+  // RequestState's wait spinner.
+  void spin(const std::function<bool()>& done);
+  ShmPathStats stats();
+
+ private:
+  std::shared_ptr<Peer> find(const ProcId& peer);
+  std::shared_ptr<Peer> get(const ProcId& peer);
+  absl::Status send_started(Peer& p, const std::string& header, std::string_view body);
+  static bool flush_backlog(Peer& p);
+  bool consume(Peer& p);
+  void start_drain(const std::shared_ptr<Peer>& p);
+  void drain_loop(const std::shared_ptr<Peer>& p);
+  void offer(proc::ProcHost& host, Peer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.send_mu);
+  void on_offer(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& name);
+  void on_accept(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& error);
+  void on_start(const ProcId& peer);
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
+
+  detail::Mutex mu_;
+  absl::flat_hash_map<ProcId, std::shared_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
+  // The peers whose inbound ring is started (what a waiting caller polls).
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<std::vector<std::shared_ptr<Peer>>>();
+};
+
+std::shared_ptr<Peer> Links::find(const ProcId& peer) {
+  detail::MutexLock lock(mu_);
+  auto it = peers_.find(peer);
+  return it == peers_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Peer> Links::get(const ProcId& peer) {
+  detail::MutexLock lock(mu_);
+  std::shared_ptr<Peer>& p = peers_[peer];
+  if (p == nullptr) p = std::make_shared<Peer>(peer);
+  return p;
+}
+
+std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> Links::readers() {
+  detail::MutexLock lock(mu_);
+  return readers_;
+}
+
+absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body) {
+  if (!enabled() || !platform::proc_on_this_host(peer)) return socket_send(host, peer, header, body);
+  std::shared_ptr<Peer> p = get(peer);
+  if (p->lost.load(std::memory_order_acquire)) return socket_send(host, peer, header, body);
+  if (p->out_state.load(std::memory_order_acquire) == OutState::kStarted) return send_started(*p, header, body);
+  detail::MutexLock lock(p->send_mu);
+  // Under send_mu until LINK_START has gone, so no socket frame follows it.
+  switch (p->out_state.load(std::memory_order_acquire)) {
+    case OutState::kStarted:
+      lock.unlock();
+      return send_started(*p, header, body);
+    case OutState::kNone:
+      offer(host, *p);
+      break;
+    case OutState::kOffered:
+    case OutState::kRefused:
+      break;
+  }
+  return socket_send(host, peer, header, body);
+}
+
+void Links::offer(proc::ProcHost& host, Peer& p) {
+  absl::StatusOr<std::unique_ptr<ShmRing>> ring = ShmRing::Create(kShmRingBytes);
+  if (!ring.ok()) {
+    CASTMESH_LOG_INFO("castmesh-collectives: no shared-memory link to {} ({}); its frames go over the socket", p.id,
+                      std::string(ring.status().message()));
+    p.out_state.store(OutState::kRefused, std::memory_order_release);
+    return;
+  }
+  v1::CollectiveHeader h;
+  h.set_channel(v1::CollectiveHeader::CHANNEL_LINK_OFFER);
+  h.set_link((*ring)->name());
+  p.outbound = *std::move(ring);
+  p.out_state.store(OutState::kOffered, std::memory_order_release);
+  if (!socket_send(host, p.id, h.SerializeAsString(), {}).ok()) {
+    p.outbound.reset();  // unlinks
+    p.out_state.store(OutState::kRefused, std::memory_order_release);
+  }
+}
+
+absl::Status Links::send_started(Peer& p, const std::string& header, std::string_view body) {
+  if (header.size() > kMaxHeader) {
+    return absl::InvalidArgumentError(absl::StrCat("a collectives frame header of ", header.size(), " bytes"));
+  }
+  Outgoing out{header, body, {}, 0, false};
+  auto gone = [&p] {
+    return absl::UnavailableError(absl::StrCat("proc ", p.id, " is gone (its shared-memory link is down)"));
+  };
+  if (t_progress_context) {
+    // Never wait here: write if the ring takes it now and nothing is queued
+    // before it, else queue it (with its own copy of the body).
+    if (!p.producing.test_and_set(std::memory_order_acquire)) {
+      bool sent = flush_backlog(p) && write_some(*p.outbound, out);
+      if (sent) {
+        p.producing.clear(std::memory_order_release);
+        g_frames_out.fetch_add(1, std::memory_order_relaxed);
+        return absl::OkStatus();
+      }
+      // A partly written frame stays at the front: nothing may pass it.
+      detail::MutexLock lock(p.backlog_mu);
+      out.owned.assign(out.body.data(), out.body.size());
+      out.body = out.owned;
+      if (out.started) {
+        p.backlog.push_front(std::move(out));
+      } else {
+        p.backlog.push_back(std::move(out));
+      }
+      p.has_backlog.store(true, std::memory_order_release);
+      p.producing.clear(std::memory_order_release);
+    } else {
+      detail::MutexLock lock(p.backlog_mu);
+      out.owned.assign(out.body.data(), out.body.size());
+      out.body = out.owned;
+      p.backlog.push_back(std::move(out));
+      p.has_backlog.store(true, std::memory_order_release);
+    }
+    g_frames_out.fetch_add(1, std::memory_order_relaxed);
+    p.wake_drain();
+    return absl::OkStatus();
+  }
+  detail::MutexLock lock(p.send_mu);
+  // Hold the ring from the first record to the last: a frame in parts must
+  // not be interleaved with another. Progress contexts queue meanwhile.
+  while (p.producing.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
+  absl::Duration nap = absl::Microseconds(1);
+  while (!(flush_backlog(p) && write_some(*p.outbound, out))) {
+    if (p.lost.load(std::memory_order_acquire)) {
+      p.producing.clear(std::memory_order_release);
+      return gone();
+    }
+    // Full: the consumer's drain thread empties it. Back off politely.
+    if (nap < absl::Microseconds(50)) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(nap);
+    }
+    nap = std::min(nap * 2, absl::Microseconds(500));
+  }
+  p.producing.clear(std::memory_order_release);
+  g_frames_out.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+bool Links::flush_backlog(Peer& p) {
+  if (!p.has_backlog.load(std::memory_order_acquire)) return true;
+  detail::MutexLock lock(p.backlog_mu);
+  while (!p.backlog.empty()) {
+    if (!write_some(*p.outbound, p.backlog.front())) return false;
+    p.backlog.pop_front();
+  }
+  p.has_backlog.store(false, std::memory_order_release);
+  return true;
+}
+
+bool Links::consume(Peer& p) {
+  if (!p.inbound_started.load(std::memory_order_acquire) || p.lost.load(std::memory_order_acquire) ||
+      p.broken.load(std::memory_order_acquire)) {
+    return false;
+  }
+  if (p.consuming.test_and_set(std::memory_order_acquire)) return false;
+  ProgressContext progress;
+  bool any = false;
+  absl::Status broken;
+  for (int n = 0; n < 64; ++n) {
+    absl::StatusOr<std::optional<ShmRing::Record>> rec = p.inbound->peek();
+    if (!rec.ok()) {
+      broken = rec.status();
+      break;
+    }
+    if (!rec->has_value()) break;
+    const ShmRing::Record& r = **rec;
+    any = true;
+    if (r.kind == kFrame) {
+      Exchange::instance().on_frame(p.host, p.id, r.meta, r.body.data(), r.body.size(), {});
+      g_frames_in.fetch_add(1, std::memory_order_relaxed);
+    } else if (r.kind == kFirstPart && r.meta.size() >= 8) {
+      std::memcpy(&p.part_total, r.meta.data(), 8);
+      p.part_header.assign(r.meta.substr(8));
+      p.part_body.clear();
+      p.part_body.reserve(p.part_total);
+      p.part_body.append(r.body);
+    } else if (r.kind == kMorePart && p.part_body.size() + r.body.size() <= p.part_total) {
+      p.part_body.append(r.body);
+    } else {
+      broken = absl::DataLossError(absl::StrCat("shared-memory link from proc ", p.id, ": unexpected record kind ",
+                                                r.kind));
+      break;
+    }
+    if (r.kind != kFrame && p.part_body.size() == p.part_total) {
+      wire::Payload owner = wire::Payload::adopt(std::move(p.part_body));
+      const char* data = owner.data();
+      const size_t size = owner.size();
+      Exchange::instance().on_frame(p.host, p.id, p.part_header, data, size, std::move(owner));
+      p.part_body = std::string();
+      g_frames_in.fetch_add(1, std::memory_order_relaxed);
+    }
+    p.inbound->pop();
+  }
+  p.consuming.clear(std::memory_order_release);
+  if (!broken.ok()) {
+    p.broken.store(true, std::memory_order_release);
+    CASTMESH_LOG_ERROR("castmesh-collectives: {}; treating proc {} as lost", std::string(broken.message()), p.id);
+    Exchange::instance().on_peer_lost(p.id, broken);
+  }
+  return any;
+}
+
+bool Links::poll() {
+  bool any = false;
+  for (const auto& p : *readers()) any |= consume(*p);
+  return any;
+}
+
+void Links::spin(const std::function<bool()>& done) {
+  auto peers = readers();
+  if (peers->empty()) return;
+  // More procs on this host than cores: give the peer the core while spinning.
+  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const bool oversubscribed = peers->size() + 1 > cores;
+  for (const auto& p : *peers) p->inbound->start_polling();
+  const absl::Time until = absl::Now() + kWaitSpin;
+  for (int i = 0; !done(); ++i) {
+    if (!poll()) {
+      if (oversubscribed) {
+        std::this_thread::yield();
+      } else {
+        detail::cpu_relax();
+      }
+    }
+    if ((i & 15) == 15 && absl::Now() >= until) break;
+  }
+  for (const auto& p : *peers) p->inbound->stop_polling();
+  poll();  // a record published while we spun may not have rung the drain thread
+}
+
+void Links::start_drain(const std::shared_ptr<Peer>& p) {
+  if (p->drain_started.exchange(true)) return;
+  std::thread([this, p] { drain_loop(p); }).detach();
+}
+
+void Links::drain_loop(const std::shared_ptr<Peer>& p) {
+  ProgressContext progress;
+  while (!p->lost.load(std::memory_order_acquire)) {
+    bool busy = consume(*p);
+    if (p->has_backlog.load(std::memory_order_acquire) && !p->producing.test_and_set(std::memory_order_acquire)) {
+      busy |= flush_backlog(*p);
+      p->producing.clear(std::memory_order_release);
+    }
+    if (busy) continue;
+    const absl::Duration nap =
+        p->has_backlog.load(std::memory_order_acquire) ? absl::Microseconds(200) : absl::Milliseconds(50);
+    if (p->inbound_started.load(std::memory_order_acquire)) {
+      p->inbound->sleep_until_rung(absl::Now() + nap);
+    } else {
+      const uint32_t seen = p->local_bell.load(std::memory_order_acquire);
+      if (!p->inbound_started.load(std::memory_order_acquire) && !p->lost.load(std::memory_order_acquire)) {
+        (void)detail::futex_wait(&p->local_bell, seen, absl::Now() + nap);
+      }
+    }
+  }
+}
+
+void Links::on_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer,
+                          const v1::CollectiveHeader& h) {
+  switch (h.channel()) {
+    case v1::CollectiveHeader::CHANNEL_LINK_OFFER:
+      return on_offer(host, peer, h.link());
+    case v1::CollectiveHeader::CHANNEL_LINK_ACCEPT:
+      return on_accept(host, peer, h.signature());
+    case v1::CollectiveHeader::CHANNEL_LINK_START:
+      return on_start(peer);
+    default:
+      return;
+  }
+}
+
+void Links::on_offer(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, const std::string& name) {
+  std::shared_ptr<proc::ProcHost> host = weak.lock();
+  if (host == nullptr) return;
+  std::string error;
+  if (!enabled()) {
+    error = "CASTMESH_SHM=0 on the receiver";
+  } else {
+    absl::StatusOr<std::unique_ptr<ShmRing>> ring = ShmRing::Open(name);
+    std::shared_ptr<Peer> p = get(peer);
+    if (!ring.ok()) {
+      error = std::string(std::string(ring.status().message()));
+    } else if (p->inbound != nullptr || p->lost.load()) {
+      error = "a link from this proc is already up";
+    } else {
+      (*ring)->unlink();  // both sides have it mapped now (the sender unlinks too)
+      p->host = weak;
+      p->inbound = *std::move(ring);
+    }
+  }
+  if (!error.empty()) {
+    CASTMESH_LOG_INFO("castmesh-collectives: refusing the shared-memory link offered by {}: {}", peer, error);
+  }
+  v1::CollectiveHeader answer;
+  answer.set_channel(v1::CollectiveHeader::CHANNEL_LINK_ACCEPT);
+  answer.set_signature(error);
+  (void)socket_send(*host, peer, answer.SerializeAsString(), {});
+}
+
+void Links::on_accept(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, const std::string& error) {
+  std::shared_ptr<proc::ProcHost> host = weak.lock();
+  std::shared_ptr<Peer> p = find(peer);
+  if (host == nullptr || p == nullptr) return;
+  detail::MutexLock lock(p->send_mu);
+  if (p->out_state.load() != OutState::kOffered) return;
+  p->outbound->unlink();
+  if (!error.empty()) {
+    CASTMESH_LOG_INFO("castmesh-collectives: proc {} refused the shared-memory link ({}); frames to it go over the "
+                      "socket",
+                      peer, error);
+    p->outbound.reset();
+    p->out_state.store(OutState::kRefused);
+    return;
+  }
+  v1::CollectiveHeader start;
+  start.set_channel(v1::CollectiveHeader::CHANNEL_LINK_START);
+  if (!socket_send(*host, peer, start.SerializeAsString(), {}).ok()) {
+    p->outbound.reset();
+    p->out_state.store(OutState::kRefused);
+    return;
+  }
+  p->out_state.store(OutState::kStarted, std::memory_order_release);
+  start_drain(p);  // flushes what progress contexts queue
+}
+
+void Links::on_start(const ProcId& peer) {
+  std::shared_ptr<Peer> p = find(peer);
+  if (p == nullptr || p->inbound == nullptr || p->inbound_started.load()) return;
+  p->inbound_started.store(true, std::memory_order_release);
+  {
+    detail::MutexLock lock(mu_);
+    auto next = std::make_shared<std::vector<std::shared_ptr<Peer>>>(*readers_);
+    next->push_back(p);
+    readers_ = std::move(next);
+  }
+  detail::set_wait_spinner([](const std::function<bool()>& done) { Links::instance().spin(done); });
+  p->local_bell.fetch_add(1);
+  detail::futex_wake(&p->local_bell, 1);  // a drain thread sleeping on it moves to the doorbell
+  start_drain(p);
+}
+
+void Links::on_peer_lost(const ProcId& peer, const absl::Status&) {
+  std::shared_ptr<Peer> p = find(peer);
+  if (p == nullptr || p->lost.load()) return;
+  // What the peer wrote before it died is still valid: hand it on first.
+  if (p->inbound_started.load(std::memory_order_acquire)) {
+    while (p->consuming.test(std::memory_order_acquire)) std::this_thread::yield();
+    while (consume(*p)) {
+    }
+  }
+  p->lost.store(true, std::memory_order_release);
+  {
+    detail::MutexLock lock(mu_);
+    auto next = std::make_shared<std::vector<std::shared_ptr<Peer>>>();
+    for (const auto& r : *readers_) {
+      if (r != p) next->push_back(r);
+    }
+    readers_ = std::move(next);
+  }
+  {
+    detail::MutexLock lock(p->backlog_mu);
+    p->backlog.clear();
+    p->has_backlog.store(false);
+  }
+  p->wake_drain();
+  // A sender blocked on the full ring sees `lost` and lets go of send_mu.
+  detail::MutexLock lock(p->send_mu);
+  if (p->outbound != nullptr) p->outbound->unlink();  // it may never have mapped it
+}
+
+void Links::on_peer_alive(const ProcId& peer) {
+  detail::MutexLock lock(mu_);
+  auto it = peers_.find(peer);
+  if (it != peers_.end() && it->second->lost.load()) peers_.erase(it);
+}
+
+ShmPathStats Links::stats() {
+  ShmPathStats s;
+  s.frames_in = g_frames_in.load();
+  s.frames_out = g_frames_out.load();
+  detail::MutexLock lock(mu_);
+  for (const auto& [id, p] : peers_) {
+    if (p->lost.load()) continue;
+    s.links_in += p->inbound_started.load() ? 1 : 0;
+    s.links_out += p->out_state.load() == OutState::kStarted ? 1 : 0;
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
+                                   std::string_view body) {
+  return Links::instance().send(host, peer, header, body);
+}
+
+void on_shm_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer,
+                       const v1::CollectiveHeader& header) {
+  ProgressContext progress;
+  Links::instance().on_link_frame(host, peer, header);
+}
+
+void on_shm_peer_lost(const ProcId& peer, const absl::Status& why) { Links::instance().on_peer_lost(peer, why); }
+
+void on_shm_peer_alive(const ProcId& peer) { Links::instance().on_peer_alive(peer); }
+
+ShmProgressScope::ShmProgressScope() : saved_(t_progress_context) { t_progress_context = true; }
+ShmProgressScope::~ShmProgressScope() { t_progress_context = saved_; }
+
+ShmPathStats shm_path_stats() { return Links::instance().stats(); }
+
+}  // namespace castmesh::collectives

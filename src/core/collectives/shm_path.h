@@ -1,0 +1,91 @@
+// ShmPath: communicator frames between two procs of one host through a
+// shared-memory ring (core/shm_link/shm_ring.h) instead of their socket:
+// one ring per ordered pair of procs, made by the sender on its first frame
+// to that peer.
+//
+// Switch-over, in band so MPI's non-overtaking order holds: the sender
+// creates the segment and sends LINK_OFFER over the socket (frames keep
+// going over the socket); the receiver maps it and answers LINK_ACCEPT (or
+// why not); the sender then sends LINK_START over the socket and from then
+// on every frame to that peer (data, single-copy offers and their answers,
+// aborts) goes through the ring. The receiver consumes the ring only once
+// its I/O thread has handled LINK_START, i.e. every earlier socket frame.
+//
+// Progress: a thread that waits on a request spins on the inbound rings for
+// a few tens of microseconds (RequestState's wait spinner), and a drain
+// thread per peer sleeps on the ring's doorbell for the rest (unexpected
+// messages, nobody waiting). Consumers take a per-ring try-lock. Records go
+// to Exchange::on_frame like socket frames: one matching path.
+//
+// Back-pressure: a caller's send waits for ring space (checking the peer is
+// alive); a send from a progress context (an I/O thread, a drain thread, a
+// consumer: e.g. a single-copy answer) never waits: when the ring is full it
+// is queued per peer and flushed, in order, before the next frame to that
+// peer, or by the drain thread.
+//
+// Bodies above a quarter of the ring travel as a first record (the header
+// and total size) and continuation chunks, reassembled by the consumer.
+//
+// CASTMESH_SHM=0 turns the path off. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "castmesh/address.h"
+
+namespace castmesh::proc {
+class ProcHost;
+}
+namespace castmesh::wire::v1 {
+class CollectiveHeader;
+}
+
+namespace castmesh::collectives {
+
+// Each ring's capacity (per direction, per pair of procs).
+inline constexpr size_t kShmRingBytes = size_t{1} << 20;
+
+// Sends one communicator frame (serialized CollectiveHeader `header`, raw
+// `body`) to proc `peer`: through the shm link when it is up, else over the
+// proc's connection. Any thread.
+absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
+                                   std::string_view body);
+
+// Marks the calling thread, for its lifetime, as a progress context (an I/O
+// thread delivering frames): its sends to a full ring are queued, never
+// waited for.
+class ShmProgressScope {
+ public:
+  ShmProgressScope();
+  ~ShmProgressScope();
+  ShmProgressScope(const ShmProgressScope&) = delete;
+  ShmProgressScope& operator=(const ShmProgressScope&) = delete;
+
+ private:
+  bool saved_;
+};
+
+// Link handshake frames from `peer` (Exchange::on_frame, I/O thread).
+void on_shm_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer,
+                       const wire::v1::CollectiveHeader& header);
+// Proc `peer` is lost: whatever it wrote to its ring is handed on first,
+// then its links are torn down and senders blocked on them fail.
+void on_shm_peer_lost(const ProcId& peer, const absl::Status& why);
+// Proc `peer` answers again after being reported lost: a new link may form.
+void on_shm_peer_alive(const ProcId& peer);
+
+// Counters for tests and benchmarks: frames this process received and sent
+// through shm rings, and the rings up in each direction.
+struct ShmPathStats {
+  uint64_t frames_in = 0;
+  uint64_t frames_out = 0;
+  int links_in = 0;
+  int links_out = 0;
+};
+ShmPathStats shm_path_stats();
+
+}  // namespace castmesh::collectives

@@ -1,0 +1,226 @@
+// The same-host shared-memory path (core/collectives/shm_path.h) across real
+// worker procs (this binary re-executed): once the links are up, collectives
+// and point-to-point messages (any-source, several tags, non-overtaking)
+// travel through the rings (the path's counters say so), large bodies too
+// (single copy offers through the ring, or, with single copy off, bodies
+// streamed in chunks), and a SIGKILLed proc fails the others' pending
+// operations, naming its rank, even a sender that filled the ring.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "castmesh/actor_mesh.h"
+#include "castmesh/communicator.h"
+#include "castmesh/proc_mesh.h"
+#include "core/collectives/shm_path.h"
+
+namespace {
+
+struct ShmScenario {
+  int64_t which = 0;
+};
+absl::Status encode_scenario(const ShmScenario& m, std::string* out) {
+  *out = std::to_string(m.which);
+  return absl::OkStatus();
+}
+absl::Status decode_scenario(std::string_view b, ShmScenario* m) {
+  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->which)
+             ? absl::OkStatus()
+             : absl::InvalidArgumentError("bad ShmScenario");
+}
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(ShmScenario, "castmesh.test.collectives.ShmScenario", encode_scenario, decode_scenario);
+
+namespace {
+
+using castmesh::Communicator;
+using castmesh::DType;
+using castmesh::ReduceOp;
+using castmesh::TensorView;
+using castmesh::collectives::shm_path_stats;
+
+constexpr int64_t kTraffic = 1;
+constexpr int64_t kRankTwoIsKilled = 2;
+
+TensorView view(std::vector<int64_t>& v) {
+  return TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(v.size())});
+}
+
+// Small all-to-all exchanges until this rank's rings to every other rank
+// are up (the handshake is a few socket round trips), bounded.
+absl::Status bring_links_up(Communicator& c) {
+  std::vector<int64_t> in(c.size(), c.rank()), out(c.size());
+  for (int i = 0; i < 5000; ++i) {
+    if (absl::Status st = c.alltoall(view(in), view(out)); !st.ok()) return st;
+    int64_t up = shm_path_stats().links_out == c.size() - 1 ? 1 : 0;
+    std::vector<int64_t> all{up};
+    if (absl::Status st = c.allreduce(view(all), view(all), ReduceOp::kMin); !st.ok()) return st;
+    if (all[0] == 1) return absl::OkStatus();
+  }
+  return absl::DeadlineExceededError("the shared-memory links did not come up");
+}
+
+class ShmMember : public castmesh::Actor {
+ public:
+  std::string run(const ShmScenario& m) {
+    absl::StatusOr<Communicator> comm = Communicator::current();
+    if (!comm.ok()) return "ERR " + comm.status().ToString();
+    std::string out;
+    absl::Status st = m.which == kTraffic ? traffic(*comm, out) : killed_or_wait(*comm, out);
+    if (!st.ok()) return "ERR " + st.ToString();
+    return "OK " + out;
+  }
+  using Handlers = castmesh::Handlers<&ShmMember::run>;
+
+ private:
+  static absl::Status traffic(Communicator& c, std::string& out) {
+    if (absl::Status st = bring_links_up(c); !st.ok()) return st;
+    const uint64_t before = shm_path_stats().frames_in;
+    std::vector<std::string> got;
+    for (size_t count : {size_t{3}, size_t{300000}}) {  // recursive doubling, then the ring (large bodies)
+      std::vector<int64_t> v(count);
+      std::iota(v.begin(), v.end(), c.rank());
+      if (absl::Status st = c.allreduce(view(v), view(v), ReduceOp::kSum); !st.ok()) return st;
+      got.push_back(std::to_string(v.back()));
+    }
+    // Every rank but 0 sends 3 messages on each of tags 7 and 8 (the value
+    // says who and which); rank 0 takes tag 8 first, from any source, then
+    // tag 7: per source and tag they must come in the order sent.
+    if (c.rank() != 0) {
+      for (int i = 0; i < 3; ++i) {
+        for (int tag : {7, 8}) {
+          std::vector<int64_t> msg{c.rank() * 1000 + tag * 10 + i};
+          if (absl::Status st = c.send(view(msg), 0, tag); !st.ok()) return st;
+        }
+      }
+      // And one large unexpected message (rank 0 receives it last).
+      std::vector<int64_t> big(200000, c.rank());
+      if (absl::Status st = c.send(view(big), 0, 9); !st.ok()) return st;
+    } else {
+      std::vector<int> next7(c.size(), 0), next8(c.size(), 0);
+      for (int tag : {8, 7}) {
+        for (int i = 0; i < 3 * (c.size() - 1); ++i) {
+          std::vector<int64_t> msg(1);
+          auto st = c.recv(view(msg), castmesh::kAnySource, tag, absl::Seconds(30));
+          if (!st.ok()) return st.status();
+          std::vector<int>& next = tag == 7 ? next7 : next8;
+          const int64_t want = st->source * 1000 + tag * 10 + next[st->source]++;
+          if (msg[0] != want || st->tag != tag) {
+            return absl::InternalError(absl::StrCat("from rank ", st->source, " tag ", st->tag, ": got ", msg[0],
+                                                    ", expected ", want));
+          }
+        }
+      }
+      for (int i = 1; i < c.size(); ++i) {
+        std::vector<int64_t> big(200000, -1);
+        auto st = c.recv(view(big), castmesh::kAnySource, 9, absl::Seconds(30));
+        if (!st.ok()) return st.status();
+        if (big.front() != st->source || big.back() != st->source) return absl::InternalError("large message torn");
+      }
+      got.push_back("p2p-ordered");
+    }
+    if (absl::Status st = c.barrier(); !st.ok()) return st;
+    const auto stats = shm_path_stats();
+    out = absl::StrCat(absl::StrJoin(got, ","), " links_in=", stats.links_in, " ring_frames=",
+                       stats.frames_in - before);
+    return absl::OkStatus();
+  }
+
+  // Rank 2 is SIGKILLed once its links are up; rank 0 first sends it more
+  // than its ring holds, then every other rank waits on a receive from it.
+  static absl::Status killed_or_wait(Communicator& c, std::string& out) {
+    if (absl::Status st = bring_links_up(c); !st.ok()) return st;
+    if (c.rank() == 2) ::kill(::getpid(), SIGKILL);
+    if (c.rank() == 0) {
+      std::vector<int64_t> big(1 << 20, 1);  // 8 MiB
+      (void)c.send(view(big), 2, 3);         // may complete (the peer's drain thread took it) or fail
+    }
+    std::vector<int64_t> one(1);
+    auto st = c.recv(view(one), 2, 4);
+    if (st.ok()) return absl::InternalError("a receive from the killed rank succeeded");
+    return st.status();
+  }
+};
+
+}  // namespace
+
+CASTMESH_REGISTER_ACTOR(ShmMember);
+
+namespace {
+
+void run_traffic(int procs_n) {
+  castmesh::Runtime runtime;
+  auto procs = castmesh::LocalAllocator().allocate(runtime, procs_n);
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  auto mesh = castmesh::ActorMesh<ShmMember>::Spawn(*procs, castmesh::MeshOptions{.name = "shm"});
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto replies = mesh->call(ShmScenario{kTraffic}).get(absl::Seconds(90));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  const int64_t n = 300000, p = procs_n;
+  const std::string sums = absl::StrCat(p * (p - 1) / 2 + p * 2, ",", p * (p - 1) / 2 + p * (n - 1));
+  for (int r = 0; r < procs_n; ++r) {
+    const std::string& reply = replies->values()[r];
+    ASSERT_EQ(reply.rfind("OK " + sums + (r == 0 ? ",p2p-ordered" : "") + " ", 0), 0u) << "rank " << r << ": " << reply;
+    EXPECT_NE(reply.find(absl::StrCat("links_in=", procs_n - 1)), std::string::npos) << reply;
+    EXPECT_EQ(reply.find("ring_frames=0"), std::string::npos) << "rank " << r << " got nothing through a ring: "
+                                                              << reply;
+  }
+  EXPECT_TRUE(procs->stop().ok());
+}
+
+TEST(ShmPath, CollectivesAndPointToPointGoThroughTheRings) { run_traffic(3); }
+
+// Single copy off: messages of 64 KiB and more stream through the ring in
+// chunks (and an unexpected one is reassembled before it is matched).
+TEST(ShmPath, LargeBodiesStreamThroughTheRingWithoutSingleCopy) {
+  ::setenv("CASTMESH_SINGLE_COPY", "0", 1);  // read by the workers started below
+  run_traffic(4);
+  ::unsetenv("CASTMESH_SINGLE_COPY");
+}
+
+TEST(ShmPath, KilledProcFailsThePendingOperationsOfTheOthers) {
+  ::setenv("CASTMESH_SINGLE_COPY", "0", 1);  // rank 0's large send goes into the ring
+  castmesh::Runtime runtime;
+  auto procs = castmesh::LocalAllocator().allocate(runtime, 4);
+  ::unsetenv("CASTMESH_SINGLE_COPY");
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  castmesh::MeshOptions options{.name = "shm"};
+  options.on_failure = [](const castmesh::MeshEvent&) { return castmesh::MeshFailureAction::kContinue; };
+  auto mesh = castmesh::ActorMesh<ShmMember>::Spawn(*procs, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  const absl::Time start = absl::Now();
+  auto stream = mesh->stream(ShmScenario{kRankTwoIsKilled});
+  int answered = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    auto next = stream.next(absl::Seconds(30));
+    ASSERT_TRUE(next.ok()) << next.status();
+    const auto& [point, reply] = *next;
+    if (point.rank() == 2) {
+      EXPECT_FALSE(reply.ok());  // its proc was killed
+      continue;
+    }
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_NE(reply->find("ERR"), std::string::npos) << *reply;
+    EXPECT_NE(reply->find("rank 2"), std::string::npos) << *reply;
+    ++answered;
+  }
+  EXPECT_EQ(answered, 3);
+  // Reported, not asserted tightly (timings are not asserted on a shared machine).
+  std::cout << "the survivors failed " << absl::FormatDuration(absl::Now() - start)
+            << " after the scenario started (links up, then the kill)\n";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));  // generous: no hang
+  (void)procs->stop();
+}
+
+}  // namespace
