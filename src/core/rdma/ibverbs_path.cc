@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "castmesh/backend.h"
@@ -113,6 +114,22 @@ struct IbverbsPath::State {
   absl::flat_hash_map<ProcId, uint64_t> passive ABSL_GUARDED_BY(mu);  // endpoints peers connected to us
   absl::flat_hash_map<ProcId, std::string> socket_only ABSL_GUARDED_BY(mu);  // peer -> why
   bool poller_started ABSL_GUARDED_BY(mu) = false;
+  // The proc that talks to the peers (the latest seen; one per process in practice).
+  std::weak_ptr<proc::ProcHost> host ABSL_GUARDED_BY(mu);
+
+  // Owner side: released buffers whose NIC registration (and memory) waits
+  // for the DRAINED of every peer connected when they were released.
+  struct Draining {
+    std::shared_ptr<const Registration> registration;
+    absl::flat_hash_set<ProcId> waiting;
+  };
+  absl::flat_hash_map<uint64_t, Draining> draining ABSL_GUARDED_BY(mu);
+  // Requester side: (owner, buffer) its owner released; nothing new is posted on them.
+  absl::flat_hash_set<std::pair<ProcId, uint64_t>> released ABSL_GUARDED_BY(mu);
+  // Requester side: buffers per owner whose RELEASING waits for their operations here.
+  absl::flat_hash_map<ProcId, absl::flat_hash_set<uint64_t>> drains ABSL_GUARDED_BY(mu);
+  // DRAINED answers to send once the lock is released.
+  std::vector<std::pair<ProcId, uint64_t>> drained_to_send ABSL_GUARDED_BY(mu);
 
   void open();
   void destroy_endpoint(uint64_t endpoint);
@@ -125,6 +142,10 @@ struct IbverbsPath::State {
   bool poll_pair(const ProcId& peer, Pair& pair, std::vector<Outcome>* outcomes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void poll_loop();
   void ensure_poller() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void check_drains(const ProcId& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void flush_drained() ABSL_LOCKS_EXCLUDED(mu);
+  std::shared_ptr<const Registration> stop_waiting(uint64_t buffer, const ProcId& peer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 namespace {
@@ -160,6 +181,63 @@ void send_header(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, 
 }
 
 }  // namespace
+
+namespace {
+
+// Whether an operation on `buffer` waits in `pair` or is on the NIC.
+bool uses_buffer(const Pair& pair, uint64_t buffer) {
+  auto on = [buffer](const InFlight& op) { return op.transfer != nullptr && op.transfer->buffer == buffer; };
+  return std::any_of(pair.waiting.begin(), pair.waiting.end(), on) ||
+         std::any_of(pair.in_flight.begin(), pair.in_flight.end(), [&](const auto& entry) { return on(entry.second); });
+}
+
+v1::RdmaHeader buffer_header(v1::RdmaHeader::Kind kind, uint64_t buffer) {
+  v1::RdmaHeader header;
+  header.set_kind(kind);
+  header.set_buffer(buffer);
+  return header;
+}
+
+}  // namespace
+
+void IbverbsPath::State::check_drains(const ProcId& peer) {
+  auto it = drains.find(peer);
+  if (it == drains.end()) return;
+  auto pair = pairs.find(peer);
+  for (auto buffer = it->second.begin(); buffer != it->second.end();) {
+    if (pair != pairs.end() && uses_buffer(*pair->second, *buffer)) {
+      ++buffer;
+      continue;
+    }
+    drained_to_send.emplace_back(peer, *buffer);
+    it->second.erase(buffer++);
+  }
+  if (it->second.empty()) drains.erase(it);
+}
+
+void IbverbsPath::State::flush_drained() {
+  std::vector<std::pair<ProcId, uint64_t>> out;
+  std::weak_ptr<proc::ProcHost> weak;
+  {
+    detail::MutexLock lock(mu);
+    out.swap(drained_to_send);
+    weak = host;
+  }
+  for (const auto& [peer, buffer] : out) {
+    absl::Status ignored;  // a lost owner no longer waits
+    send_header(weak, peer, buffer_header(v1::RdmaHeader::DRAINED, buffer), &ignored);
+  }
+}
+
+std::shared_ptr<const Registration> IbverbsPath::State::stop_waiting(uint64_t buffer, const ProcId& peer) {
+  auto it = draining.find(buffer);
+  if (it == draining.end()) return nullptr;
+  it->second.waiting.erase(peer);
+  if (!it->second.waiting.empty()) return nullptr;
+  std::shared_ptr<const Registration> done = std::move(it->second.registration);
+  draining.erase(it);
+  return done;  // the caller drops it after the lock: deregistering may free user memory
+}
 
 void IbverbsPath::State::open() {
   absl::StatusOr<const Backend*> backend = load_backend("rdma");
@@ -221,6 +299,7 @@ void IbverbsPath::State::fail_pair(const ProcId& peer, const absl::Status& why, 
     CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers of proc {} use the other transports from now on",
                       std::string(why.message()), peer);
   }
+  check_drains(peer);  // the destroyed endpoint holds no work request any more
 }
 
 absl::StatusOr<InFlight> IbverbsPath::State::prepare(std::shared_ptr<Transfer> transfer) {
@@ -339,6 +418,7 @@ bool IbverbsPath::State::poll_pair(const ProcId& peer, Pair& pair, std::vector<O
                                                     " failed: ", message)),
               false, outcomes);
   }
+  check_drains(peer);
   return count > 0;
 }
 
@@ -393,6 +473,7 @@ void IbverbsPath::State::poll_loop() {
     }
     progress = progress || !outcomes.empty();
     report(outcomes);
+    flush_drained();
     if (progress) {
       idle = kMinIdle;
     } else {
@@ -454,7 +535,24 @@ absl::StatusOr<NicRange> IbverbsPath::register_range(void* base, size_t size, Rd
   return NicRange{std::move(registration), info.rkey};
 }
 
+namespace {
+
+absl::Status released_error(const Transfer& transfer) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("RDMA buffer ", transfer.buffer, " of proc ", transfer.owner, " was released"));
+}
+
+}  // namespace
+
 void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
+  const auto key = std::make_pair(transfer->owner, transfer->buffer);
+  {
+    detail::MutexLock lock(state_->mu);
+    if (state_->released.contains(key)) {
+      lock.unlock();
+      return Transfers::instance().finish(transfer, released_error(*transfer));
+    }
+  }
   // Copying a borrowed source and registering with the NIC (which pins
   // pages) run here, on the caller's thread, outside the lock.
   absl::StatusOr<InFlight> prepared = state_->prepare(transfer);
@@ -464,6 +562,15 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
   std::weak_ptr<proc::ProcHost> host;
   {
     detail::MutexLock lock(state_->mu);
+    state_->host = transfer->host;
+    // Checked again under the lock that RELEASING takes: either this
+    // operation is counted by the drain, or it sees the release.
+    if (state_->released.contains(key)) {
+      state_->drop(*prepared);
+      outcomes.push_back(Outcome{transfer, released_error(*transfer), nullptr});
+      lock.unlock();
+      return report(outcomes);
+    }
     state_->ensure_poller();
     auto [it, fresh] = state_->pairs.try_emplace(transfer->owner);
     if (fresh) {
@@ -543,6 +650,21 @@ void IbverbsPath::on_connect(proc::ProcHost& host, const ProcId& peer, const v1:
     answer.set_error_message(std::string(made.message()));
   }
   (void)host.send_data(peer, kRdmaDataType, answer.SerializeAsString(), {});  // a lost peer needs no answer
+  if (!made.ok()) return;
+  // Buffers released while they drain are still registered: this new peer
+  // must hear of the release too, and be waited for.
+  std::vector<uint64_t> releasing;
+  {
+    detail::MutexLock lock(state_->mu);
+    state_->host = host.weak_from_this();
+    for (auto& [buffer, entry] : state_->draining) {
+      entry.waiting.insert(peer);
+      releasing.push_back(buffer);
+    }
+  }
+  for (uint64_t buffer : releasing) {
+    (void)host.send_data(peer, kRdmaDataType, buffer_header(v1::RdmaHeader::RELEASING, buffer).SerializeAsString(), {});
+  }
 }
 
 void IbverbsPath::on_connected(const ProcId& peer, const v1::RdmaHeader& header) {
@@ -585,12 +707,15 @@ void IbverbsPath::on_connected(const ProcId& peer, const v1::RdmaHeader& header)
         state_->post(*found->second, peer, std::move(op), &outcomes);
       }
     }
+    state_->check_drains(peer);
   }
   report(outcomes);
+  state_->flush_drained();
 }
 
 void IbverbsPath::peer_lost(const ProcId& peer) {
   std::vector<Outcome> outcomes;
+  std::vector<std::shared_ptr<const Registration>> retired;  // dropped after the lock
   {
     if (!state_->ready.load()) return;  // never opened a NIC: nothing to tear down
     detail::MutexLock lock(state_->mu);
@@ -600,8 +725,57 @@ void IbverbsPath::peer_lost(const ProcId& peer) {
       state_->destroy_endpoint(it->second);
       state_->passive.erase(it);
     }
+    std::vector<uint64_t> buffers;
+    for (const auto& [buffer, entry] : state_->draining) buffers.push_back(buffer);
+    for (uint64_t buffer : buffers) {
+      if (auto done = state_->stop_waiting(buffer, peer)) retired.push_back(std::move(done));
+    }
+    state_->drains.erase(peer);
+    absl::erase_if(state_->released, [&peer](const auto& key) { return key.first == peer; });
   }
   report(outcomes);
+  state_->flush_drained();
+}
+
+void IbverbsPath::retire(std::shared_ptr<const Registration> registration, proc::ProcHost* host) {
+  if (registration == nullptr || registration->nic == nullptr || !state_->ready.load()) return;
+  std::vector<ProcId> peers;
+  std::weak_ptr<proc::ProcHost> weak;
+  {
+    detail::MutexLock lock(state_->mu);
+    weak = host != nullptr ? host->weak_from_this() : state_->host;
+    for (const auto& [peer, endpoint] : state_->passive) peers.push_back(peer);
+    if (peers.empty() || weak.expired()) return;  // no peer can have posted on it
+    State::Draining& entry = state_->draining[registration->id];
+    entry.registration = registration;
+    entry.waiting.insert(peers.begin(), peers.end());
+  }
+  for (const ProcId& peer : peers) {
+    absl::Status sent;
+    send_header(weak, peer, buffer_header(v1::RdmaHeader::RELEASING, registration->id), &sent);
+    if (!sent.ok()) {  // gone: it has nothing in flight to wait for
+      std::shared_ptr<const Registration> done;
+      detail::MutexLock lock(state_->mu);
+      done = state_->stop_waiting(registration->id, peer);
+    }
+  }
+}
+
+void IbverbsPath::on_releasing(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header) {
+  {
+    detail::MutexLock lock(state_->mu);
+    state_->host = host.weak_from_this();
+    state_->released.insert(std::make_pair(peer, header.buffer()));
+    state_->drains[peer].insert(header.buffer());
+    state_->check_drains(peer);
+  }
+  state_->flush_drained();
+}
+
+void IbverbsPath::on_drained(const ProcId& peer, const v1::RdmaHeader& header) {
+  std::shared_ptr<const Registration> done;  // dropped after the lock
+  detail::MutexLock lock(state_->mu);
+  done = state_->stop_waiting(header.buffer(), peer);
 }
 
 }  // namespace castmesh::rdma

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "castmesh/address.h"
 #include "castmesh/rdma.h"
+#include "core/rdma/registry.h"
 #include "core/rdma/transfers.h"
 
 namespace castmesh::wire::v1 {
@@ -68,8 +69,21 @@ class IbverbsPath {
   // The rdma service's CONNECT (owner side) and CONNECTED (requester side).
   void on_connect(proc::ProcHost& host, const ProcId& peer, const wire::v1::RdmaHeader& header);
   void on_connected(const ProcId& peer, const wire::v1::RdmaHeader& header);
-  // Proc `peer` is gone: destroys the endpoints to it (Transfers fails its operations).
+  // Proc `peer` is gone: destroys the endpoints to it (Transfers fails its
+  // operations) and stops waiting for its DRAINED.
   void peer_lost(const ProcId& peer);
+
+  // Owner side: `registration` was just released (nullptr: it was not
+  // live). Its NIC registration, and so its memory, stays until every peer
+  // connected to this process answered RELEASING with DRAINED (or was
+  // lost): one-sided operations already posted finish. `host` (may be null:
+  // no peer to ask) sends RELEASING.
+  void retire(std::shared_ptr<const Registration> registration, proc::ProcHost* host);
+  // Requester side: the owner released a buffer. Operations on it that start
+  // later fail before posting; DRAINED goes back once none is in flight.
+  void on_releasing(proc::ProcHost& host, const ProcId& peer, const wire::v1::RdmaHeader& header);
+  // Owner side: `peer` has no work request left on the buffer.
+  void on_drained(const ProcId& peer, const wire::v1::RdmaHeader& header);
 
   struct State;
 

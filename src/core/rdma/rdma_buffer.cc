@@ -355,7 +355,10 @@ Future<RdmaResult> RdmaBuffer::write_from(const TensorView& src, RdmaOptions opt
 Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const {
   if (handle_ == nullptr) return make_ready_future(Unit{});
   if (same_process(*handle_)) {
-    rdma::Registry::instance().release(handle_->id);
+    std::shared_ptr<const rdma::Registration> released = rdma::Registry::instance().release(handle_->id);
+    Runtime* rt = runtime_for(runtime);
+    std::shared_ptr<proc::ProcHost> host = rt != nullptr ? proc::ProcHost::of(*rt) : nullptr;
+    rdma::IbverbsPath::instance().retire(std::move(released), host.get());
     return make_ready_future(Unit{});
   }
   auto transfer = std::make_shared<Transfer>();

@@ -69,14 +69,13 @@ absl::StatusOr<std::shared_ptr<const Registration>> Registry::open(uint64_t id, 
   return found;
 }
 
-bool Registry::release(uint64_t id) {
-  std::shared_ptr<const Registration> dropped;  // destroyed after the lock: it may free user memory
+std::shared_ptr<const Registration> Registry::release(uint64_t id) {
   detail::MutexLock lock(mu_);
   auto it = live_.find(id);
-  if (it == live_.end()) return false;
-  dropped = std::move(it->second);
+  if (it == live_.end()) return nullptr;
+  std::shared_ptr<const Registration> dropped = std::move(it->second);  // the caller drops it, outside the lock
   live_.erase(it);
-  return true;
+  return dropped;
 }
 
 void Registry::pin(const ProcId& peer, uint64_t op, std::shared_ptr<const Registration> registration) {

@@ -57,8 +57,11 @@ class Registry {
   // when it was released or never registered here.
   absl::StatusOr<std::shared_ptr<const Registration>> open(uint64_t id, bool write, uint64_t offset,
                                                            uint64_t length);
-  // Takes `id` out of service; true when it was live.
-  bool release(uint64_t id);
+  // Takes `id` out of service: later open()s fail. Returns the registration
+  // (nullptr when it was not live); operations in flight keep their own
+  // references, and the caller decides how long the NIC part must outlive it
+  // (IbverbsPath::retire).
+  std::shared_ptr<const Registration> release(uint64_t id);
 
   // Pins `registration` while proc `peer` copies for its operation `op`.
   void pin(const ProcId& peer, uint64_t op, std::shared_ptr<const Registration> registration);

@@ -341,9 +341,14 @@ class RdmaService final : public proc::ProcService {
       case v1::RdmaHeader::LEASE_END:
         return Registry::instance().unpin(peer, header.op());
       case v1::RdmaHeader::RELEASE:
-        Registry::instance().release(header.buffer());
+        // RELEASING reaches the NIC peers before RELEASED reaches the releaser.
+        IbverbsPath::instance().retire(Registry::instance().release(header.buffer()), &host);
         (void)send(host, peer, header_of(v1::RdmaHeader::RELEASED, header.op()));
         return;
+      case v1::RdmaHeader::RELEASING:
+        return IbverbsPath::instance().on_releasing(host, peer, header);
+      case v1::RdmaHeader::DRAINED:
+        return IbverbsPath::instance().on_drained(peer, header);
       case v1::RdmaHeader::CONNECT:
         return IbverbsPath::instance().on_connect(host, peer, header);
       case v1::RdmaHeader::CONNECTED:

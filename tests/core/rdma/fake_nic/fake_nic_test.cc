@@ -240,11 +240,43 @@ TEST_F(FakeNic, ReleaseThenUseFailsAndTheConnectionRecovers) {
   auto late = buffer.read_into(dst).get(absl::Seconds(30));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
   EXPECT_NE(late.status().message().find("released"), std::string::npos) << late.status();
-  // The failed completion took the endpoint down; the next operation connects anew.
+  // Another buffer of the same owner still goes over ibverbs.
   auto again = other.read_into(dst).get(absl::Seconds(30));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->transport, RdmaTransport::kIbverbs);
   EXPECT_EQ(mismatch(dst.data(), 0, 50000, 1), "");
+}
+
+// release() while the fake NIC still holds a READ and a WRITE on the buffer:
+// the owner keeps the registration until this proc has drained them, so both
+// finish with the right bytes; later operations fail before posting, and the
+// connection stays up for the owner's other buffers.
+TEST_F(FakeNic, ReleaseDuringInFlightOperationsLetsThemFinish) {
+  RdmaBuffer buffer = make(0, 300000), other = make(0, 1000);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {200000});
+  TensorView src = filled(100000, 6);
+  ASSERT_TRUE(buffer.read_into(dst).get(absl::Seconds(30)).ok());  // connected
+  castmesh::Future<castmesh::RdmaResult> read, wrote;
+  {
+    ScopedEnv slow("CASTMESH_FAKE_NIC_DELAY_MS", "700");  // the fake NIC runs these after the release
+    read = buffer.read_into(dst, RdmaOptions{.offset = 100000, .timeout = absl::Seconds(30)});
+    wrote = buffer.write_from(src, RdmaOptions{.offset = 0, .timeout = absl::Seconds(30)});
+  }
+  ASSERT_TRUE(buffer.release().get(absl::Seconds(30)).ok());
+  auto late = buffer.read_into(dst).get(absl::Seconds(30));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
+  EXPECT_NE(late.status().message().find("released"), std::string::npos) << late.status();
+  auto read_done = read.get(absl::Seconds(30));
+  ASSERT_TRUE(read_done.ok()) << read_done.status();
+  EXPECT_EQ(read_done->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(mismatch(dst.data(), 100000, 200000, 1), "");
+  auto write_done = wrote.get(absl::Seconds(30));
+  ASSERT_TRUE(write_done.ok()) << write_done.status();
+  TensorView small = TensorView::Allocate(DType::kUInt8, {1000});
+  auto still = other.read_into(small).get(absl::Seconds(30));
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->transport, RdmaTransport::kIbverbs);
+  EXPECT_EQ(mismatch(small.data(), 0, 1000, 1), "");
 }
 
 TEST_F(FakeNic, KilledOwnerFailsPendingOperations) {
