@@ -5,8 +5,9 @@ other procs pull them with read_into, without the trainer's actor taking part.
 Run: python examples/python/weight_sync.py   (with castmesh and numpy importable)
 
 Each pull prints the transport that moved the bytes: "single_copy" between
-procs of one host, "socket" across hosts (or where the kernel refuses
-cross-memory attach), "ibverbs" where an RDMA NIC carries it.
+procs of one host, "shared_segment" there where the kernel refuses
+cross-memory attach, "socket" across hosts, "ibverbs" where an RDMA NIC
+carries it.
 """
 import numpy as np
 from castmesh import Actor, endpoint, this_host, current_rank

@@ -35,7 +35,7 @@ class RdmaResult(NamedTuple):
     """What one finished operation moved, and over which transport."""
 
     bytes: int
-    transport: str  # "same_process", "single_copy", "socket" or "ibverbs"
+    transport: str  # "same_process", "single_copy", "shared_segment", "socket" or "ibverbs"
 
 
 def _future(pending: Any, one: bool) -> "Future[Any]":

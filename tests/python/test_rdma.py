@@ -64,6 +64,26 @@ def trainer(procs):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "switches, transport",
+    [({"CASTMESH_RDMA_SINGLE_COPY": "0"}, "shared_segment"),
+     ({"CASTMESH_RDMA_SINGLE_COPY": "0", "CASTMESH_RDMA_SHARED_SEGMENT": "0"}, "socket")],
+)
+def test_same_host_paths_forced_by_the_switches(trainer, monkeypatch, switches, transport):
+    n = 300_000  # above the 64 KiB below which same-host operations use the socket anyway
+    buf = trainer.publish.call_one(n, 0.25).get(timeout=60)
+    for name, value in switches.items():
+        monkeypatch.setenv(name, value)  # read by this (the requesting) process per operation
+    local = np.empty(n, dtype=np.float32)
+    result = buf.read_into(local).get(timeout=60)
+    assert (result.bytes, result.transport) == (n * 4, transport)
+    np.testing.assert_array_equal(local, np.arange(n, dtype=np.float32) * 0.25)
+    update = np.full(n, 3.0, dtype=np.float32)
+    assert buf.write_from(update).get(timeout=60).transport == transport
+    assert trainer.head.call_one(3).get(timeout=60) == [3.0, 3.0, 3.0]
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [1, 1000, 300_000])
 def test_controller_reads_and_writes_a_trainers_buffer(trainer, n):
     buf = trainer.publish.call_one(n, 0.5).get(timeout=60)
@@ -71,7 +91,7 @@ def test_controller_reads_and_writes_a_trainers_buffer(trainer, n):
     local = np.empty(n, dtype=np.float32)
     result = buf.read_into(local).get(timeout=60)
     assert result.bytes == n * 4
-    assert result.transport in ("single_copy", "socket")
+    assert result.transport in ("single_copy", "shared_segment", "socket")
     np.testing.assert_array_equal(local, np.arange(n, dtype=np.float32) * 0.5)
     update = np.ones(n, dtype=np.float32)
     buf.write_from(update).get(timeout=60)
@@ -97,9 +117,9 @@ def test_generators_in_other_procs_pull_a_handle_they_were_sent(procs, trainer):
     expected = float((np.arange(200_000, dtype=np.float64) * 2.0).sum())
     for total, transport in pulled.values():
         assert total == pytest.approx(expected)
-        assert transport in ("same_process", "single_copy", "socket")
+        assert transport in ("same_process", "single_copy", "shared_segment", "socket")
     # The one on the trainer's own proc reads within its process.
-    assert sorted(t for _, t in pulled.values())[0] in ("same_process", "single_copy")
+    assert sorted(t for _, t in pulled.values())[0] in ("same_process", "single_copy", "shared_segment")
 
 
 @pytest.mark.timeout(120)
