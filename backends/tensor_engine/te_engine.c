@@ -511,3 +511,7 @@ int32_t te_group_end(struct te_engine* e, castmesh_error_v1* error) {
   result = ops->group_end();
   return result == 0 ? CASTMESH_STATUS_OK : nccl_fail(ops, error, "ncclGroupEnd", result, NULL);
 }
+
+void* te_stream_native(const castmesh_te_stream_v1* stream) {
+  return stream != NULL && stream->tag == kStreamTag ? stream->native : NULL;
+}

@@ -46,12 +46,14 @@
 #include "castmesh/reduction.h"
 #include "castmesh/shape.h"
 #include "castmesh/tensor.h"
+#include "castmesh/tensor_engine.h"
 
 namespace castmesh {
 
 namespace detail {
 class CommGroup;
 class RequestState;
+class DeviceWork;
 }  // namespace detail
 
 // recv/irecv/probe: match a message from any source / with any tag.
@@ -86,6 +88,8 @@ class ReduceSpec {
   absl::StatusOr<Reduction> on(DType dtype) const;
   // "sum", or the custom op's name.
   std::string name() const;
+  // The built-in op, or nullopt for a custom one.
+  std::optional<ReduceOp> builtin() const;
 
  private:
   ReduceOp builtin_ = ReduceOp::kSum;
@@ -98,6 +102,9 @@ class Request {
   // A request that is already complete (OK).
   Request();
   explicit Request(std::shared_ptr<detail::RequestState> state) : state_(std::move(state)) {}
+  // A collective on device buffers (core/collectives/device_collectives.h).
+  Request(std::shared_ptr<detail::RequestState> state, std::shared_ptr<detail::DeviceWork> device)
+      : state_(std::move(state)), device_(std::move(device)) {}
 
   // Blocks until the operation completes or `timeout` passes
   // (kDeadlineExceeded; the operation stays pending and may be waited on
@@ -105,6 +112,11 @@ class Request {
   absl::StatusOr<MessageStatus> wait(absl::Duration timeout = absl::InfiniteDuration()) const;
   // The result if complete, nullopt while pending. Never blocks.
   std::optional<absl::StatusOr<MessageStatus>> test() const;
+  // Device work (a collective on device buffers): work enqueued on `stream`
+  // after this call runs after the operation, without blocking the CPU (an
+  // event record + stream wait). A host operation is waited for here. Any
+  // thread; the request's own error, if it already failed.
+  absl::Status wait_stream(const DeviceStream& stream) const;
   // Waits for every request; the first error (in list order), else OK.
   static absl::Status wait_all(const std::vector<Request>& requests,
                                absl::Duration timeout = absl::InfiniteDuration());
@@ -115,6 +127,20 @@ class Request {
 
  private:
   std::shared_ptr<detail::RequestState> state_;
+  std::shared_ptr<detail::DeviceWork> device_;  // null for host operations
+};
+
+// How a collective on device (CUDA/ROCm) buffers runs; host buffers ignore
+// it. The blocking calls enqueue the same way and then wait on the CPU.
+// Plain value.
+struct DeviceOptions {
+  // The stream the collective is enqueued on, after the work already there;
+  // a default DeviceStream: the communicator's own stream on that device.
+  DeviceStream stream;
+  // The watchdog fails a collective (and every other pending one of the
+  // communicator) and aborts the device communicator when it has not
+  // completed this long after it was enqueued: a peer hung or died.
+  absl::Duration timeout = absl::Minutes(10);
 };
 
 // How Communicator::world() finds its peers. Plain value.
@@ -160,7 +186,8 @@ class Communicator {
   // one's. Collective.
   absl::StatusOr<Communicator> dup() const;
 
-  // ---- point to point (data: contiguous CPU tensors; bytes are what match) ----
+  // ---- point to point (data: contiguous CPU tensors; bytes are what match;
+  // device buffers get Unimplemented: stage them to the host) ----
   absl::Status send(const TensorView& data, int dest, int tag = 0) const;
   Request isend(const TensorView& data, int dest, int tag = 0) const;
   // Receives into `out`; a message larger than out.nbytes() fails (kOutOfRange).
@@ -174,33 +201,41 @@ class Communicator {
   std::optional<MessageStatus> iprobe(int source = kAnySource, int tag = kAnyTag) const;
 
   // ---- collectives (every rank calls each one, in the same order) ----
-  // In-place: pass the same tensor as `in` and `out`.
+  // In-place: pass the same tensor as `in` and `out`. Buffers on a CUDA/ROCm
+  // device go to the tensor_engine backend (NCCL/RCCL), enqueued as
+  // `device` says; every rank then passes device buffers (docs/collectives.md).
   absl::Status barrier() const;
   Request ibarrier() const;
   // out = op over every rank's `in` (same count and dtype everywhere).
-  absl::Status allreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
-  Request iallreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
+  absl::Status allreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                         const DeviceOptions& device = {}) const;
+  Request iallreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                     const DeviceOptions& device = {}) const;
   // Like allreduce, but only `root`'s out is written.
-  absl::Status reduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root) const;
-  Request ireduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root) const;
+  absl::Status reduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root,
+                      const DeviceOptions& device = {}) const;
+  Request ireduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root,
+                  const DeviceOptions& device = {}) const;
   // root's `data` is copied into every other rank's `data`.
-  absl::Status broadcast(const TensorView& data, int root) const;
-  Request ibroadcast(const TensorView& data, int root) const;
+  absl::Status broadcast(const TensorView& data, int root, const DeviceOptions& device = {}) const;
+  Request ibroadcast(const TensorView& data, int root, const DeviceOptions& device = {}) const;
   // out (size x in) holds every rank's `in`, by rank.
-  absl::Status allgather(const TensorView& in, const TensorView& out) const;
-  Request iallgather(const TensorView& in, const TensorView& out) const;
+  absl::Status allgather(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
+  Request iallgather(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
   // Like allgather, but only `root`'s out is written.
-  absl::Status gather(const TensorView& in, const TensorView& out, int root) const;
-  Request igather(const TensorView& in, const TensorView& out, int root) const;
+  absl::Status gather(const TensorView& in, const TensorView& out, int root, const DeviceOptions& device = {}) const;
+  Request igather(const TensorView& in, const TensorView& out, int root, const DeviceOptions& device = {}) const;
   // Block r of root's `in` (size x out) goes to rank r's out.
-  absl::Status scatter(const TensorView& in, const TensorView& out, int root) const;
-  Request iscatter(const TensorView& in, const TensorView& out, int root) const;
+  absl::Status scatter(const TensorView& in, const TensorView& out, int root, const DeviceOptions& device = {}) const;
+  Request iscatter(const TensorView& in, const TensorView& out, int root, const DeviceOptions& device = {}) const;
   // Block r of the reduction of every rank's `in` (size x out) goes to rank r.
-  absl::Status reduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
-  Request ireduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op) const;
+  absl::Status reduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                              const DeviceOptions& device = {}) const;
+  Request ireduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                          const DeviceOptions& device = {}) const;
   // Block j of rank i's `in` goes to block i of rank j's `out`.
-  absl::Status alltoall(const TensorView& in, const TensorView& out) const;
-  Request ialltoall(const TensorView& in, const TensorView& out) const;
+  absl::Status alltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
+  Request ialltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
 
   explicit Communicator(std::shared_ptr<detail::CommGroup> group) : group_(std::move(group)) {}
 

@@ -12,6 +12,7 @@
 #include "core/actor/runtime_core.h"
 #include "core/collectives/algorithms.h"
 #include "core/collectives/comm_group.h"
+#include "core/collectives/device_collectives.h"
 #include "core/collectives/request_state.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
@@ -37,13 +38,23 @@ std::string ReduceSpec::name() const {
   return custom_ != nullptr ? custom_->name : std::string(reduce_op_name(builtin_));
 }
 
+std::optional<ReduceOp> ReduceSpec::builtin() const {
+  if (custom_ != nullptr) return std::nullopt;
+  return builtin_;
+}
+
 // ---- Request ----
 
 Request::Request() : state_(RequestState::Done(MessageStatus{})) {}
 
-absl::StatusOr<MessageStatus> Request::wait(absl::Duration timeout) const { return state_->wait(timeout); }
+absl::StatusOr<MessageStatus> Request::wait(absl::Duration timeout) const {
+  return device_ != nullptr ? device_->wait(timeout) : state_->wait(timeout);
+}
 
-std::optional<absl::StatusOr<MessageStatus>> Request::test() const { return state_->test(); }
+std::optional<absl::StatusOr<MessageStatus>> Request::test() const {
+  if (device_ != nullptr) device_->poll();
+  return state_->test();
+}
 
 absl::Status Request::wait_all(const std::vector<Request>& requests, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -158,11 +169,7 @@ namespace {
 // writable where it is written.
 absl::Status check_buffer(const TensorView& t, absl::string_view what, bool written) {
   if (t.numel() == 0) return absl::OkStatus();
-  if (!t.device().is_cpu()) {
-    return absl::UnimplementedError(absl::StrCat(what, " lives on ", t.device().to_string(),
-                                                 ": the CPU communicator moves host memory only; copy it to the host "
-                                                 "(device collectives come with the tensor_engine backend)"));
-  }
+  if (!t.device().is_cpu()) return collectives::host_only(t, what, "this call");
   if (!t.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " is not contiguous (", t.to_string(), ")"));
   }
@@ -400,29 +407,45 @@ Prepared prepare_gathering(absl::string_view name, const TensorView& in, const T
 
 }  // namespace
 
-absl::Status Communicator::allreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op) const {
+absl::Status Communicator::allreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                                     const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_allreduce(*group_, in, out, op, device).wait().status();
+  }
   Prepared p = prepare_allreduce(in, out, op);
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::iallreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op) const {
+Request Communicator::iallreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                                 const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_allreduce(*group_, in, out, op, device);
   Prepared p = prepare_allreduce(in, out, op);
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
 
-absl::Status Communicator::reduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root) const {
+absl::Status Communicator::reduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root,
+                                  const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_reduce(*group_, in, out, op, root, device).wait().status();
+  }
   Prepared p = prepare_reduce(in, out, op, root, rank(), size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::ireduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root) const {
+Request Communicator::ireduce(const TensorView& in, const TensorView& out, const ReduceSpec& op, int root,
+                              const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_reduce(*group_, in, out, op, root, device);
   Prepared p = prepare_reduce(in, out, op, root, rank(), size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
 
-absl::Status Communicator::broadcast(const TensorView& data, int root) const {
+absl::Status Communicator::broadcast(const TensorView& data, int root, const DeviceOptions& device) const {
+  if (collectives::on_device(data, data)) {
+    return collectives::device_broadcast(*group_, data, root, device).wait().status();
+  }
   Prepared p = prepare_broadcast(data, root, rank(), size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::ibroadcast(const TensorView& data, int root) const {
+Request Communicator::ibroadcast(const TensorView& data, int root, const DeviceOptions& device) const {
+  if (collectives::on_device(data, data)) return collectives::device_broadcast(*group_, data, root, device);
   Prepared p = prepare_broadcast(data, root, rank(), size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
@@ -483,43 +506,69 @@ Prepared prepare_alltoall(const TensorView& in, const TensorView& out, int size)
 }
 }  // namespace
 
-absl::Status Communicator::allgather(const TensorView& in, const TensorView& out) const {
+absl::Status Communicator::allgather(const TensorView& in, const TensorView& out, const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_allgather(*group_, in, out, device).wait().status();
+  }
   Prepared p = prepare_allgather(in, out, size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::iallgather(const TensorView& in, const TensorView& out) const {
+Request Communicator::iallgather(const TensorView& in, const TensorView& out, const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_allgather(*group_, in, out, device);
   Prepared p = prepare_allgather(in, out, size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
-absl::Status Communicator::gather(const TensorView& in, const TensorView& out, int root) const {
+absl::Status Communicator::gather(const TensorView& in, const TensorView& out, int root,
+                                  const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_gather(*group_, in, out, root, device).wait().status();
+  }
   Prepared p = prepare_gather(in, out, root, rank(), size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::igather(const TensorView& in, const TensorView& out, int root) const {
+Request Communicator::igather(const TensorView& in, const TensorView& out, int root,
+                              const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_gather(*group_, in, out, root, device);
   Prepared p = prepare_gather(in, out, root, rank(), size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
-absl::Status Communicator::scatter(const TensorView& in, const TensorView& out, int root) const {
+absl::Status Communicator::scatter(const TensorView& in, const TensorView& out, int root,
+                                   const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_scatter(*group_, in, out, root, device).wait().status();
+  }
   Prepared p = prepare_scatter(in, out, root, rank(), size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::iscatter(const TensorView& in, const TensorView& out, int root) const {
+Request Communicator::iscatter(const TensorView& in, const TensorView& out, int root,
+                               const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_scatter(*group_, in, out, root, device);
   Prepared p = prepare_scatter(in, out, root, rank(), size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
-absl::Status Communicator::reduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op) const {
+absl::Status Communicator::reduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                                          const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_reduce_scatter(*group_, in, out, op, device).wait().status();
+  }
   Prepared p = prepare_reduce_scatter(in, out, op, size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::ireduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op) const {
+Request Communicator::ireduce_scatter(const TensorView& in, const TensorView& out, const ReduceSpec& op,
+                                      const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_reduce_scatter(*group_, in, out, op, device);
   Prepared p = prepare_reduce_scatter(in, out, op, size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }
-absl::Status Communicator::alltoall(const TensorView& in, const TensorView& out) const {
+absl::Status Communicator::alltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) {
+    return collectives::device_alltoall(*group_, in, out, device).wait().status();
+  }
   Prepared p = prepare_alltoall(in, out, size());
   return run_blocking(*group_, p.sig, p.checked, p.body);
 }
-Request Communicator::ialltoall(const TensorView& in, const TensorView& out) const {
+Request Communicator::ialltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device) const {
+  if (collectives::on_device(in, out)) return collectives::device_alltoall(*group_, in, out, device);
   Prepared p = prepare_alltoall(in, out, size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
 }

@@ -1,0 +1,73 @@
+// Device memory, streams and copies through the tensor_engine backend (CUDA
+// or ROCm, loaded at run time; docs/tensors.md "Device tensors"). Device
+// collectives use the same Communicator calls as host buffers, on the stream
+// a DeviceOptions names (castmesh/communicator.h).
+//
+// Without the backend (not installed, no driver, no GPU) every function here
+// returns FailedPrecondition saying how to install it
+// (pip install "castmesh[tensor-engine]"); the rest of castmesh keeps working.
+//
+// Threading: every function may be called from any thread; a DeviceStream is
+// a cheap shared handle.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "castmesh/backend.h"
+#include "castmesh/backend_abi.h"
+#include "castmesh/dtype.h"
+#include "castmesh/tensor.h"
+
+namespace castmesh {
+
+// A stream of the tensor_engine backend: device work enqueued on it runs in
+// order. Copies share the stream; the last copy destroys it (after its
+// pending work, which still runs). A default-made one is "no stream".
+class DeviceStream {
+ public:
+  // No stream (valid() is false): device collectives then use the
+  // communicator's own stream.
+  DeviceStream() = default;
+  // A new stream on `device` (kCuda or kRocm, the loaded backend's kind).
+  static absl::StatusOr<DeviceStream> Create(Device device);
+
+  // True for a stream made by Create.
+  bool valid() const { return impl_ != nullptr; }
+  // The device whose work the stream orders (cpu for "no stream").
+  Device device() const;
+  // The backend's handle, valid while a copy of this DeviceStream lives.
+  castmesh_te_stream_v1* handle() const;
+  // Blocks the calling thread until the work enqueued so far has completed.
+  absl::Status synchronize() const;
+  // True when every piece of work enqueued so far has completed.
+  absl::StatusOr<bool> query() const;
+
+  // Shared state: the backend table and the handle (internal).
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+// The loaded tensor_engine backend's devices; FailedPrecondition (with the
+// install hint) without it.
+absl::StatusOr<std::vector<DeviceInfo>> device_list();
+
+// A C-contiguous, uninitialised TensorView of device memory on `device`,
+// freed when the last copy of the view (or a DLPack export) is gone. Free
+// only after the work that uses it completed: keep a view alive (castmesh's
+// own requests do) until then.
+absl::StatusOr<TensorView> device_empty(DType dtype, std::vector<int64_t> shape, Device device);
+
+// Copies `src` into `dst` (contiguous, same dtype and element count; host to
+// device, device to host or device to device) in the order of `stream`,
+// which must be on the device side's device. A host source may be reused
+// when this returns; a host destination holds the data once the stream (or
+// a request ordered after it) completed.
+absl::Status device_copy(const TensorView& dst, const TensorView& src, const DeviceStream& stream);
+
+}  // namespace castmesh

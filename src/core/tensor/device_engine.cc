@@ -1,0 +1,236 @@
+// The tensor_engine backend seen from the core (device_engine.h) and the
+// public device memory, stream and copy calls (castmesh/tensor_engine.h).
+#include "core/tensor/device_engine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "castmesh/backend.h"
+#include "castmesh/detail/mutex.h"
+#include "castmesh/tensor_engine.h"
+
+namespace castmesh {
+namespace detail {
+namespace {
+
+constexpr absl::string_view kInstallHint = "pip install \"castmesh[tensor-engine]\" (and a CUDA/ROCm driver and GPU)";
+
+absl::StatusCode code_of(int32_t status) {
+  switch (status) {
+    case CASTMESH_STATUS_NO_DRIVER:
+    case CASTMESH_STATUS_NO_DEVICE:
+    case CASTMESH_STATUS_FAILED_PRECONDITION:
+      return absl::StatusCode::kFailedPrecondition;
+    case CASTMESH_STATUS_INVALID_ARGUMENT:
+      return absl::StatusCode::kInvalidArgument;
+    case CASTMESH_STATUS_UNIMPLEMENTED:
+      return absl::StatusCode::kUnimplemented;
+    case CASTMESH_STATUS_RESOURCE_EXHAUSTED:
+      return absl::StatusCode::kResourceExhausted;
+    case CASTMESH_STATUS_PERMISSION_DENIED:
+      return absl::StatusCode::kPermissionDenied;
+    case CASTMESH_STATUS_UNAVAILABLE:
+      return absl::StatusCode::kUnavailable;
+    case CASTMESH_STATUS_ABORTED:
+      return absl::StatusCode::kAborted;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+absl::StatusOr<DeviceEngine> load_engine() {
+  absl::StatusOr<const Backend*> backend = load_backend("tensor_engine");
+  if (!backend.ok()) return backend.status();
+  DeviceEngine engine;
+  engine.table = tensor_engine_table(**backend);
+  if (engine.table == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("the tensor_engine backend at ", (*backend)->info().path,
+                                                      " predates device memory and collectives (ABI 1.1); upgrade it"));
+  }
+  const BackendInfo& info = (*backend)->info();
+  engine.device_count = static_cast<int>(info.devices.size());
+  engine.version = info.version;
+  engine.kind =
+      !info.devices.empty() && info.devices[0].kind == CASTMESH_DEVICE_KIND_HIP ? DeviceKind::kRocm : DeviceKind::kCuda;
+  return engine;
+}
+
+}  // namespace
+
+bool is_engine_device(const Device& device) {
+  return device.kind == DeviceKind::kCuda || device.kind == DeviceKind::kRocm;
+}
+
+namespace {
+// The engine once loaded; a failed load is tried again at the next use.
+struct LoadedEngine {
+  Mutex mu;
+  const DeviceEngine* engine ABSL_GUARDED_BY(mu) = nullptr;
+};
+}  // namespace
+
+absl::StatusOr<const DeviceEngine*> device_engine(absl::string_view what) {
+  static LoadedEngine& loaded_engine = *new LoadedEngine();  // never destroyed: used until exit
+  MutexLock lock(loaded_engine.mu);
+  const DeviceEngine*& loaded = loaded_engine.engine;
+  if (loaded != nullptr) return loaded;
+  absl::StatusOr<DeviceEngine> engine = load_engine();
+  if (!engine.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(what, " needs the tensor_engine backend (", kInstallHint,
+                                                      "), which is unavailable here: ", engine.status().message()));
+  }
+  loaded = new DeviceEngine(*std::move(engine));  // lives as long as the backend: until exit
+  return loaded;
+}
+
+absl::StatusOr<const DeviceEngine*> device_engine_for(const Device& device, absl::string_view what) {
+  if (!is_engine_device(device)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is on ", device.to_string(), ", not on a CUDA or ROCm device"));
+  }
+  absl::StatusOr<const DeviceEngine*> engine = device_engine(what);
+  if (!engine.ok()) return engine.status();
+  if (device.kind != (*engine)->kind) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is on ", device.to_string(),
+                                                   " but the loaded tensor_engine backend drives ",
+                                                   device_kind_name((*engine)->kind), " devices"));
+  }
+  if (device.index < 0 || device.index >= (*engine)->device_count) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is on ", device.to_string(), " but the backend found ",
+                                                   (*engine)->device_count, " ", device_kind_name((*engine)->kind),
+                                                   " device(s)"));
+  }
+  return engine;
+}
+
+absl::Status backend_status(int32_t code, const castmesh_error_v1& error, absl::string_view call) {
+  if (code == CASTMESH_STATUS_OK) return absl::OkStatus();
+  return absl::Status(code_of(code), absl::StrCat(call, ": ", error.message));
+}
+
+}  // namespace detail
+
+// ---- DeviceStream ----
+
+struct DeviceStream::Impl {
+  const detail::DeviceEngine* engine = nullptr;
+  Device device;
+  castmesh_te_stream_v1* handle = nullptr;
+  ~Impl() {
+    castmesh_error_v1 error{};
+    if (handle != nullptr) engine->table->stream_destroy(handle, &error);
+  }
+};
+
+absl::StatusOr<DeviceStream> DeviceStream::Create(Device device) {
+  absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine_for(device, "DeviceStream::Create");
+  if (!engine.ok()) return engine.status();
+  auto impl = std::make_shared<Impl>();
+  impl->engine = *engine;
+  impl->device = device;
+  castmesh_error_v1 error{};
+  const int32_t code = (*engine)->table->stream_create(device.index, &impl->handle, &error);
+  if (code != CASTMESH_STATUS_OK) return detail::backend_status(code, error, "stream_create");
+  DeviceStream stream;
+  stream.impl_ = std::move(impl);
+  return stream;
+}
+
+Device DeviceStream::device() const { return impl_ != nullptr ? impl_->device : Device{}; }
+
+castmesh_te_stream_v1* DeviceStream::handle() const { return impl_ != nullptr ? impl_->handle : nullptr; }
+
+absl::Status DeviceStream::synchronize() const {
+  if (impl_ == nullptr) return absl::InvalidArgumentError("synchronize on no stream (a default-made DeviceStream)");
+  castmesh_error_v1 error{};
+  return detail::backend_status(impl_->engine->table->stream_synchronize(impl_->handle, &error), error,
+                                "stream_synchronize");
+}
+
+absl::StatusOr<bool> DeviceStream::query() const {
+  if (impl_ == nullptr) return absl::InvalidArgumentError("query on no stream (a default-made DeviceStream)");
+  castmesh_error_v1 error{};
+  int32_t done = 0;
+  absl::Status st =
+      detail::backend_status(impl_->engine->table->stream_query(impl_->handle, &done, &error), error, "stream_query");
+  if (!st.ok()) return st;
+  return done != 0;
+}
+
+// ---- memory and copies ----
+
+absl::StatusOr<std::vector<DeviceInfo>> device_list() {
+  absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine("device_list()");
+  if (!engine.ok()) return engine.status();
+  absl::StatusOr<const Backend*> backend = load_backend("tensor_engine");
+  if (!backend.ok()) return backend.status();
+  return (*backend)->info().devices;
+}
+
+absl::StatusOr<TensorView> device_empty(DType dtype, std::vector<int64_t> shape, Device device) {
+  absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine_for(device, "device_empty");
+  if (!engine.ok()) return engine.status();
+  int64_t numel = 1;
+  for (int64_t s : shape) {
+    if (s < 0 || __builtin_mul_overflow(numel, s, &numel)) {
+      return absl::InvalidArgumentError(absl::StrCat("device_empty: invalid size ", s, " in the shape"));
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(dtype), &bytes)) {
+    return absl::InvalidArgumentError("device_empty: the shape's byte size overflows");
+  }
+  if (bytes == 0) return TensorView::Create(nullptr, dtype, std::move(shape), {}, device);
+  void* ptr = nullptr;
+  castmesh_error_v1 error{};
+  const castmesh_tensor_engine_table_v1* table = (*engine)->table;
+  const int32_t code = table->device_alloc(device.index, bytes, &ptr, &error);
+  if (code != CASTMESH_STATUS_OK) return detail::backend_status(code, error, "device_alloc");
+  std::shared_ptr<void> owner(ptr, [table](void* p) {
+    castmesh_error_v1 ignored{};
+    table->device_free(p, &ignored);
+  });
+  return TensorView::Create(ptr, dtype, std::move(shape), {}, device, std::move(owner));
+}
+
+absl::Status device_copy(const TensorView& dst, const TensorView& src, const DeviceStream& stream) {
+  const bool src_device = detail::is_engine_device(src.device());
+  const bool dst_device = detail::is_engine_device(dst.device());
+  if (!src_device && !dst_device) {
+    return absl::InvalidArgumentError("device_copy: neither side is device memory; copy host memory directly");
+  }
+  if ((!src_device && !src.device().is_cpu()) || (!dst_device && !dst.device().is_cpu())) {
+    return absl::InvalidArgumentError(absl::StrCat("device_copy between ", src.device().to_string(), " and ",
+                                                   dst.device().to_string(), " is not supported"));
+  }
+  if (dst.dtype() != src.dtype() || dst.numel() != src.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("device_copy: destination ", dst.to_string(), " and source ",
+                                                   src.to_string(), " differ in dtype or size"));
+  }
+  if (!dst.is_contiguous() || !src.is_contiguous()) {
+    return absl::InvalidArgumentError("device_copy: both tensors must be contiguous");
+  }
+  if (dst.read_only()) return absl::InvalidArgumentError("device_copy: the destination is read-only");
+  const Device device = src_device ? src.device() : dst.device();
+  if (src_device && dst_device && src.device() != dst.device()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_copy from ", src.device().to_string(), " to ", dst.device().to_string(),
+                     ": copies between devices are not supported; stage through the host"));
+  }
+  if (!stream.valid()) return absl::InvalidArgumentError("device_copy needs a stream (DeviceStream::Create)");
+  if (stream.device() != device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_copy on ", device.to_string(), " given a stream of ", stream.device().to_string()));
+  }
+  absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine_for(device, "device_copy");
+  if (!engine.ok()) return engine.status();
+  if (src.nbytes() == 0) return absl::OkStatus();
+  const int32_t kind = !src_device   ? CASTMESH_TE_COPY_HOST_TO_DEVICE
+                       : !dst_device ? CASTMESH_TE_COPY_DEVICE_TO_HOST
+                                     : CASTMESH_TE_COPY_DEVICE_TO_DEVICE;
+  castmesh_error_v1 error{};
+  return detail::backend_status(
+      (*engine)->table->copy(dst.data(), src.data(), src.nbytes(), kind, stream.handle(), &error), error, "copy");
+}
+
+}  // namespace castmesh

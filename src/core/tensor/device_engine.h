@@ -1,0 +1,38 @@
+// The loaded tensor_engine backend as the core uses it: its table, the kind
+// of device it drives and how many, and the translation of its errors.
+// Loaded at the first use by a device tensor; never unloaded. Any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "castmesh/backend_abi.h"
+#include "castmesh/tensor.h"
+
+namespace castmesh::detail {
+
+// The tensor_engine backend's table and what it drives. Immutable.
+struct DeviceEngine {
+  const castmesh_tensor_engine_table_v1* table = nullptr;
+  DeviceKind kind = DeviceKind::kCuda;  // kCuda or kRocm
+  int device_count = 0;
+  std::string version;
+};
+
+// True for memory a tensor_engine backend drives (CUDA or ROCm device memory).
+bool is_engine_device(const Device& device);
+
+// The engine, loading the backend at first use. FailedPrecondition with the
+// install hint when it is unavailable; `what` names the caller's object.
+absl::StatusOr<const DeviceEngine*> device_engine(absl::string_view what);
+// The engine, checked to drive `device`: InvalidArgument for another kind or
+// an index the backend did not report.
+absl::StatusOr<const DeviceEngine*> device_engine_for(const Device& device, absl::string_view what);
+
+// A backend failure as a Status ("<call>: <the backend's message>").
+absl::Status backend_status(int32_t code, const castmesh_error_v1& error, absl::string_view call);
+
+}  // namespace castmesh::detail
