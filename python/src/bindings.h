@@ -29,6 +29,8 @@ void bind_tensor(pybind11::module_& module);
 void bind_collectives(pybind11::module_& module);
 // RdmaHandle, RdmaPending, rdma_submit_batch (castmesh.rdma wraps them).
 void bind_rdma(pybind11::module_& module);
+// tensor_engine_binding.cc: device streams, memory and copies (castmesh.tensor_engine).
+void bind_tensor_engine(pybind11::module_& module);
 // CallFuture, MeshCallFuture: pending results of calls (call_slot.cc).
 void bind_call_slots(pybind11::module_& module);
 // ActorRef: one Python actor host (host_actor.cc).

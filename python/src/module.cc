@@ -34,6 +34,7 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_tensor(module);
   castmesh::python::bind_collectives(module);
   castmesh::python::bind_rdma(module);
+  castmesh::python::bind_tensor_engine(module);
   castmesh::python::bind_call_slots(module);
   castmesh::python::bind_host_actor(module);
   castmesh::python::bind_meshes(module);
