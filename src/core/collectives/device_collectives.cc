@@ -63,17 +63,24 @@ bool DeviceWork::poll() {
 
 absl::StatusOr<MessageStatus> DeviceWork::wait(absl::Duration timeout) {
   const absl::Time give_up = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
-  absl::Duration nap = absl::Microseconds(2);
+  // Spin (yielding) for the first 200 us: small collectives finish in
+  // microseconds and a sleep would dominate them. Then naps of up to a
+  // millisecond; the watchdog fails the request on an error or a deadline.
+  const absl::Time spin_until = absl::Now() + absl::Microseconds(200);
+  absl::Duration nap = absl::Microseconds(20);
   while (true) {
     if (std::optional<absl::StatusOr<MessageStatus>> result = state_->test()) return *result;
     poll();
     if (std::optional<absl::StatusOr<MessageStatus>> result = state_->test()) return *result;
-    if (absl::Now() >= give_up) {
+    const absl::Time now = absl::Now();
+    if (now >= give_up) {
       return absl::DeadlineExceededError(
           absl::StrCat(what_, " did not complete within ", absl::FormatDuration(timeout), " (still pending)"));
     }
-    // Short naps first (small collectives finish in microseconds), then up
-    // to a millisecond; the watchdog fails the request on error or deadline.
+    if (now < spin_until) {
+      std::this_thread::yield();
+      continue;
+    }
     absl::SleepFor(nap);
     nap = std::min(nap * 2, absl::Milliseconds(1));
   }
