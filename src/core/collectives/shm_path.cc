@@ -32,8 +32,12 @@ constexpr uint32_t kFirstPart = 2;  // meta: u64 total body size + header; body:
 constexpr uint32_t kMorePart = 3;   // body: the next chunk
 constexpr size_t kChunk = kShmRingBytes / 4;
 constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fits max_payload()
-// How long a waiting caller spins on the rings before it sleeps.
-constexpr absl::Duration kWaitSpin = absl::Microseconds(50);
+// How long a waiting caller spins on the rings before it sleeps. Longer
+// than a wake-up through the drain thread under load (two thread wake-ups,
+// which took 80 us to over 1 ms on the shared 2-core VM): with a shorter spin
+// two ranks settle into both sleeping at every hop (measured: 50 us and
+// 200 us spins gave 60-300 us per hop in some runs against 1-2 us).
+constexpr absl::Duration kWaitSpin = absl::Milliseconds(1);
 
 bool enabled() {
   static const bool on = [] {
@@ -154,7 +158,9 @@ class Links {
   std::shared_ptr<Peer> get(const ProcId& peer);
   absl::Status send_started(Peer& p, const std::string& header, std::string_view body);
   static bool flush_backlog(Peer& p);
-  bool consume(Peer& p);
+  // What one look at a peer's inbound ring did.
+  enum class Consumed { kNothing, kHandled, kBusy /* another thread holds it */ };
+  Consumed consume(Peer& p);
   void start_drain(const std::shared_ptr<Peer>& p);
   void drain_loop(const std::shared_ptr<Peer>& p);
   void offer(proc::ProcHost& host, Peer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.send_mu);
@@ -302,12 +308,12 @@ bool Links::flush_backlog(Peer& p) {
   return true;
 }
 
-bool Links::consume(Peer& p) {
+Links::Consumed Links::consume(Peer& p) {
   if (!p.inbound_started.load(std::memory_order_acquire) || p.lost.load(std::memory_order_acquire) ||
       p.broken.load(std::memory_order_acquire)) {
-    return false;
+    return Consumed::kNothing;
   }
-  if (p.consuming.test_and_set(std::memory_order_acquire)) return false;
+  if (p.consuming.test_and_set(std::memory_order_acquire)) return Consumed::kBusy;
   ProgressContext progress;
   bool any = false;
   absl::Status broken;
@@ -352,12 +358,12 @@ bool Links::consume(Peer& p) {
     CASTMESH_LOG_ERROR("castmesh-collectives: {}; treating proc {} as lost", std::string(broken.message()), p.id);
     Exchange::instance().on_peer_lost(p.id, broken);
   }
-  return any;
+  return any ? Consumed::kHandled : Consumed::kNothing;
 }
 
 bool Links::poll() {
   bool any = false;
-  for (const auto& p : *readers()) any |= consume(*p);
+  for (const auto& p : *readers()) any |= consume(*p) == Consumed::kHandled;
   return any;
 }
 
@@ -370,8 +376,16 @@ void Links::spin(const std::function<bool()>& done) {
   for (const auto& p : *peers) p->inbound->start_polling();
   const absl::Time until = absl::Now() + kWaitSpin;
   for (int i = 0; !done(); ++i) {
-    if (!poll()) {
-      if (oversubscribed) {
+    bool any = false, busy = false;
+    for (const auto& p : *peers) {
+      const Consumed c = consume(*p);
+      any |= c == Consumed::kHandled;
+      busy |= c == Consumed::kBusy;
+    }
+    if (!any) {
+      // Another thread of this process holds a ring (the drain thread, or
+      // another waiter): let it run rather than spin against it.
+      if (oversubscribed || busy) {
         std::this_thread::yield();
       } else {
         detail::cpu_relax();
@@ -391,7 +405,19 @@ void Links::start_drain(const std::shared_ptr<Peer>& p) {
 void Links::drain_loop(const std::shared_ptr<Peer>& p) {
   ProgressContext progress;
   while (!p->lost.load(std::memory_order_acquire)) {
-    bool busy = consume(*p);
+    // A waiting thread spins on the ring: leave the records to it (it looks
+    // once more when it stops, and producers ring once nobody spins). Taking
+    // them would make it wait for this thread, which may not have a core.
+    if (p->inbound_started.load(std::memory_order_acquire) && p->inbound->polled()) {
+      p->inbound->sleep_while_polled(absl::Now() + absl::Milliseconds(5));
+      continue;
+    }
+    const Consumed c = consume(*p);
+    if (c == Consumed::kBusy) {  // a waiting thread just stopped spinning and reads it
+      absl::SleepFor(absl::Microseconds(20));
+      continue;
+    }
+    bool busy = c == Consumed::kHandled;
     if (p->has_backlog.load(std::memory_order_acquire) && !p->producing.test_and_set(std::memory_order_acquire)) {
       busy |= flush_backlog(*p);
       p->producing.clear(std::memory_order_release);
@@ -500,7 +526,7 @@ void Links::on_peer_lost(const ProcId& peer, const absl::Status&) {
   // What the peer wrote before it died is still valid: hand it on first.
   if (p->inbound_started.load(std::memory_order_acquire)) {
     while (p->consuming.test(std::memory_order_acquire)) std::this_thread::yield();
-    while (consume(*p)) {
+    while (consume(*p) == Consumed::kHandled) {
     }
   }
   p->lost.store(true, std::memory_order_release);

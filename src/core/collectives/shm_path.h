@@ -12,7 +12,7 @@
 // its I/O thread has handled LINK_START, i.e. every earlier socket frame.
 //
 // Progress: a thread that waits on a request spins on the inbound rings for
-// a few tens of microseconds (RequestState's wait spinner), and a drain
+// up to 1 ms (RequestState's wait spinner; it yields the core while another thread holds a ring or procs outnumber cores), and a drain
 // thread per peer sleeps on the ring's doorbell for the rest (unexpected
 // messages, nobody waiting). Consumers take a per-ring try-lock. Records go
 // to Exchange::on_frame like socket frames: one matching path.

@@ -6,9 +6,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <random>
+#include <set>
+
+#include "castmesh/detail/mutex.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -32,6 +36,28 @@ std::string random_name() {
   std::string name = "/castmesh-";
   for (int i = 0; i < 4; ++i) absl::StrAppend(&name, absl::Hex(rd(), absl::kZeroPad8));
   return name;
+}
+
+// Names this process created and has not unlinked yet: unlinked at exit,
+// so a peer that never mapped its segment (it died first) leaks nothing
+// when this process ends normally. (A SIGKILL in that window still leaks:
+// the unlinks on accept and on peer loss keep it short.)
+struct CreatedNames {
+  detail::Mutex mu;
+  std::set<std::string> names ABSL_GUARDED_BY(mu);
+};
+CreatedNames& created_names() {
+  static auto* created = [] {
+    auto* c = new CreatedNames;
+    std::atexit([] {
+      CreatedNames& names = created_names();
+      detail::MutexLock lock(names.mu);
+      for (const std::string& n : names.names) ::shm_unlink(n.c_str());
+      names.names.clear();
+    });
+    return c;
+  }();
+  return *created;
 }
 
 absl::Status errno_status(const std::string& what) {
@@ -83,6 +109,11 @@ void ShmRing::unlink() {
   if (unlinked_) return;
   unlinked_ = true;
   (void)::shm_unlink(name_.c_str());  // ENOENT: the other side already did
+  if (creator_) {
+    CreatedNames& created = created_names();
+    detail::MutexLock lock(created.mu);
+    created.names.erase(name_);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(size_t capacity) {
@@ -111,6 +142,11 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(size_t capacity) {
     absl::Status st = errno_status(absl::StrCat("mmap(", name, ")"));
     ::shm_unlink(name.c_str());
     return st;
+  }
+  {
+    CreatedNames& created = created_names();
+    detail::MutexLock lock(created.mu);
+    created.names.insert(name);
   }
   auto* layout = new (base) Layout{};
   layout->magic = kMagic;
@@ -249,12 +285,22 @@ void ShmRing::sleep_until_rung(absl::Time deadline) {
   layout_->sleeping.store(0, std::memory_order_relaxed);
 }
 
+void ShmRing::sleep_while_polled(absl::Time deadline) {
+  const uint32_t seen = layout_->doorbell.load(std::memory_order_acquire);
+  layout_->sleeping.store(1, std::memory_order_relaxed);
+  detail::store_load_barrier();
+  if (polled()) (void)detail::futex_wait_shared(&layout_->doorbell, seen, deadline);
+  layout_->sleeping.store(0, std::memory_order_relaxed);
+}
+
 void ShmRing::ring() {
   layout_->doorbell.fetch_add(1, std::memory_order_release);
   detail::futex_wake_shared(&layout_->doorbell, 1);
 }
 
 void ShmRing::start_polling() { layout_->pollers.fetch_add(1, std::memory_order_seq_cst); }
+
+bool ShmRing::polled() const { return layout_->pollers.load(std::memory_order_acquire) != 0; }
 
 void ShmRing::stop_polling() {
   layout_->pollers.fetch_sub(1, std::memory_order_seq_cst);

@@ -100,6 +100,12 @@ class ShmRing {
   // it spun may not have rung).
   void start_polling();
   void stop_polling();
+  // Whether a consumer thread spins on the ring now (a hint).
+  bool polled() const;
+  // The sleeping thread while another thread of the consumer spins: sleeps
+  // until a producer rings (which it does once nobody spins) or `deadline`,
+  // whether or not a record is waiting (the spinning thread takes it).
+  void sleep_while_polled(absl::Time deadline);
 
  private:
   struct Layout;
