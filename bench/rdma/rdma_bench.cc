@@ -5,8 +5,10 @@
 //                 the bytes, the other reads them into its buffer (the
 //                 socket path's ceiling); for 4 KiB, the round trip of a
 //                 small request answered with 4 KiB (the read's ceiling)
-// castmesh runs over same-host single copy (process_vm_readv/writev) and
-// over the proc socket (CASTMESH_RDMA_SINGLE_COPY=0), chunk size default.
+// castmesh runs over same-host single copy (process_vm_readv/writev), a
+// shared segment (CASTMESH_RDMA_SINGLE_COPY=0: what a host that refuses
+// cross-memory attach gets) and the proc socket (also
+// CASTMESH_RDMA_SHARED_SEGMENT=0), chunk size default.
 //
 // usage: rdma_bench [--sizes=4K,1M,64M,1G] [--quick]
 // Prints one table; every castmesh transfer's bytes are checked.
@@ -210,8 +212,9 @@ int main(int argc, char** argv) {
   if (!owners.ok()) return 1;
 
   std::printf("RdmaBuffer between two procs of this host (best of N; GB/s = 1e9 bytes/s)\n");
-  std::printf("%8s | %9s %9s | %9s %9s %6s | %9s %9s %6s | %s\n", "size", "memcpy", "raw sock", "sc read",
-              "sc write", "/memcpy", "sock read", "sockwrite", "/raw", "latency (4K: us)");
+  std::printf("%8s | %9s %9s | %9s %9s %6s | %9s %9s %6s | %9s %9s %6s | %s\n", "size", "memcpy", "raw sock",
+              "sc read", "sc write", "/memcpy", "seg read", "seg write", "/memcpy", "sock read", "sockwrite", "/raw",
+              "latency (4K: us)");
   for (size_t size : sizes) {
     const int reps = quick ? 2 : size <= 4096 ? 2000 : size <= (1 << 20) ? 100 : size <= (64 << 20) ? 8 : 3;
     auto made = owners->at(0).ask(static_cast<int64_t>(size)).get(absl::Seconds(120));
@@ -226,27 +229,30 @@ int main(int argc, char** argv) {
     auto* dst = static_cast<char*>(local.data());
     const double t_memcpy = best_of(reps, [&] { return memcpy_seconds(dst, static_cast<char*>(src.data()), size); });
     const double t_raw = best_of(reps, [&] { return raw_stream(peer, dst, size); });
-    double t[2][2];  // [socket?][write?]
+    double t[3][2];  // [path: single copy, shared segment, socket][write?]
     for (int write = 0; write < 2; ++write) {  // every read before the writes change the bytes
-      for (int socket = 0; socket < 2; ++socket) {
-        ::setenv("CASTMESH_RDMA_SINGLE_COPY", socket ? "0" : "1", 1);
+      for (int path = 0; path < 3; ++path) {
+        ::setenv("CASTMESH_RDMA_SINGLE_COPY", path == 0 ? "1" : "0", 1);
+        ::setenv("CASTMESH_RDMA_SHARED_SEGMENT", path == 2 ? "0" : "1", 1);
         std::memset(local.data(), 1, size);
-        t[socket][write] = best_of(reps, [&] { return castmesh_op(*made, write ? src : local, write); });
+        t[path][write] = best_of(reps, [&] { return castmesh_op(*made, write ? src : local, write); });
         if (!write) check_read(local);
       }
     }
     ::unsetenv("CASTMESH_RDMA_SINGLE_COPY");
+    ::unsetenv("CASTMESH_RDMA_SHARED_SEGMENT");
     std::string latency;
     if (size <= 4096) {
       const double rtt = raw_round_trip(peer, dst, size, quick ? 10 : 2000);
       latency = "raw rtt " + std::to_string(rtt * 1e6).substr(0, 5) + ", read " +
-                std::to_string(t[1][0] * 1e6).substr(0, 5) + " (" + std::to_string(t[1][0] / rtt).substr(0, 4) + "x)";
+                std::to_string(t[2][0] * 1e6).substr(0, 5) + " (" + std::to_string(t[2][0] / rtt).substr(0, 4) + "x)";
     }
     const char* unit = size >= (1 << 30) ? "G" : size >= (1 << 20) ? "M" : "K";
     const size_t shown = size >= (1 << 30) ? size >> 30 : size >= (1 << 20) ? size >> 20 : size >> 10;
-    std::printf("%6zu%s  | %9.2f %9.2f | %9.2f %9.2f %6.2f | %9.2f %9.2f %6.2f | %s\n", shown, unit,
-                gbps(size, t_memcpy), gbps(size, t_raw), gbps(size, t[0][0]), gbps(size, t[0][1]),
-                t_memcpy / t[0][0], gbps(size, t[1][0]), gbps(size, t[1][1]), t_raw / t[1][0], latency.c_str());
+    std::printf("%6zu%s  | %9.2f %9.2f | %9.2f %9.2f %6.2f | %9.2f %9.2f %6.2f | %9.2f %9.2f %6.2f | %s\n", shown,
+                unit, gbps(size, t_memcpy), gbps(size, t_raw), gbps(size, t[0][0]), gbps(size, t[0][1]),
+                t_memcpy / t[0][0], gbps(size, t[1][0]), gbps(size, t[1][1]), t_memcpy / t[1][0],
+                gbps(size, t[2][0]), gbps(size, t[2][1]), t_raw / t[2][0], latency.c_str());
     std::fflush(stdout);
     (void)made->release().get(absl::Seconds(30));
   }

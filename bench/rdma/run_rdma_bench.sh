@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the RDMA buffer benchmarks in one sitting and prints their tables:
-#   1. bench/rdma/rdma_bench (C++): castmesh single copy and socket paths beside
+#   1. bench/rdma/rdma_bench (C++): castmesh single copy, shared segment and socket paths beside
 #      memcpy and a raw Unix socket stream / round trip;
 #   2. bench/rdma/rdma_python_bench.py with castmesh (Python API);
 #   3. the same Python program with torchmonarch's monarch.rdma (TCP fallback
