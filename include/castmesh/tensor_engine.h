@@ -53,6 +53,36 @@ class DeviceStream {
   std::shared_ptr<Impl> impl_;
 };
 
+// An event of the tensor_engine backend: captures the work enqueued on a
+// stream when recorded, completes when that work has. Copies share the event;
+// the last copy destroys it. A default-made one is "no event".
+class DeviceEvent {
+ public:
+  // No event (valid() is false).
+  DeviceEvent() = default;
+  // A new event on `device`; complete until first recorded.
+  static absl::StatusOr<DeviceEvent> Create(Device device);
+
+  // True for an event made by Create.
+  bool valid() const { return impl_ != nullptr; }
+  // The event's device (cpu for "no event").
+  Device device() const;
+  // Captures the work enqueued on `stream` (of the event's device) so far.
+  absl::Status record(const DeviceStream& stream) const;
+  // True when the captured work has completed.
+  absl::StatusOr<bool> query() const;
+  // Blocks the calling thread until the captured work has completed.
+  absl::Status synchronize() const;
+  // Work enqueued on `stream` after this call waits for the event (no host wait).
+  absl::Status order_before(const DeviceStream& stream) const;
+
+  // Shared state: the backend table and the handle (internal).
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
 // The loaded tensor_engine backend's devices; FailedPrecondition (with the
 // install hint) without it.
 absl::StatusOr<std::vector<DeviceInfo>> device_list();

@@ -17,7 +17,12 @@ never copied on the way in, and the GIL is released while it moves.
 Methods follow mpi4py's lower-case buffer methods and torch.distributed:
 reductions write into ``out`` when given, else into the input in place;
 ``async_op=True`` returns a :class:`Request` (``.wait(timeout=None)``,
-``.test()``) instead of blocking. See docs/collectives.md.
+``.test()``) instead of blocking. CUDA/ROCm tensors (any DLPack device
+array, or ``castmesh.tensor_engine.empty``) go to NCCL/RCCL through the
+tensor_engine backend, enqueued on ``stream=`` (a
+``castmesh.tensor_engine.Stream``; default: the communicator's own);
+``Request.wait_stream(s)`` orders stream ``s`` after such a request. See
+docs/collectives.md.
 """
 
 from __future__ import annotations
@@ -58,6 +63,10 @@ class Op:
         self.name = name or getattr(fn, "__name__", "user_op")
 
 
+_DLPACK_CUDA = 2
+_DLPACK_ROCM = 10
+
+
 def _tensor(x: Any) -> Tensor:
     return x if isinstance(x, Tensor) else from_dlpack(x)
 
@@ -74,6 +83,10 @@ def _like(x: Any, leading: Optional[int] = None, divide: Optional[int] = None) -
         if numel % divide:
             raise ValueError(f"{numel} elements do not split into {divide} equal blocks")
         shape = [numel // divide]
+    kind, index = t.__dlpack_device__()
+    if kind in (_DLPACK_CUDA, _DLPACK_ROCM):  # device input: the output on the same device
+        from . import tensor_engine
+        return tensor_engine.empty(shape, t.dtype, f"{'cuda' if kind == _DLPACK_CUDA else 'rocm'}:{index}")
     return empty(shape, t.dtype)
 
 
@@ -146,47 +159,55 @@ class Communicator:
     def _done(self, result: Any, out: Any) -> Any:
         return result if result is not None else out
 
-    def allreduce(self, x: Any, op: Any = "sum", out: Any = None, async_op: bool = False) -> Any:
+    def allreduce(self, x: Any, op: Any = "sum", out: Any = None, async_op: bool = False,
+                  stream: Any = None) -> Any:
         """Reduces ``x`` over every rank into ``out`` (default: ``x``, in place); returns the output."""
         out = x if out is None else out
-        return self._done(self._impl.allreduce(x, out, op, async_op), out)
+        return self._done(self._impl.allreduce(x, out, op, async_op, stream), out)
 
-    def reduce(self, x: Any, root: int = 0, op: Any = "sum", out: Any = None, async_op: bool = False) -> Any:
+    def reduce(self, x: Any, root: int = 0, op: Any = "sum", out: Any = None, async_op: bool = False,
+               stream: Any = None) -> Any:
         """Like allreduce; only ``root``'s output is written (default: ``x`` there)."""
         if out is None and self.rank == root:
             out = x
-        return self._done(self._impl.reduce(x, out, op, root, async_op), out)
+        return self._done(self._impl.reduce(x, out, op, root, async_op, stream), out)
 
-    def broadcast(self, x: Any, root: int = 0, async_op: bool = False) -> Any:
+    def broadcast(self, x: Any, root: int = 0, async_op: bool = False,
+                  stream: Any = None) -> Any:
         """Copies root's ``x`` into every rank's ``x``; returns ``x``."""
-        return self._done(self._impl.broadcast(x, root, async_op), x)
+        return self._done(self._impl.broadcast(x, root, async_op, stream), x)
 
     bcast = broadcast
 
-    def allgather(self, x: Any, out: Any = None, async_op: bool = False) -> Any:
+    def allgather(self, x: Any, out: Any = None, async_op: bool = False,
+                  stream: Any = None) -> Any:
         """Every rank's ``x``, stacked by rank (a new ``castmesh.Tensor`` of shape ``(size, *x.shape)`` unless ``out``)."""
         out = _like(x, leading=self.size) if out is None else out
-        return self._done(self._impl.allgather(x, out, async_op), out)
+        return self._done(self._impl.allgather(x, out, async_op, stream), out)
 
-    def gather(self, x: Any, root: int = 0, out: Any = None, async_op: bool = False) -> Any:
+    def gather(self, x: Any, root: int = 0, out: Any = None, async_op: bool = False,
+               stream: Any = None) -> Any:
         """Like allgather, at ``root`` only (others get None)."""
         if out is None and self.rank == root:
             out = _like(x, leading=self.size)
-        return self._done(self._impl.gather(x, out, root, async_op), out)
+        return self._done(self._impl.gather(x, out, root, async_op, stream), out)
 
-    def scatter(self, x: Any, out: Any, root: int = 0, async_op: bool = False) -> Any:
+    def scatter(self, x: Any, out: Any, root: int = 0, async_op: bool = False,
+                stream: Any = None) -> Any:
         """Block r of root's ``x`` (``size`` blocks the size of ``out``) goes to rank r's ``out``."""
-        return self._done(self._impl.scatter(x if self.rank == root else None, out, root, async_op), out)
+        return self._done(self._impl.scatter(x if self.rank == root else None, out, root, async_op, stream), out)
 
-    def reduce_scatter(self, x: Any, op: Any = "sum", out: Any = None, async_op: bool = False) -> Any:
+    def reduce_scatter(self, x: Any, op: Any = "sum", out: Any = None, async_op: bool = False,
+                       stream: Any = None) -> Any:
         """Block ``rank`` of the reduction of every rank's ``x`` (``size`` equal blocks, flattened)."""
         out = _like(x, divide=self.size) if out is None else out
-        return self._done(self._impl.reduce_scatter(x, out, op, async_op), out)
+        return self._done(self._impl.reduce_scatter(x, out, op, async_op, stream), out)
 
-    def alltoall(self, x: Any, out: Any = None, async_op: bool = False) -> Any:
+    def alltoall(self, x: Any, out: Any = None, async_op: bool = False,
+                 stream: Any = None) -> Any:
         """Block j of this rank's ``x`` goes to block ``rank`` of rank j's output."""
         out = _like(x) if out is None else out
-        return self._done(self._impl.alltoall(x, out, async_op), out)
+        return self._done(self._impl.alltoall(x, out, async_op, stream), out)
 
 
 def current() -> Communicator:

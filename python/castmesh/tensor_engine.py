@@ -23,10 +23,13 @@ from typing import Any, Dict, List, Sequence
 from . import _castmesh
 from .tensor import Tensor
 
-__all__ = ["Stream", "copy", "devices", "empty"]
+__all__ = ["Event", "Stream", "copy", "devices", "empty"]
 
 Stream = _castmesh.DeviceStream
 """A stream of the backend: ``Stream("cuda:0")``, ``.synchronize()``, ``.query()``, ``.device``."""
+
+Event = _castmesh.DeviceEvent
+"""An event: ``Event("cuda:0")``, ``.record(stream)``, ``.query()``, ``.synchronize()``, ``.wait(stream)``."""
 
 
 def devices() -> List[Dict[str, Any]]:

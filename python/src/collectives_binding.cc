@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "status_binding.h"
 #include "castmesh/communicator.h"
+#include "castmesh/tensor_engine.h"
 #include "tensor_binding.h"
 
 namespace castmesh::python {
@@ -28,6 +29,13 @@ template <typename T>
 T value(absl::StatusOr<T> v) {
   if (!v.ok()) raise(v.status());
   return *std::move(v);
+}
+
+// The DeviceOptions of a collective: `stream` is None or a castmesh.tensor_engine.Stream.
+DeviceOptions device_options(const py::object& stream) {
+  DeviceOptions options;
+  if (!stream.is_none()) options.stream = stream.cast<DeviceStream>();
+  return options;
 }
 
 TensorView in_view(const py::object& obj) { return obj.is_none() ? TensorView() : tensor_from_python(obj, false); }
@@ -99,6 +107,11 @@ void bind_request(py::module_& m) {
            "Blocks until done (TimeoutError after `timeout` seconds; the operation stays pending); "
            "returns its Status.")
       .def("test", [](const Request& r) { return r.test().has_value(); }, "True once complete (never blocks).")
+      .def("wait_stream", [](const Request& r, const DeviceStream& stream) {
+        check(unlocked([&] { return r.wait_stream(stream); }));
+      }, py::arg("stream"),
+           "Device work: `stream`'s later work runs after this operation, without blocking the CPU; "
+           "a host operation is waited for.")
       .def_static("wait_all",
                   [](const std::vector<Request>& rs, std::optional<double> timeout) {
                     check(unlocked([&] {
@@ -153,57 +166,65 @@ void bind_collectives(py::class_<Communicator>& c) {
      check(unlocked([&] { return comm.barrier(); }));
      return py::none();
    }, py::arg("async_op") = false)
-      .def("allreduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op) -> py::object {
+      .def("allreduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
         ReduceSpec spec = reduce_spec(op);
-        if (async_op) return py::cast(comm.iallreduce(i, o, spec));
-        check(unlocked([&] { return comm.allreduce(i, o, spec); }));
+        if (async_op) return py::cast(comm.iallreduce(i, o, spec, options));
+        check(unlocked([&] { return comm.allreduce(i, o, spec, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false)
-      .def("reduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, int root, bool async_op) -> py::object {
+      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("reduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, int root, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
         ReduceSpec spec = reduce_spec(op);
-        if (async_op) return py::cast(comm.ireduce(i, o, spec, root));
-        check(unlocked([&] { return comm.reduce(i, o, spec, root); }));
+        if (async_op) return py::cast(comm.ireduce(i, o, spec, root, options));
+        check(unlocked([&] { return comm.reduce(i, o, spec, root, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("root"), py::arg("async_op") = false)
-      .def("broadcast", [](const Communicator& comm, const py::object& buf, int root, bool async_op) -> py::object {
+      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("broadcast", [](const Communicator& comm, const py::object& buf, int root, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView v = comm.rank() == root ? in_view(buf) : out_view(buf);
-        if (async_op) return py::cast(comm.ibroadcast(v, root));
-        check(unlocked([&] { return comm.broadcast(v, root); }));
+        if (async_op) return py::cast(comm.ibroadcast(v, root, options));
+        check(unlocked([&] { return comm.broadcast(v, root, options); }));
         return py::none();
-      }, py::arg("buf"), py::arg("root"), py::arg("async_op") = false)
-      .def("allgather", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op) -> py::object {
+      }, py::arg("buf"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("allgather", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
-        if (async_op) return py::cast(comm.iallgather(i, o));
-        check(unlocked([&] { return comm.allgather(i, o); }));
+        if (async_op) return py::cast(comm.iallgather(i, o, options));
+        check(unlocked([&] { return comm.allgather(i, o, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("async_op") = false)
-      .def("gather", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op) -> py::object {
+      }, py::arg("input"), py::arg("output"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("gather", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
-        if (async_op) return py::cast(comm.igather(i, o, root));
-        check(unlocked([&] { return comm.gather(i, o, root); }));
+        if (async_op) return py::cast(comm.igather(i, o, root, options));
+        check(unlocked([&] { return comm.gather(i, o, root, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false)
-      .def("scatter", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op) -> py::object {
+      }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("scatter", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
-        if (async_op) return py::cast(comm.iscatter(i, o, root));
-        check(unlocked([&] { return comm.scatter(i, o, root); }));
+        if (async_op) return py::cast(comm.iscatter(i, o, root, options));
+        check(unlocked([&] { return comm.scatter(i, o, root, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false)
-      .def("reduce_scatter", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op) -> py::object {
+      }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("reduce_scatter", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
         ReduceSpec spec = reduce_spec(op);
-        if (async_op) return py::cast(comm.ireduce_scatter(i, o, spec));
-        check(unlocked([&] { return comm.reduce_scatter(i, o, spec); }));
+        if (async_op) return py::cast(comm.ireduce_scatter(i, o, spec, options));
+        check(unlocked([&] { return comm.reduce_scatter(i, o, spec, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false)
-      .def("alltoall", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op) -> py::object {
+      }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false, py::arg("stream") = py::none())
+      .def("alltoall", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op, const py::object& stream) -> py::object {
+        const DeviceOptions options = device_options(stream);
         TensorView i = in_view(in), o = out_view(out);
-        if (async_op) return py::cast(comm.ialltoall(i, o));
-        check(unlocked([&] { return comm.alltoall(i, o); }));
+        if (async_op) return py::cast(comm.ialltoall(i, o, options));
+        check(unlocked([&] { return comm.alltoall(i, o, options); }));
         return py::none();
-      }, py::arg("input"), py::arg("output"), py::arg("async_op") = false);
+      }, py::arg("input"), py::arg("output"), py::arg("async_op") = false, py::arg("stream") = py::none());
 }
 
 }  // namespace

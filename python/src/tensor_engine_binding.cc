@@ -63,6 +63,25 @@ void bind_tensor_engine(py::module_& module) {
       }, "Blocks until the work enqueued so far has completed.")
       .def("query", [](const DeviceStream& s) { return value(s.query()); },
            "True when the work enqueued so far has completed.");
+  py::class_<DeviceEvent>(module, "DeviceEvent", "An event of the tensor_engine backend (castmesh.tensor_engine.Event).")
+      .def(py::init([](const std::string& device) { return value(DeviceEvent::Create(parse_device(device))); }),
+           py::arg("device"), "A new event on `device` ('cuda:0').")
+      .def_property_readonly("device", [](const DeviceEvent& e) { return e.device().to_string(); })
+      .def("record", [](const DeviceEvent& e, const DeviceStream& s) {
+        if (absl::Status st = e.record(s); !st.ok()) raise(st);
+      }, py::arg("stream"), "Captures the work enqueued on `stream` so far.")
+      .def("query", [](const DeviceEvent& e) { return value(e.query()); }, "True once the captured work completed.")
+      .def("synchronize", [](const DeviceEvent& e) {
+        absl::Status st;
+        {
+          py::gil_scoped_release release;
+          st = e.synchronize();
+        }
+        if (!st.ok()) raise(st);
+      }, "Blocks until the captured work completed.")
+      .def("wait", [](const DeviceEvent& e, const DeviceStream& s) {
+        if (absl::Status st = e.order_before(s); !st.ok()) raise(st);
+      }, py::arg("stream"), "Work enqueued on `stream` after this call waits for the event (no host wait).");
   module.def("te_devices", [] {
     py::list out;
     for (const DeviceInfo& d : value(device_list())) {

@@ -157,6 +157,79 @@ absl::StatusOr<bool> DeviceStream::query() const {
   return done != 0;
 }
 
+// ---- DeviceEvent ----
+
+struct DeviceEvent::Impl {
+  const detail::DeviceEngine* engine = nullptr;
+  Device device;
+  castmesh_te_event_v1* handle = nullptr;
+  ~Impl() {
+    castmesh_error_v1 error{};
+    if (handle != nullptr) engine->table->event_destroy(handle, &error);
+  }
+};
+
+namespace {
+absl::Status no_event(absl::string_view call) {
+  return absl::InvalidArgumentError(absl::StrCat(call, " on no event (a default-made DeviceEvent)"));
+}
+absl::Status same_device(const Device& event, const DeviceStream& stream, absl::string_view call) {
+  if (!stream.valid()) return absl::InvalidArgumentError(absl::StrCat(call, ": no stream (a default-made DeviceStream)"));
+  if (stream.device() == event) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(call, ": the event is on ", event.to_string(), " but the stream on ",
+                                                 stream.device().to_string()));
+}
+}  // namespace
+
+absl::StatusOr<DeviceEvent> DeviceEvent::Create(Device device) {
+  absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine_for(device, "DeviceEvent::Create");
+  if (!engine.ok()) return engine.status();
+  auto impl = std::make_shared<Impl>();
+  impl->engine = *engine;
+  impl->device = device;
+  castmesh_error_v1 error{};
+  const int32_t code = (*engine)->table->event_create(device.index, &impl->handle, &error);
+  if (code != CASTMESH_STATUS_OK) return detail::backend_status(code, error, "event_create");
+  DeviceEvent event;
+  event.impl_ = std::move(impl);
+  return event;
+}
+
+Device DeviceEvent::device() const { return impl_ != nullptr ? impl_->device : Device{}; }
+
+absl::Status DeviceEvent::record(const DeviceStream& stream) const {
+  if (impl_ == nullptr) return no_event("record");
+  if (absl::Status st = same_device(impl_->device, stream, "record"); !st.ok()) return st;
+  castmesh_error_v1 error{};
+  return detail::backend_status(impl_->engine->table->event_record(impl_->handle, stream.handle(), &error), error,
+                                "event_record");
+}
+
+absl::StatusOr<bool> DeviceEvent::query() const {
+  if (impl_ == nullptr) return no_event("query");
+  castmesh_error_v1 error{};
+  int32_t done = 0;
+  absl::Status st =
+      detail::backend_status(impl_->engine->table->event_query(impl_->handle, &done, &error), error, "event_query");
+  if (!st.ok()) return st;
+  return done != 0;
+}
+
+absl::Status DeviceEvent::synchronize() const {
+  if (impl_ == nullptr) return no_event("synchronize");
+  castmesh_error_v1 error{};
+  return detail::backend_status(impl_->engine->table->event_synchronize(impl_->handle, &error), error,
+                                "event_synchronize");
+}
+
+absl::Status DeviceEvent::order_before(const DeviceStream& stream) const {
+  if (impl_ == nullptr) return no_event("order_before");
+  if (absl::Status st = same_device(impl_->device, stream, "order_before"); !st.ok()) return st;
+  castmesh_error_v1 error{};
+  return detail::backend_status(impl_->engine->table->stream_wait_event(stream.handle(), impl_->handle, &error),
+                                error, "stream_wait_event");
+}
+
 // ---- memory and copies ----
 
 absl::StatusOr<std::vector<DeviceInfo>> device_list() {

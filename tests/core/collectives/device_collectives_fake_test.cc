@@ -72,6 +72,24 @@ TEST(FakeTensorEngine, DevicesStreamsAndCopies) {
   int32_t host[3];
   EXPECT_EQ(device_copy(TensorView::Contiguous(host, DType::kInt32, {3}), *t, *s).code(),
             absl::StatusCode::kInvalidArgument);  // stream of another device
+  // An event orders another stream after the work it captured.
+  auto held = DeviceStream::Create(gpu(1));
+  auto other = DeviceStream::Create(gpu(1));
+  auto event = DeviceEvent::Create(gpu(1));
+  ASSERT_TRUE(held.ok() && other.ok() && event.ok());
+  Gate gate;
+  fake_engine().launch(held->handle(), &Gate::wait, &gate);
+  ASSERT_TRUE(event->record(*held).ok());
+  ASSERT_TRUE(event->order_before(*other).ok());
+  int32_t copied[3] = {0, 0, 0};
+  ASSERT_TRUE(device_copy(TensorView::Contiguous(copied, DType::kInt32, {3}), *t, *other).ok());
+  EXPECT_FALSE(*event->query());
+  EXPECT_FALSE(*other->query());  // waits for the event
+  gate.release();
+  ASSERT_TRUE(other->synchronize().ok());
+  EXPECT_TRUE(*event->query());
+  EXPECT_EQ(copied[2], 3);
+  EXPECT_EQ(event->record(*s).code(), absl::StatusCode::kInvalidArgument);  // stream of another device
   EXPECT_EQ(DeviceStream::Create(gpu(7)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DeviceStream::Create(Device{DeviceKind::kRocm, 0}).status().code(), absl::StatusCode::kInvalidArgument);
 }
