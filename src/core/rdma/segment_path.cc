@@ -237,11 +237,11 @@ void send_write_slots(const std::shared_ptr<Transfer>& transfer) {
 // The segment transfer `op` from `peer`, or nullptr (finished, or not one).
 std::shared_ptr<Transfer> segment_transfer(const ProcId& peer, uint64_t op) {
   std::shared_ptr<Transfer> transfer = Transfers::instance().find(op);
-  if (transfer == nullptr || transfer->owner != peer || transfer->window == nullptr ||
-      transfer->transport != RdmaTransport::kSharedSegment) {
+  if (transfer == nullptr || transfer->owner != peer || transfer->transport != RdmaTransport::kSharedSegment) {
     return nullptr;
   }
-  return transfer;
+  detail::MutexLock lock(transfer->mu);  // orders this thread after begin_segment's write of `window`
+  return transfer->window == nullptr ? nullptr : transfer;
 }
 
 void mark_answered(SegmentWindow& window) {
@@ -299,6 +299,7 @@ void on_refused(const ProcId& peer, const v1::RdmaHeader& header) {
 
 // A read the owner copies into a peer's window, slot by slot.
 struct OwnerRead {
+  uint32_t slots = 0;  // in its window
   detail::Mutex mu;
   detail::CondVar freed;
   std::vector<uint32_t> free_slots ABSL_GUARDED_BY(mu);
@@ -339,6 +340,7 @@ class OwnerSide {
 
   std::shared_ptr<OwnerRead> start_read(const ProcId& peer, uint64_t op, uint32_t slots) {
     auto read = std::make_shared<OwnerRead>();
+    read->slots = slots;
     {
       detail::MutexLock lock(read->mu);
       for (uint32_t i = slots; i > 0; --i) read->free_slots.push_back(i - 1);
@@ -533,7 +535,7 @@ void on_segment_message(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHos
       if (header.write()) return on_write_slot_free(peer, header);
       if (std::shared_ptr<OwnerRead> read = OwnerSide::instance().read(peer, header.op())) {
         detail::MutexLock lock(read->mu);
-        if (header.slot() < kMaxSlots &&
+        if (header.slot() < read->slots &&  // a peer's number: never a slot outside the window
             std::find(read->free_slots.begin(), read->free_slots.end(), header.slot()) == read->free_slots.end()) {
           read->free_slots.push_back(header.slot());
         }
