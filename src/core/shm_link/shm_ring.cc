@@ -33,8 +33,9 @@ bool power_of_two(uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
 
 std::string random_name() {
   std::random_device rd;  // the kernel's entropy: the name is the only guard besides mode 0600
-  std::string name = "/castmesh-";
-  for (int i = 0; i < 4; ++i) absl::StrAppend(&name, absl::Hex(rd(), absl::kZeroPad8));
+  // 96 random bits; 28 characters in all, within macOS's 31 for shm names.
+  std::string name = "/cm-";
+  for (int i = 0; i < 3; ++i) absl::StrAppend(&name, absl::Hex(rd(), absl::kZeroPad8));
   return name;
 }
 
@@ -85,17 +86,19 @@ struct ShmRing::Layout {
 
 namespace {
 constexpr size_t kHeaderBytes = 4096;
+// Systems with larger pages (macOS on arm64: 16 KiB) round a segment's size up.
+constexpr size_t kSizeSlack = 64 * 1024;
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 }  // namespace
 
-ShmRing::ShmRing(std::string name, void* base, size_t mapped, bool creator)
+ShmRing::ShmRing(std::string name, void* base, size_t mapped, size_t capacity, bool creator)
     : name_(std::move(name)),
       base_(base),
       mapped_(mapped),
       layout_(static_cast<Layout*>(base)),
       data_(static_cast<char*>(base) + kHeaderBytes),
-      capacity_(mapped - kHeaderBytes),
+      capacity_(capacity),
       creator_(creator) {
   static_assert(sizeof(Layout) <= kHeaderBytes);
 }
@@ -154,7 +157,7 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(size_t capacity) {
   layout->header_bytes = kHeaderBytes;
   layout->capacity = capacity;
   std::atomic_thread_fence(std::memory_order_release);
-  return std::unique_ptr<ShmRing>(new ShmRing(std::move(name), base, size, /*creator=*/true));
+  return std::unique_ptr<ShmRing>(new ShmRing(std::move(name), base, size, capacity, /*creator=*/true));
 }
 
 absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name) {
@@ -170,7 +173,7 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name) 
     return s;
   }
   const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < kHeaderBytes + kMinCapacity || size > kHeaderBytes + kMaxCapacity) {
+  if (size < kHeaderBytes + kMinCapacity || size > kHeaderBytes + kMaxCapacity + kSizeSlack) {
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat("shm segment ", name, " has ", size, " bytes, not a ring's size"));
   }
@@ -186,7 +189,8 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name) 
     bad = absl::StrCat("version ", layout->version, " (this build reads ", kVersion, ")");
   } else if (layout->header_bytes != kHeaderBytes) {
     bad = absl::StrCat("header of ", layout->header_bytes, " bytes (expected ", kHeaderBytes, ")");
-  } else if (!power_of_two(layout->capacity) || layout->capacity + kHeaderBytes != size) {
+  } else if (!power_of_two(layout->capacity) || layout->capacity + kHeaderBytes > size ||
+             size - layout->capacity - kHeaderBytes > kSizeSlack) {
     bad = absl::StrCat("capacity ", layout->capacity, " does not match its size of ", size, " bytes");
   } else if (layout->tail.load() - layout->head.load() > layout->capacity) {
     bad = "indices out of range";
@@ -195,7 +199,8 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name) 
     ::munmap(base, size);
     return absl::InvalidArgumentError(absl::StrCat("shm segment ", name, " is not a castmesh ring: ", bad));
   }
-  return std::unique_ptr<ShmRing>(new ShmRing(name, base, size, /*creator=*/false));
+  const size_t capacity = layout->capacity;
+  return std::unique_ptr<ShmRing>(new ShmRing(name, base, size, capacity, /*creator=*/false));
 }
 
 bool ShmRing::try_write(uint32_t kind, std::string_view meta, std::string_view body) {

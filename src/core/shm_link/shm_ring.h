@@ -46,7 +46,7 @@ class ShmRing {
   static constexpr size_t kRecordHeaderBytes = 16;
 
   // A new segment with room for `capacity` bytes of records (a power of
-  // two, 4 KiB to 256 MiB), named "/castmesh-<random>". The name stays
+  // two, 4 KiB to 256 MiB), named "/cm-<96 random bits>". The name stays
   // until unlink() (or this object's end, for the creator).
   static absl::StatusOr<std::unique_ptr<ShmRing>> Create(size_t capacity);
   // Maps the segment `name` made by Create in another process, after
@@ -109,7 +109,7 @@ class ShmRing {
 
  private:
   struct Layout;
-  ShmRing(std::string name, void* base, size_t mapped, bool creator);
+  ShmRing(std::string name, void* base, size_t mapped, size_t capacity, bool creator);
 
   std::string name_;
   void* base_ = nullptr;

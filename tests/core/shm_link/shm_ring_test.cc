@@ -172,7 +172,7 @@ TEST(ShmRing, OpenRejectsWhatIsNotARing) {
   ASSERT_TRUE(ring.ok());
   const int fd2 = ::shm_open((*ring)->name().c_str(), O_RDWR, 0);
   ASSERT_GE(fd2, 0);
-  ASSERT_EQ(::ftruncate(fd2, 4096 + 8192), 0);
+  ASSERT_EQ(::ftruncate(fd2, 4096 + (1 << 20)), 0);
   ::close(fd2);
   auto resized = ShmRing::Open((*ring)->name());
   ASSERT_TRUE(absl::IsInvalidArgument(resized.status())) << resized.status();
