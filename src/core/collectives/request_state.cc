@@ -49,7 +49,7 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
   if (!done_) {
     if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
       lock.unlock();
-      spin([this] { return done(); });
+      spin([this] { return done(); }, absl::Now() + timeout);
       lock.lock();
     }
   }
@@ -70,7 +70,7 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
   if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr && !done()) {
-    spin([] { return true; });  // one look at the rings
+    spin([] { return true; }, absl::InfinitePast());  // one look at the rings
   }
   detail::MutexLock lock(mu_);
   if (!done_) return std::nullopt;

@@ -29,9 +29,9 @@ struct AnyWaiter {
 
 // Drives progress that needs the waiting thread itself (shared-memory
 // rings, core/collectives/shm_path.h): called by wait() before it sleeps,
-// it spins a bounded time, returning early once `done()` is true. Set once a
-// ring is up; any thread.
-using WaitSpinner = void (*)(const std::function<bool()>& done);
+// it spins a bounded time (never past `deadline`), returning early once
+// `done()` is true. Set once a ring is up; any thread.
+using WaitSpinner = void (*)(const std::function<bool()>& done, absl::Time deadline);
 void set_wait_spinner(WaitSpinner spinner);
 
 class RequestState {

@@ -150,7 +150,7 @@ class Links {
   // handled a record.
   bool poll();
   // RequestState's wait spinner.
-  void spin(const std::function<bool()>& done);
+  void spin(const std::function<bool()>& done, absl::Time deadline);
   ShmPathStats stats();
 
  private:
@@ -367,14 +367,14 @@ bool Links::poll() {
   return any;
 }
 
-void Links::spin(const std::function<bool()>& done) {
+void Links::spin(const std::function<bool()>& done, absl::Time deadline) {
   auto peers = readers();
   if (peers->empty()) return;
   // More procs on this host than cores: give the peer the core while spinning.
   static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = peers->size() + 1 > cores;
   for (const auto& p : *peers) p->inbound->start_polling();
-  const absl::Time until = absl::Now() + kWaitSpin;
+  const absl::Time until = std::min(absl::Now() + kWaitSpin, deadline);
   for (int i = 0; !done(); ++i) {
     bool any = false, busy = false;
     for (const auto& p : *peers) {
@@ -514,7 +514,8 @@ void Links::on_start(const ProcId& peer) {
     next->push_back(p);
     readers_ = std::move(next);
   }
-  detail::set_wait_spinner([](const std::function<bool()>& done) { Links::instance().spin(done); });
+  detail::set_wait_spinner(
+      [](const std::function<bool()>& done, absl::Time deadline) { Links::instance().spin(done, deadline); });
   p->local_bell.fetch_add(1);
   detail::futex_wake(&p->local_bell, 1);  // a drain thread sleeping on it moves to the doorbell
   start_drain(p);
