@@ -33,7 +33,8 @@ class CastmeshLibrary final : public castmesh_bench::CollectiveLibrary {
   std::vector<std::string> describe() const override {
     std::vector<std::string> lines = {std::string("castmesh ") + castmesh::version() +
                                       ", Communicator::world() over the proc transport"};
-    for (const char* variable : {"CASTMESH_RENDEZVOUS", "CASTMESH_SINGLE_COPY", "CASTMESH_REDUCTION_ISA"}) {
+    for (const char* variable :
+         {"CASTMESH_RENDEZVOUS", "CASTMESH_SHM", "CASTMESH_SINGLE_COPY", "CASTMESH_REDUCTION_ISA"}) {
       if (const char* value = std::getenv(variable); value != nullptr) lines.push_back(std::string(variable) + "=" + value);
     }
     return lines;
