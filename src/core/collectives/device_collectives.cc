@@ -112,6 +112,15 @@ class DeviceComm : public std::enable_shared_from_this<DeviceComm> {
              DeviceStream own_stream)
       : engine_(engine), device_(device), name_(std::move(name)), own_stream_(std::move(own_stream)), comm_(comm) {}
 
+  // Frees the backend communicator (its group is gone and no work is
+  // pending: the watchdog holds communicators with pending work).
+  ~DeviceComm() {
+    castmesh_error_v1 error{};
+    if (comm_ != nullptr) engine_->table->comm_destroy(comm_, &error);
+  }
+  DeviceComm(const DeviceComm&) = delete;
+  DeviceComm& operator=(const DeviceComm&) = delete;
+
   Device device() const { return device_; }
 
   // Enqueues one collective (`enqueue` makes the backend calls) and the

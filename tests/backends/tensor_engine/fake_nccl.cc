@@ -79,6 +79,7 @@ struct Comm {
 std::mutex g_registry_mu;
 std::map<std::string, std::shared_ptr<Clique>> g_cliques ABSL_GUARDED_BY(g_registry_mu);
 std::atomic<uint64_t> g_next_id{1};
+std::atomic<int64_t> g_live_comms{0};
 thread_local std::string t_last_error;
 thread_local int t_group_depth = 0;
 struct Pending {
@@ -290,6 +291,7 @@ int comm_init_rank(void** comm_out, int nranks, const void* id, int rank) {
     return fail(kInvalidUsage, "rank " + std::to_string(rank) + " joined twice");
   }
   clique->comms[rank] = comm;
+  ++g_live_comms;
   ++clique->joined;
   clique->cv.notify_all();
   clique->cv.wait(lock, [&] { return clique->joined == nranks; });  // init is collective
@@ -308,6 +310,7 @@ int comm_end(void* comm_handle, bool abort) {
     c.cv.wait(lock, [&] { return comm->inflight == 0; });
     c.comms[comm->rank] = nullptr;
   }
+  --g_live_comms;
   delete comm;
   return kSuccess;
 }
@@ -387,6 +390,8 @@ int FakeNccl::load(const char*, te_nccl_ops* ops, char*, size_t) {
   *ops = kFakeNccl;
   return 0;
 }
+
+int64_t FakeNccl::live_comms() { return g_live_comms.load(); }
 
 void FakeNccl::kill_rank(const castmesh_te_unique_id_v1& id, int rank) {
   std::shared_ptr<Clique> clique;

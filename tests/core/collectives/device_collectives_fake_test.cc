@@ -228,6 +228,34 @@ TEST_F(FakeDeviceMeshTest, DupAndParentRunConcurrentlyWithoutMixing) {
   for (const Outcome& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{3, 20000}));
 }
 
+// A dup'ed communicator's NCCL communicator is destroyed once the dup is
+// gone (at the next device call, which drops the dead groups' state).
+TEST_F(FakeDeviceMeshTest, ADeadDupsDeviceCommunicatorIsDestroyed) {
+  auto outcomes = run(2, [](Communicator& c) {
+    auto buf = on_device<float>({1}, DType::kFloat32, gpu(c.rank()));
+    if (!buf.ok()) return fail(buf.status());
+    if (absl::Status st = c.allreduce(*buf, *buf, ReduceOp::kSum); !st.ok()) return fail(st);
+    {
+      auto dup = c.dup();
+      if (!dup.ok()) return fail(dup.status());
+      if (absl::Status st = dup->allreduce(*buf, *buf, ReduceOp::kSum); !st.ok()) return fail(st);
+    }
+    if (absl::Status st = c.barrier(); !st.ok()) return fail(st);
+    const int64_t with_dup = fake_engine().live_comms();
+    if (absl::Status st = c.barrier(); !st.ok()) return fail(st);
+    if (absl::Status st = c.allreduce(*buf, *buf, ReduceOp::kSum); !st.ok()) return fail(st);
+    if (absl::Status st = c.barrier(); !st.ok()) return fail(st);
+    int64_t now = fake_engine().live_comms();
+    for (int i = 0; i < 10000 && now != with_dup - 2; ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+      now = fake_engine().live_comms();
+    }
+    return Outcome{"", {double(with_dup - now)}};
+  });
+  expect_ok(outcomes, 2);
+  for (const Outcome& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{2}));
+}
+
 // A request dropped with its buffers while the work waits on the stream:
 // the memory stays allocated until the work ran, then is freed.
 TEST_F(FakeDeviceMeshTest, BuffersLiveUntilTheWorkRan) {

@@ -24,6 +24,7 @@ struct FakeEngineHooks {
   int (*launch)(castmesh_te_stream_v1*, void (*)(void*), void*) = nullptr;
   void (*kill_rank)(int) = nullptr;
   int64_t (*live_device_allocations)() = nullptr;
+  int64_t (*live_comms)() = nullptr;
 };
 
 // Loads the fake plugin through the core's loader (once per process) and
@@ -43,7 +44,9 @@ inline const FakeEngineHooks& fake_engine() {
     h.kill_rank = reinterpret_cast<decltype(h.kill_rank)>(dlsym(lib, "castmesh_fake_te_kill_rank"));
     h.live_device_allocations =
         reinterpret_cast<decltype(h.live_device_allocations)>(dlsym(lib, "castmesh_fake_te_live_device_allocations"));
-    EXPECT_TRUE(h.launch != nullptr && h.kill_rank != nullptr && h.live_device_allocations != nullptr);
+    h.live_comms = reinterpret_cast<decltype(h.live_comms)>(dlsym(lib, "castmesh_fake_te_live_comms"));
+    EXPECT_TRUE(h.launch != nullptr && h.kill_rank != nullptr && h.live_device_allocations != nullptr &&
+                h.live_comms != nullptr);
     return h;
   }();
   return hooks;

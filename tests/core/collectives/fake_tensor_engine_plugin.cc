@@ -109,4 +109,7 @@ CASTMESH_BACKEND_EXPORT int64_t castmesh_fake_te_live_device_allocations() {
   return FakeCuda::live_device_allocations();
 }
 
+// NCCL communicators alive now.
+CASTMESH_BACKEND_EXPORT int64_t castmesh_fake_te_live_comms() { return FakeNccl::live_comms(); }
+
 }  // extern "C"
