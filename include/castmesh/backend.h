@@ -88,8 +88,9 @@ const castmesh_rdma_table_v1* rdma_table(const castmesh_backend_v1& table);
 // The backend's device memory / stream / collective table (ABI 1.1), or
 // nullptr when the backend has none: a table whose struct_size ends before
 // the field (1.0, or a 1.1 build that predates it), a NULL field, or a table
-// too short for the 1.1 functions or missing one of them. The core does not
-// drive it yet (docs/plugins.md). Any thread; lives as long as the backend.
+// too short for the 1.1 functions or missing one of them. The core drives it
+// for device tensors (castmesh/tensor_engine.h) and device collectives
+// (docs/collectives.md). Any thread; lives as long as the backend.
 const castmesh_tensor_engine_table_v1* tensor_engine_table(const Backend& backend);
 // The same for a raw backend table (what the overload above reads).
 const castmesh_tensor_engine_table_v1* tensor_engine_table(const castmesh_backend_v1& table);
