@@ -24,9 +24,11 @@ class CollectivesService final : public proc::ProcService {
  public:
   explicit CollectivesService(proc::ProcHost& host) : id_(host.id()) {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
-    host.on_data(kCollectiveDataType, [weak](const ProcId& peer, const std::string& header, wire::Payload payload) {
+    proc::ProcHost* raw = &host;  // handlers run on its I/O thread, while it lives
+    host.on_data(kCollectiveDataType, [weak, raw](const ProcId& peer, const std::string& header,
+                                                  wire::Payload payload) {
       ShmProgressScope io_thread;  // replies it sends must not wait for ring space
-      Exchange::instance().on_frame(weak, peer, header, std::move(payload));
+      Exchange::instance().on_frame(weak, peer, header, std::move(payload), *raw);
     });
     // Bodies of frames whose receive is already posted land in its buffer.
     host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, const std::string& header, uint64_t size) {
@@ -210,20 +212,23 @@ void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const c
 }
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header_bytes,
-                        wire::Payload payload) {
+                        wire::Payload payload, proc::ProcHost& delivering) {
   const char* body = payload.data();
   const size_t body_size = payload.size();
-  on_frame(host, peer, std::string_view(header_bytes), body, body_size, std::move(payload));
+  on_frame(host, peer, std::string_view(header_bytes), body, body_size, std::move(payload), &delivering);
 }
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
-                        const char* body, size_t body_size, wire::Payload payload) {
+                        const char* body, size_t body_size, wire::Payload payload, proc::ProcHost* delivering) {
   v1::CollectiveHeader header;
   if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
     return;
   }
-  if (header.channel() >= v1::CollectiveHeader::CHANNEL_LINK_OFFER) return on_shm_link_frame(host, peer, header);
+  if (header.channel() >= v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
+    if (delivering != nullptr) on_shm_link_frame(*delivering, peer, header);  // never through a ring
+    return;
+  }
   const int dest = static_cast<int>(header.dest());
   if (header.channel() == v1::CollectiveHeader::CHANNEL_DONE) {
     if (auto group = live_group(header.comm(), dest)) group->on_send_done(header.token(), header.fallback());

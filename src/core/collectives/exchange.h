@@ -50,14 +50,17 @@ class Exchange {
   // The group of (comm, rank) is gone; forget its mailbox.
   void forget(const std::string& comm, int rank);
 
-  // A frame from proc `peer` to proc `host` (ProcHost data handler, I/O thread).
+  // A frame from proc `peer` to proc `host` (ProcHost data handler, on
+  // `delivering`'s I/O thread: `delivering` is `host`, alive for the call).
   void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header,
-                wire::Payload payload);
+                wire::Payload payload, proc::ProcHost& delivering);
   // The same for a frame whose body is `body[0, size)`, owned by `owner`
   // when not empty (else read before this returns): a shared-memory ring
   // record (core/collectives/shm_path.h), on a consumer thread.
+  // `delivering`: the host whose I/O thread delivers a socket frame (link
+  // handshake frames need it), or nullptr for a ring record.
   void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
-                const char* body, size_t size, wire::Payload owner);
+                const char* body, size_t size, wire::Payload owner, proc::ProcHost* delivering = nullptr);
   // A sink for the body of a frame whose header arrived from `peer`, when a
   // posted receive matches it (RankMailbox::sink_for); else nullptr.
   std::shared_ptr<transport::PayloadSink> sink_for_frame(const ProcId& peer, const std::string& header,

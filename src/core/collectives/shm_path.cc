@@ -143,7 +143,7 @@ class Links {
   }
 
   absl::Status send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body);
-  void on_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const v1::CollectiveHeader& h);
+  void on_link_frame(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h);
   void on_peer_lost(const ProcId& peer, const absl::Status& why);
   void on_peer_alive(const ProcId& peer);
   // Consumes what every started inbound ring holds (try-locks). True if it
@@ -164,8 +164,8 @@ class Links {
   void start_drain(const std::shared_ptr<Peer>& p);
   void drain_loop(const std::shared_ptr<Peer>& p);
   void offer(proc::ProcHost& host, Peer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.send_mu);
-  void on_offer(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& name);
-  void on_accept(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& error);
+  void on_offer(proc::ProcHost& host, const ProcId& peer, const std::string& name);
+  void on_accept(proc::ProcHost& host, const ProcId& peer, const std::string& error);
   void on_start(const ProcId& peer);
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
 
@@ -436,7 +436,7 @@ void Links::drain_loop(const std::shared_ptr<Peer>& p) {
   }
 }
 
-void Links::on_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer,
+void Links::on_link_frame(proc::ProcHost& host, const ProcId& peer,
                           const v1::CollectiveHeader& h) {
   switch (h.channel()) {
     case v1::CollectiveHeader::CHANNEL_LINK_OFFER:
@@ -450,9 +450,10 @@ void Links::on_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcI
   }
 }
 
-void Links::on_offer(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, const std::string& name) {
-  std::shared_ptr<proc::ProcHost> host = weak.lock();
-  if (host == nullptr) return;
+// The handshake runs on the delivering host's I/O thread, with the host
+// itself (not a reference of our own: the I/O thread must never end up
+// holding the last one).
+void Links::on_offer(proc::ProcHost& host, const ProcId& peer, const std::string& name) {
   std::string error;
   if (!enabled()) {
     error = "CASTMESH_SHM=0 on the receiver";
@@ -465,7 +466,7 @@ void Links::on_offer(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& pe
       error = "a link from this proc is already up";
     } else {
       (*ring)->unlink();  // both sides have it mapped now (the sender unlinks too)
-      p->host = weak;
+      p->host = host.weak_from_this();
       p->inbound = *std::move(ring);
     }
   }
@@ -475,13 +476,12 @@ void Links::on_offer(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& pe
   v1::CollectiveHeader answer;
   answer.set_channel(v1::CollectiveHeader::CHANNEL_LINK_ACCEPT);
   answer.set_signature(error);
-  (void)socket_send(*host, peer, answer.SerializeAsString(), {});
+  (void)socket_send(host, peer, answer.SerializeAsString(), {});
 }
 
-void Links::on_accept(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, const std::string& error) {
-  std::shared_ptr<proc::ProcHost> host = weak.lock();
+void Links::on_accept(proc::ProcHost& host, const ProcId& peer, const std::string& error) {
   std::shared_ptr<Peer> p = find(peer);
-  if (host == nullptr || p == nullptr) return;
+  if (p == nullptr) return;
   detail::MutexLock lock(p->send_mu);
   if (p->out_state.load() != OutState::kOffered) return;
   p->outbound->unlink();
@@ -495,7 +495,7 @@ void Links::on_accept(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& p
   }
   v1::CollectiveHeader start;
   start.set_channel(v1::CollectiveHeader::CHANNEL_LINK_START);
-  if (!socket_send(*host, peer, start.SerializeAsString(), {}).ok()) {
+  if (!socket_send(host, peer, start.SerializeAsString(), {}).ok()) {
     p->outbound.reset();
     p->out_state.store(OutState::kRefused);
     return;
@@ -576,7 +576,7 @@ absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, con
   return Links::instance().send(host, peer, header, body);
 }
 
-void on_shm_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer,
+void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,
                        const v1::CollectiveHeader& header) {
   ProgressContext progress;
   Links::instance().on_link_frame(host, peer, header);

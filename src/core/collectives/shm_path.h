@@ -69,8 +69,8 @@ class ShmProgressScope {
   bool saved_;
 };
 
-// Link handshake frames from `peer` (Exchange::on_frame, I/O thread).
-void on_shm_link_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer,
+// Link handshake frames from `peer` (Exchange::on_frame, on `host`'s I/O thread).
+void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,
                        const wire::v1::CollectiveHeader& header);
 // Proc `peer` is lost: whatever it wrote to its ring is handed on first,
 // then its links are torn down and senders blocked on them fail.
