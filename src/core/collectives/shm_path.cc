@@ -38,12 +38,10 @@ constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fi
 // two ranks settle into both sleeping at every hop (measured: 50 us and
 // 200 us spins gave 60-300 us per hop in some runs against 1-2 us).
 constexpr absl::Duration kWaitSpin = absl::Milliseconds(1);
-// Of that, how long it spins with a pause before it yields the core at every
-// look. The peer's thread may be queued on this very core (2 cores and other
-// load): a pure pause spin then held it off until the spin ended, so some
-// runs took exactly 1 ms per step (a 200 us pause phase: 205 us per step);
-// yielding after 10 us bounds that state at about 15 us per step.
-constexpr absl::Duration kPauseSpin = absl::Microseconds(10);
+// The spin pauses (cpu_relax) rather than yielding the core: yielding after
+// the first 10 us avoided the 1 ms steps at load 5-7, but in an A/B at load 2
+// it was slower (allreduce 8 B 2.2-15 us against 2.1-3.1 us, and 64 KiB took
+// 0.7-1 ms in 2 of 5 runs against 25-47 us). Measured in bench/RESULTS.md.
 
 bool enabled() {
   static const bool on = [] {
@@ -381,7 +379,6 @@ void Links::spin(const std::function<bool()>& done, absl::Time deadline) {
   const bool oversubscribed = peers->size() + 1 > cores;
   for (const auto& p : *peers) p->inbound->start_polling();
   const absl::Time until = std::min(absl::Now() + kWaitSpin, deadline);
-  const absl::Time pause_until = absl::Now() + kPauseSpin;
   for (int i = 0; !done(); ++i) {
     bool any = false, busy = false;
     for (const auto& p : *peers) {
@@ -392,7 +389,7 @@ void Links::spin(const std::function<bool()>& done, absl::Time deadline) {
     if (!any) {
       // Another thread of this process holds a ring (the drain thread, or
       // another waiter): let it run rather than spin against it.
-      if (oversubscribed || busy || absl::Now() >= pause_until) {
+      if (oversubscribed || busy) {
         std::this_thread::yield();
       } else {
         detail::cpu_relax();
