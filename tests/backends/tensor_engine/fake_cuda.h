@@ -44,6 +44,8 @@ class FakeNccl {
   // report ncclRemoteError as their async error; their pending collectives
   // stay blocked (as real ones do) until the comm is aborted.
   static void kill_rank(const castmesh_te_unique_id_v1& id, int rank);
+  // kill_rank for every communicator alive now.
+  static void kill_rank_everywhere(int rank);
   // Communicators made and not yet destroyed or aborted (to check frees).
   static int64_t live_comms();
 };

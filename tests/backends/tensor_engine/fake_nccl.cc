@@ -393,6 +393,20 @@ int FakeNccl::load(const char*, te_nccl_ops* ops, char*, size_t) {
 
 int64_t FakeNccl::live_comms() { return g_live_comms.load(); }
 
+void FakeNccl::kill_rank_everywhere(int rank) {
+  std::vector<std::shared_ptr<Clique>> cliques;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    for (const auto& [key, clique] : g_cliques) cliques.push_back(clique);
+  }
+  for (const std::shared_ptr<Clique>& clique : cliques) {
+    std::lock_guard<std::mutex> lock(clique->mu);
+    for (Comm* comm : clique->comms) {
+      if (comm != nullptr && comm->rank != rank) comm->async_error = kRemoteError;
+    }
+  }
+}
+
 void FakeNccl::kill_rank(const castmesh_te_unique_id_v1& id, int rank) {
   std::shared_ptr<Clique> clique;
   {

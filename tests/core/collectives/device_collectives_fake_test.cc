@@ -125,7 +125,7 @@ TEST_F(FakeDeviceMeshTest, AllreduceRunsInStreamOrderAndWaitStreamDoesNotBlock) 
     got.insert(got.end(), host.begin(), host.end());
     return Outcome{"", got};
   });
-  expect_ok(outcomes, kRanks);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, kRanks));
   for (int r = 0; r < kRanks; ++r) {
     ASSERT_EQ(outcomes[r].values.size(), 2u + kCount);
     EXPECT_EQ(outcomes[r].values[0], 0) << "completed while its stream was held";
@@ -193,7 +193,7 @@ TEST_F(FakeDeviceMeshTest, EveryCollectiveMatchesTheHostReference) {
     if (absl::Status st = take(x); !st.ok()) return fail(st);
     return Outcome{"", got};
   });
-  expect_ok(outcomes, kRanks);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, kRanks));
   for (int r = 0; r < kRanks; ++r) {
     std::vector<double> want = {2, 20, 101, 201, 0, 1, 2};
     want.push_back(0 * 10 + r + 1 * 10 + r + 2 * 10 + r);  // reduce_scatter block r
@@ -224,7 +224,7 @@ TEST_F(FakeDeviceMeshTest, DupAndParentRunConcurrentlyWithoutMixing) {
     if (!va.ok() || !vb.ok()) return fail(absl::InternalError("copy back"));
     return Outcome{"", {(*va)[0], (*vb)[0]}};
   });
-  expect_ok(outcomes, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, 2));
   for (const Outcome& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{3, 20000}));
 }
 
@@ -252,7 +252,7 @@ TEST_F(FakeDeviceMeshTest, ADeadDupsDeviceCommunicatorIsDestroyed) {
     }
     return Outcome{"", {double(with_dup - now)}};
   });
-  expect_ok(outcomes, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, 2));
   for (const Outcome& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{2}));
 }
 
@@ -286,7 +286,7 @@ TEST_F(FakeDeviceMeshTest, BuffersLiveUntilTheWorkRan) {
     got.push_back(released->load() ? 1 : 0);
     return Outcome{"", got};
   });
-  expect_ok(outcomes, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, 2));
   for (const Outcome& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{0, 1}));
 }
 
@@ -318,7 +318,7 @@ TEST_F(FakeDeviceMeshTest, AsyncErrorFailsPendingWorkAndAbortsTheCommunicator) {
     got.push_back(double(v));
     return Outcome{"", got};
   });
-  expect_ok(outcomes, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, 2));
   EXPECT_EQ(outcomes[0].values, (std::vector<double>{1, 1, 1, 1, 3}));
   EXPECT_EQ(outcomes[1].values, (std::vector<double>{3}));
 }
@@ -347,7 +347,7 @@ TEST_F(FakeDeviceMeshTest, HungPeerHitsTheDeadline) {
     got.push_back(1);
     return Outcome{"", got};
   });
-  expect_ok(outcomes, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, 2));
   EXPECT_EQ(outcomes[0].values, (std::vector<double>{1, 1, 1, 1}));
   EXPECT_EQ(outcomes[1].values, (std::vector<double>{1}));
 }
@@ -388,7 +388,7 @@ TEST_F(FakeDeviceMeshTest, UnsupportedOpsAndBadArgumentsAreClearErrors) {
     got.insert(got.end(), v->begin(), v->end());
     return Outcome{"", got};
   });
-  expect_ok(outcomes, 2);
+  ASSERT_NO_FATAL_FAILURE(expect_ok(outcomes, 2));
   for (const Outcome& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{1, 1, 1, 1, 1, 1, 1, 1, 2, 4}));
 }
 

@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 
 #include "fake_cuda.h"
 #include "te_backend.h"
@@ -20,24 +19,10 @@ namespace {
 using castmesh::fakes::FakeCuda;
 using castmesh::fakes::FakeNccl;
 
-std::mutex g_id_mu;
-castmesh_te_unique_id_v1 g_last_id;  // guarded by g_id_mu
-int (*g_fake_get_unique_id)(void*) = nullptr;
-
-int recording_get_unique_id(void* id) {
-  const int result = g_fake_get_unique_id(id);
-  std::lock_guard<std::mutex> lock(g_id_mu);
-  std::memcpy(g_last_id.bytes, id, CASTMESH_TE_UNIQUE_ID_BYTES);
-  return result;
-}
-
 int load_fake_collectives(const char* library, te_nccl_ops* ops, char* why, size_t why_size) {
   const char* mode = std::getenv("CASTMESH_FAKE_TE_NCCL");
   if (mode != nullptr && std::strcmp(mode, "missing") == 0) return te_nccl_dlopen(library, ops, why, why_size);
-  FakeNccl::load(library, ops, why, why_size);
-  g_fake_get_unique_id = ops->get_unique_id;
-  ops->get_unique_id = &recording_get_unique_id;
-  return 0;
+  return FakeNccl::load(library, ops, why, why_size);
 }
 
 void versions(int* driver, int* runtime) {
@@ -93,15 +78,10 @@ CASTMESH_BACKEND_EXPORT int castmesh_fake_te_launch(castmesh_te_stream_v1* strea
   return 0;
 }
 
-// Makes every other rank of the most recently made communicator see rank
-// `rank` die (their asynchronous error turns to ncclRemoteError).
+// Makes every other rank of every live communicator see rank `rank` die
+// (their asynchronous error turns to ncclRemoteError).
 CASTMESH_BACKEND_EXPORT void castmesh_fake_te_kill_rank(int rank) {
-  castmesh_te_unique_id_v1 id;
-  {
-    std::lock_guard<std::mutex> lock(g_id_mu);
-    id = g_last_id;
-  }
-  FakeNccl::kill_rank(id, rank);
+  FakeNccl::kill_rank_everywhere(rank);
 }
 
 // Device allocations alive now.
