@@ -23,7 +23,9 @@ namespace castmesh::detail {
 
 #if CASTMESH_LINUX_FACILITIES
 
-bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+namespace {
+// FUTEX_WAIT with `op` (private or shared); false when the deadline passed.
+bool futex_wait_op(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline, int op) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   timespec ts{};
   timespec* tsp = nullptr;
@@ -33,9 +35,14 @@ bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadl
     ts = absl::ToTimespec(left);
     tsp = &ts;
   }
-  const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, tsp, nullptr, 0);
+  const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, expected, tsp, nullptr, 0);
   if (rc == -1 && errno == ETIMEDOUT) return false;
   return true;
+}
+}  // namespace
+
+bool futex_wait(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
+  return futex_wait_op(word, expected, deadline, FUTEX_WAIT_PRIVATE);
 }
 
 void futex_wake(std::atomic<uint32_t>* word, int count) {
@@ -43,17 +50,7 @@ void futex_wake(std::atomic<uint32_t>* word, int count) {
 }
 
 bool futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline) {
-  timespec ts{};
-  timespec* tsp = nullptr;
-  if (deadline != absl::InfiniteFuture()) {
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return false;
-    ts = absl::ToTimespec(left);
-    tsp = &ts;
-  }
-  const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, tsp, nullptr, 0);
-  if (rc == -1 && errno == ETIMEDOUT) return false;
-  return true;
+  return futex_wait_op(word, expected, deadline, FUTEX_WAIT);
 }
 
 void futex_wake_shared(std::atomic<uint32_t>* word, int count) {
