@@ -25,26 +25,29 @@ import sys
 import time
 
 
-def bench_castmesh(calls: int, rounds: int) -> dict:
-    from castmesh import Actor, endpoint, this_host
+def bench_monarch_api(api, calls: int, rounds: int) -> dict:
+    """Runs the figures through a Monarch-style API module: castmesh and
+    monarch.actor share it (porting is one changed import), so one body
+    measures both."""
 
-    class Echo(Actor):
+    class Echo(api.Actor):
         def __init__(self) -> None:
             self.value = 0
 
-        @endpoint
+        @api.endpoint
         def ping(self, x: int) -> int:
             return x
 
-        @endpoint
+        @api.endpoint
         def incr(self, by: int) -> None:
             self.value += by
 
-        @endpoint
+        @api.endpoint
         def get(self) -> int:
             return self.value
 
-    with this_host().spawn_procs(per_host={"gpus": 4}) as procs:
+    procs = api.this_host().spawn_procs(per_host={"gpus": 4})
+    try:
         mesh = procs.spawn("echo", Echo)
         one = mesh.slice(gpus=1)
         for i in range(200):
@@ -61,7 +64,15 @@ def bench_castmesh(calls: int, rounds: int) -> dict:
             mesh.incr.broadcast(1)
             mesh.get.call().get()
         bcast = rounds / (time.perf_counter() - start)
+    finally:
+        procs.stop().get()
     return {"call_one_per_s": call_one, "broadcast_call_per_s": bcast}
+
+
+def bench_castmesh(calls: int, rounds: int) -> dict:
+    import castmesh
+
+    return bench_monarch_api(castmesh, calls, rounds)
 
 
 def bench_ray(calls: int, rounds: int) -> dict:
@@ -107,43 +118,9 @@ def bench_ray(calls: int, rounds: int) -> dict:
 
 
 def bench_monarch(calls: int, rounds: int) -> dict:
-    from monarch.actor import Actor, endpoint, this_host
+    import monarch.actor
 
-    class Echo(Actor):
-        def __init__(self) -> None:
-            self.value = 0
-
-        @endpoint
-        def ping(self, x: int) -> int:
-            return x
-
-        @endpoint
-        def incr(self, by: int) -> None:
-            self.value += by
-
-        @endpoint
-        def get(self) -> int:
-            return self.value
-
-    procs = this_host().spawn_procs(per_host={"gpus": 4})
-    mesh = procs.spawn("echo", Echo)
-    one = mesh.slice(gpus=1)
-    for i in range(200):
-        one.ping.call_one(i).get()
-    start = time.perf_counter()
-    for i in range(calls):
-        one.ping.call_one(i).get()
-    call_one = calls / (time.perf_counter() - start)
-    for _ in range(20):
-        mesh.incr.broadcast(1)
-        mesh.get.call().get()
-    start = time.perf_counter()
-    for _ in range(rounds):
-        mesh.incr.broadcast(1)
-        mesh.get.call().get()
-    bcast = rounds / (time.perf_counter() - start)
-    procs.stop().get()
-    return {"call_one_per_s": call_one, "broadcast_call_per_s": bcast}
+    return bench_monarch_api(monarch.actor, calls, rounds)
 
 
 BENCHES = {"castmesh": bench_castmesh, "ray": bench_ray, "monarch": bench_monarch}
