@@ -11,50 +11,7 @@
 
 #include "castmesh/actor_mesh.h"
 #include "castmesh/proc_mesh.h"
-#include "core/testing/test_messages.h"
-
-namespace {
-
-struct Add {
-  int64_t n = 0;
-};
-struct Get {};
-struct Pid {};
-struct Fail {};
-
-using castmesh::testing::decode_decimal;
-using castmesh::testing::decode_empty;
-using castmesh::testing::encode_decimal;
-using castmesh::testing::encode_empty;
-absl::Status encode_add(const Add& m, std::string* out) { return encode_decimal(m.n, out); }
-absl::Status decode_add(std::string_view b, Add* m) { return decode_decimal(b, &m->n); }
-
-}  // namespace
-
-CASTMESH_REGISTER_MESSAGE(Add, "castmesh.test.mesh.Add", encode_add, decode_add);
-CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.mesh.Get", encode_empty, decode_empty);
-CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.mesh.Pid", encode_empty, decode_empty);
-CASTMESH_REGISTER_MESSAGE(Fail, "castmesh.test.mesh.Fail", encode_empty, decode_empty);
-
-namespace {
-
-// Keeps the values it was cast, in order, as a number: each Add appends a
-// digit, so the order of delivery is visible in the sum.
-class Accumulator : public castmesh::Actor {
- public:
-  void add(const Add& m) { value_ = value_ * 10 + m.n; }
-  int64_t get(const Get&) { return value_; }
-  int64_t pid(const Pid&) { return static_cast<int64_t>(::getpid()); }
-  int64_t fail(const Fail&) { throw std::runtime_error("member gave up"); }
-  using Handlers = castmesh::Handlers<&Accumulator::add, &Accumulator::get, &Accumulator::pid, &Accumulator::fail>;
-
- private:
-  int64_t value_ = 0;
-};
-
-}  // namespace
-
-CASTMESH_REGISTER_ACTOR(Accumulator);
+#include "core/testing/digits_actor.h"
 
 namespace {
 
@@ -82,7 +39,7 @@ TEST(ProcActorMesh, CastCallReduceAndAKilledProc) {
     return MeshFailureAction::kContinue;
   };
   {
-    auto mesh = ActorMesh<Accumulator>::Spawn(*procs, shape, options);
+    auto mesh = ActorMesh<Digits>::Spawn(*procs, shape, options);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
 
     // Each member runs in its own proc.
@@ -147,7 +104,7 @@ TEST(ProcActorMesh, MemberThatFailsAloneInALiveProcIsRecordedDead) {
     cv.notify_all();
     return MeshFailureAction::kContinue;
   };
-  auto mesh = ActorMesh<Accumulator>::Spawn(*procs, shape, options);
+  auto mesh = ActorMesh<Digits>::Spawn(*procs, shape, options);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   ASSERT_TRUE(mesh->cast(Add{1}).ok());
 
@@ -174,7 +131,7 @@ TEST(ProcActorMesh, MemberThatFailsAloneInALiveProcIsRecordedDead) {
   auto survivors = mesh->slice("gpus", 0)->call(Get{}).get(absl::Seconds(20));
   ASSERT_TRUE(survivors.ok()) << survivors.status();
   EXPECT_EQ(survivors->values(), (std::vector<int64_t>{1, 1}));
-  auto probes = procs->spawn<Accumulator>("probe");
+  auto probes = procs->spawn<Digits>("probe");
   ASSERT_TRUE(probes.ok()) << probes.status();
   auto pid = (*probes)[1].ask(Pid{}).get(absl::Seconds(20));
   ASSERT_TRUE(pid.ok()) << pid.status();
@@ -192,7 +149,7 @@ TEST(ProcActorMesh, SpawnTakesTheProcMeshShape) {
   ASSERT_TRUE(procs.ok()) << procs.status();
   MeshOptions options;
   options.name = "whole";
-  auto mesh = ActorMesh<Accumulator>::Spawn(*procs, options);
+  auto mesh = ActorMesh<Digits>::Spawn(*procs, options);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   EXPECT_EQ(mesh->shape(), shape);
   auto pids = mesh->call(Pid{}).get(absl::Seconds(20));
@@ -203,7 +160,7 @@ TEST(ProcActorMesh, SpawnTakesTheProcMeshShape) {
   auto gpu1 = procs->slice("gpus", 1);
   ASSERT_TRUE(gpu1.ok()) << gpu1.status();
   options.name = "gpu1";
-  auto sub = ActorMesh<Accumulator>::Spawn(*gpu1, options);
+  auto sub = ActorMesh<Digits>::Spawn(*gpu1, options);
   ASSERT_TRUE(sub.ok()) << sub.status();
   EXPECT_EQ(sub->shape(), *Shape::Create({{"hosts", 2}}));
   auto sub_pids = sub->call(Pid{}).get(absl::Seconds(20));
@@ -218,7 +175,7 @@ TEST(ProcActorMesh, ShapeMustMatchTheProcs) {
   castmesh::Runtime runtime;
   auto procs = castmesh::LocalAllocator().allocate(runtime, 2);
   ASSERT_TRUE(procs.ok()) << procs.status();
-  auto mesh = ActorMesh<Accumulator>::Spawn(*procs, *Shape::Create({{"x", 3}}), MeshOptions{});
+  auto mesh = ActorMesh<Digits>::Spawn(*procs, *Shape::Create({{"x", 3}}), MeshOptions{});
   EXPECT_EQ(mesh.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(procs->stop().ok());
 }

@@ -17,27 +17,9 @@
 #include "castmesh/proc_mesh.h"
 #include "core/mesh/cast_relay.h"
 #include "core/proc/proc_host.h"
-#include "core/testing/test_messages.h"
+#include "core/testing/digits_actor.h"
 
 namespace {
-
-struct Add {
-  int64_t n = 0;
-};
-struct Get {};
-struct Pid {};
-struct Nap {
-  int64_t ms = 0;
-};
-
-using castmesh::testing::decode_decimal;
-using castmesh::testing::decode_empty;
-using castmesh::testing::encode_decimal;
-using castmesh::testing::encode_empty;
-absl::Status encode_add(const Add& m, std::string* out) { return encode_decimal(m.n, out); }
-absl::Status decode_add(std::string_view b, Add* m) { return decode_decimal(b, &m->n); }
-absl::Status encode_nap(const Nap& m, std::string* out) { return encode_decimal(m.ms, out); }
-absl::Status decode_nap(std::string_view b, Nap* m) { return decode_decimal(b, &m->ms); }
 
 // Not commutative, associative: concatenates decimal digit strings as
 // numbers (a followed by b), for values below 10 per member.
@@ -49,33 +31,7 @@ int64_t append_digits(int64_t a, int64_t b) {
 
 }  // namespace
 
-CASTMESH_REGISTER_MESSAGE(Add, "castmesh.test.cast.Add", encode_add, decode_add);
-CASTMESH_REGISTER_MESSAGE(Get, "castmesh.test.cast.Get", encode_empty, decode_empty);
-CASTMESH_REGISTER_MESSAGE(Pid, "castmesh.test.cast.Pid", encode_empty, decode_empty);
-CASTMESH_REGISTER_MESSAGE(Nap, "castmesh.test.cast.Nap", encode_nap, decode_nap);
 CASTMESH_REGISTER_REDUCER(int64_t, "append_digits", append_digits);
-
-namespace {
-
-// Keeps the values it was cast as digits, in order of arrival.
-class Digits : public castmesh::Actor {
- public:
-  void add(const Add& m) { value_ = value_ * 10 + m.n; }
-  int64_t get(const Get&) { return value_; }
-  int64_t pid(const Pid&) { return static_cast<int64_t>(::getpid()); }
-  int64_t nap(const Nap& m) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(m.ms));
-    return value_;
-  }
-  using Handlers = castmesh::Handlers<&Digits::add, &Digits::get, &Digits::pid, &Digits::nap>;
-
- private:
-  int64_t value_ = 0;
-};
-
-}  // namespace
-
-CASTMESH_REGISTER_ACTOR(Digits);
 
 namespace {
 
