@@ -1,9 +1,11 @@
 #include "core/collectives/request_state.h"
 
 #include <atomic>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
+#include "core/scheduler/futex.h"
 #include "core/scheduler/scheduler.h"
 
 namespace castmesh::detail {
@@ -36,7 +38,11 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
     done_ = true;
     result_ = std::move(result);
     waiters.swap(waiters_);
+    done_word_.store(1, std::memory_order_seq_cst);
   }
+  // Dekker with a spinner's add_sleeper(): it counts itself, then sleeps
+  // only while done_word_ is 0.
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) detail::futex_wake(&done_word_, INT32_MAX);
   cv_.notify_all();
   for (auto& weak : waiters) {
     if (auto waiter = weak.lock()) waiter->fire();
@@ -45,13 +51,16 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
 }
 
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
-  detail::MutexLock lock(mu_);
-  if (!done_) {
+  bool waited = false;  // the spinner slept until done or the deadline
+  if (!done()) {
     if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
-      lock.unlock();
-      spin([this] { return done(); }, absl::Now() + timeout);
-      lock.lock();
+      waited = spin(*this, absl::Now() + timeout, WaitMode::kWait);
     }
+  }
+  detail::MutexLock lock(mu_);
+  if (!done_ && waited) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
   }
   if (!done_) {
     // A pooled actor about to block hands its queued work to other workers,
@@ -70,16 +79,11 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
   if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr && !done()) {
-    spin([] { return true; }, absl::InfinitePast());  // one look at the rings
+    (void)spin(*this, absl::InfinitePast(), WaitMode::kLook);
   }
   detail::MutexLock lock(mu_);
   if (!done_) return std::nullopt;
   return result_;
-}
-
-bool RequestState::done() {
-  detail::MutexLock lock(mu_);
-  return done_;
 }
 
 void RequestState::add_waiter(const std::shared_ptr<AnyWaiter>& waiter) {

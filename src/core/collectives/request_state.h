@@ -5,6 +5,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,11 +29,19 @@ struct AnyWaiter {
   void fire();
 };
 
+class RequestState;
+
+// How RequestState calls the wait spinner: one look at the rings (test()),
+// or a whole wait (wait()).
+enum class WaitMode { kLook, kWait };
 // Drives progress that needs the waiting thread itself (shared-memory
-// rings, core/collectives/shm_path.h): called by wait() before it sleeps,
-// it spins a bounded time (never past `deadline`), returning early once
-// `done()` is true. Set once a ring is up; any thread.
-using WaitSpinner = void (*)(const std::function<bool()>& done, absl::Time deadline);
+// rings, core/collectives/shm_path.h). kLook: one look, then returns false.
+// kWait: spins a bounded time (never past `deadline`), then, where it can,
+// sleeps on the rings and the request's done_word() at once and reads the
+// rings itself when woken, until the request is done or `deadline`; true
+// when it did so, false when the caller must still sleep its own way. Set
+// once a ring is up; any thread.
+using WaitSpinner = bool (*)(RequestState& request, absl::Time deadline, WaitMode mode);
 void set_wait_spinner(WaitSpinner spinner);
 
 class RequestState {
@@ -46,7 +56,14 @@ class RequestState {
   // Blocks until complete or `timeout` (kDeadlineExceeded).
   absl::StatusOr<MessageStatus> wait(absl::Duration timeout);
   std::optional<absl::StatusOr<MessageStatus>> test();
-  bool done();
+  // Whether complete() ran (no lock: an acquire load of done_word()).
+  bool done() { return done_word_.load(std::memory_order_acquire) != 0; }
+  // 0 until complete(), then 1: a private futex word the wait spinner may
+  // sleep on between add_sleeper() and remove_sleeper() (complete() wakes
+  // it then). Any thread.
+  std::atomic<uint32_t>* done_word() { return &done_word_; }
+  void add_sleeper() { sleepers_.fetch_add(1, std::memory_order_seq_cst); }
+  void remove_sleeper() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
   // `waiter` fires when this request completes (at once if it has).
   void add_waiter(const std::shared_ptr<AnyWaiter>& waiter);
 
@@ -56,6 +73,8 @@ class RequestState {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::StatusOr<MessageStatus> result_ ABSL_GUARDED_BY(mu_) = MessageStatus{};
   std::vector<std::weak_ptr<AnyWaiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint32_t> done_word_{0};  // set (seq_cst) after done_, with result_ written
+  std::atomic<uint32_t> sleepers_{0};   // threads asleep on done_word_
 };
 
 }  // namespace castmesh::detail

@@ -18,6 +18,7 @@
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/scheduler/futex.h"
+#include "core/scheduler/scheduler.h"
 #include "core/shm_link/shm_ring.h"
 
 namespace castmesh::collectives {
@@ -42,6 +43,23 @@ constexpr absl::Duration kWaitSpin = absl::Milliseconds(1);
 // the first 10 us avoided the 1 ms steps at load 5-7, but in an A/B at load 2
 // it was slower (allreduce 8 B 2.2-15 us against 2.1-3.1 us, and 64 KiB took
 // 0.7-1 ms in 2 of 5 runs against 25-47 us). Measured in bench/RESULTS.md.
+
+// The spin before a waiter sleeps; CASTMESH_SHM_SPIN_US (microseconds)
+// overrides it for measurements (separately when procs outnumber cores:
+// CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US).
+absl::Duration wait_spin(bool oversubscribed) {
+  static const auto read = [](const char* name, absl::Duration fallback) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return fallback;
+    char* end = nullptr;
+    const long us = std::strtol(v, &end, 10);
+    if (*end != '\0' || us < 0 || us > 1'000'000) return fallback;
+    return absl::Microseconds(us);
+  };
+  static const absl::Duration normal = read("CASTMESH_SHM_SPIN_US", kWaitSpin);
+  static const absl::Duration crowded = read("CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US", normal);
+  return oversubscribed ? crowded : normal;
+}
 
 bool enabled() {
   static const bool on = [] {
@@ -154,7 +172,7 @@ class Links {
   // handled a record.
   bool poll();
   // RequestState's wait spinner.
-  void spin(const std::function<bool()>& done, absl::Time deadline);
+  bool wait(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);
   ShmPathStats stats();
 
  private:
@@ -172,6 +190,12 @@ class Links {
   void on_accept(proc::ProcHost& host, const ProcId& peer, const std::string& error);
   void on_start(const ProcId& peer);
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
+  // The sleeping half of wait(): false when this system cannot sleep on
+  // several futex words at once (the caller then sleeps on the request's
+  // condition variable and the drain threads serve the rings).
+  template <typename Look>
+  bool sleep(detail::RequestState& request, const std::vector<std::shared_ptr<Peer>>& peers, absl::Time deadline,
+             Look& look);
 
   detail::Mutex mu_;
   absl::flat_hash_map<ProcId, std::shared_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
@@ -371,21 +395,32 @@ bool Links::poll() {
   return any;
 }
 
-void Links::spin(const std::function<bool()>& done, absl::Time deadline) {
+bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode) {
   auto peers = readers();
-  if (peers->empty()) return;
+  if (peers->empty()) return false;
+  if (mode == detail::WaitMode::kLook) {
+    poll();
+    return false;
+  }
   // More procs on this host than cores: give the peer the core while spinning.
   static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = peers->size() + 1 > cores;
+  // Counted as a poller for the whole wait, asleep or not: producers then
+  // never ring the drain thread for these rings, and the drain thread leaves
+  // their records to this thread (core/shm_link/shm_ring.h).
   for (const auto& p : *peers) p->inbound->start_polling();
-  const absl::Time until = std::min(absl::Now() + kWaitSpin, deadline);
-  for (int i = 0; !done(); ++i) {
+  const absl::Time until = std::min(absl::Now() + wait_spin(oversubscribed), deadline);
+  auto look = [&] {
     bool any = false, busy = false;
     for (const auto& p : *peers) {
       const Consumed c = consume(*p);
       any |= c == Consumed::kHandled;
       busy |= c == Consumed::kBusy;
     }
+    return std::pair(any, busy);
+  };
+  for (int i = 0; !request.done(); ++i) {
+    const auto [any, busy] = look();
     if (!any) {
       // Another thread of this process holds a ring (the drain thread, or
       // another waiter): let it run rather than spin against it.
@@ -397,8 +432,51 @@ void Links::spin(const std::function<bool()>& done, absl::Time deadline) {
     }
     if ((i & 15) == 15 && absl::Now() >= until) break;
   }
+  bool waited = false;
+  if (!request.done() && absl::Now() < deadline && peers->size() < detail::kFutexWaitAnyMax) {
+    waited = sleep(request, *peers, deadline, look);
+  }
   for (const auto& p : *peers) p->inbound->stop_polling();
   poll();  // a record published while we spun may not have rung the drain thread
+  return waited;
+}
+
+template <typename Look>
+bool Links::sleep(detail::RequestState& request, const std::vector<std::shared_ptr<Peer>>& peers, absl::Time deadline,
+                  Look& look) {
+  // One wake-up per message: this thread sleeps on every ring's waiter bell
+  // and on the request's own word (complete() from any other path: the
+  // socket, this process, a lost peer) at once, and reads the rings itself
+  // when woken; the drain threads stay asleep.
+  std::vector<detail::FutexWaitItem> items(peers.size() + 1);
+  detail::Scheduler::BlockingScope blocking;  // a pooled actor hands its queued work on
+  while (!request.done()) {
+    if (absl::Now() >= deadline) return true;
+    request.add_sleeper();
+    for (size_t i = 0; i < peers.size(); ++i) {
+      items[i] = {peers[i]->inbound->waiter_bell(), peers[i]->inbound->arm_waiter(), /*shared=*/true};
+    }
+    items[peers.size()] = {request.done_word(), 0, /*shared=*/false};
+    // Armed: a record published from here on wakes us; one published before
+    // is read now.
+    bool ready = false;
+    for (const auto& p : peers) ready |= p->inbound->readable();
+    detail::FutexWaitAny slept = detail::FutexWaitAny::kWoken;
+    if (!ready && !request.done()) {
+      // Bounded, so a ring that came up meanwhile (not in `peers`) is waited
+      // on at the next wait at the latest.
+      slept = detail::futex_wait_any(items.data(), static_cast<int>(items.size()),
+                                     std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+    }
+    for (const auto& p : peers) p->inbound->disarm_waiter();
+    request.remove_sleeper();
+    if (slept == detail::FutexWaitAny::kUnsupported) return false;
+    // Read what came (another thread may hold a ring: it hands its records
+    // on itself).
+    while (!request.done() && look().first) {
+    }
+  }
+  return true;
 }
 
 void Links::start_drain(const std::shared_ptr<Peer>& p) {
@@ -409,6 +487,12 @@ void Links::start_drain(const std::shared_ptr<Peer>& p) {
 void Links::drain_loop(const std::shared_ptr<Peer>& p) {
   ProgressContext progress;
   while (!p->lost.load(std::memory_order_acquire)) {
+    // Queued sends first, even while a waiter holds the ring: it may sleep
+    // there for long, and the peer may be waiting for them.
+    if (p->has_backlog.load(std::memory_order_acquire) && !p->producing.test_and_set(std::memory_order_acquire)) {
+      (void)flush_backlog(*p);
+      p->producing.clear(std::memory_order_release);
+    }
     // A waiting thread spins on the ring: leave the records to it (it looks
     // once more when it stops, and producers ring once nobody spins). Taking
     // them would make it wait for this thread, which may not have a core.
@@ -518,8 +602,9 @@ void Links::on_start(const ProcId& peer) {
     next->push_back(p);
     readers_ = std::move(next);
   }
-  detail::set_wait_spinner(
-      [](const std::function<bool()>& done, absl::Time deadline) { Links::instance().spin(done, deadline); });
+  detail::set_wait_spinner([](detail::RequestState& request, absl::Time deadline, detail::WaitMode mode) {
+    return Links::instance().wait(request, deadline, mode);
+  });
   p->local_bell.fetch_add(1);
   detail::futex_wake(&p->local_bell, 1);  // a drain thread sleeping on it moves to the doorbell
   start_drain(p);

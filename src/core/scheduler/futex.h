@@ -27,6 +27,24 @@ void futex_wake(std::atomic<uint32_t>* word, int count);
 bool futex_wait_shared(std::atomic<uint32_t>* word, uint32_t expected, absl::Time deadline);
 void futex_wake_shared(std::atomic<uint32_t>* word, int count);
 
+// One word of a futex_wait_any: sleep while *word == expected; `shared` for a
+// word in memory mapped by several processes (woken by futex_wake_shared),
+// else a word of this process (woken by futex_wake).
+struct FutexWaitItem {
+  std::atomic<uint32_t>* word;
+  uint32_t expected;
+  bool shared;
+};
+// What futex_wait_any did.
+enum class FutexWaitAny { kWoken, kTimedOut, kUnsupported };
+// Sleeps until one of `items` (at most kFutexWaitAnyMax) is woken or no
+// longer holds its expected value, or `deadline`: one system call and one
+// wake-up for several words (Linux 5.16's futex_waitv). kUnsupported, at
+// once, where the kernel or the platform lacks it (the caller sleeps some
+// other way). Spurious kWoken returns are possible; re-check.
+inline constexpr int kFutexWaitAnyMax = 128;
+FutexWaitAny futex_wait_any(const FutexWaitItem* items, int count, absl::Time deadline);
+
 // A full store-load barrier (Dekker-style handshakes between a thread that
 // publishes work and one that announces it is going to sleep). ThreadSanitizer
 // does not model fences, so under TSan every caller does a seq_cst RMW on one

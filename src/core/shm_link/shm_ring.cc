@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -22,7 +23,7 @@ namespace castmesh::shm_link {
 
 namespace {
 constexpr uint64_t kMagic = 0x676e69726d736d63ULL;  // "cmsmring"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the waiter bell
 constexpr size_t kMinCapacity = 4096;
 constexpr size_t kMaxCapacity = size_t{256} << 20;
 constexpr size_t kAlign = 16;
@@ -82,6 +83,9 @@ struct ShmRing::Layout {
   alignas(64) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
   std::atomic<uint32_t> pollers;
+  // Consumer threads asleep on waiter_bell (they read the ring themselves).
+  alignas(64) std::atomic<uint32_t> waiter_bell;
+  std::atomic<uint32_t> waiter_sleepers;
 };
 
 namespace {
@@ -228,8 +232,15 @@ bool ShmRing::try_write(uint32_t kind, std::string_view meta, std::string_view b
   // Dekker with sleep_until_rung/stop_polling: publish, then look whether
   // the consumer sleeps.
   detail::store_load_barrier();
-  if (layout_->sleeping.load(std::memory_order_relaxed) != 0 &&
-      layout_->pollers.load(std::memory_order_relaxed) == 0) {
+  if (layout_->waiter_sleepers.load(std::memory_order_relaxed) != 0) {
+    // A consumer thread that waits for this record sleeps on its own bell:
+    // wake it (all of them: each waits for its own request), not the
+    // sleeping thread, which would have to hand the record on (a second
+    // wake-up).
+    layout_->waiter_bell.fetch_add(1, std::memory_order_release);
+    detail::futex_wake_shared(&layout_->waiter_bell, INT32_MAX);
+  } else if (layout_->sleeping.load(std::memory_order_relaxed) != 0 &&
+             layout_->pollers.load(std::memory_order_relaxed) == 0) {
     ring();
   }
   return true;
@@ -302,6 +313,17 @@ void ShmRing::ring() {
   layout_->doorbell.fetch_add(1, std::memory_order_release);
   detail::futex_wake_shared(&layout_->doorbell, 1);
 }
+
+uint32_t ShmRing::arm_waiter() {
+  const uint32_t seen = layout_->waiter_bell.load(std::memory_order_acquire);
+  layout_->waiter_sleepers.fetch_add(1, std::memory_order_seq_cst);
+  detail::store_load_barrier();  // Dekker with try_write: count ourselves, then look at the ring
+  return seen;
+}
+
+void ShmRing::disarm_waiter() { layout_->waiter_sleepers.fetch_sub(1, std::memory_order_relaxed); }
+
+std::atomic<uint32_t>* ShmRing::waiter_bell() { return &layout_->waiter_bell; }
 
 void ShmRing::start_polling() { layout_->pollers.fetch_add(1, std::memory_order_seq_cst); }
 

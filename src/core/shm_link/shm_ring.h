@@ -19,6 +19,10 @@
 // (a futex wake, no PRIVATE flag: the word is shared between processes) only
 // when `sleeping` is set and no thread of the consumer is polling. Threads
 // of the consumer that spin on the ring count themselves in `pollers`.
+// A consumer thread that waits for a message itself (rather than leaving the
+// ring to the sleeping thread) arms the ring's second word, the waiter bell,
+// and sleeps on the waiter bells of all its rings at once
+// (detail::futex_wait_any): a producer wakes it directly, one wake-up.
 //
 // Thread-safety: one producer thread and one consumer thread at a time
 // (callers serialise each side); the doorbell calls are safe from any thread.
@@ -106,6 +110,15 @@ class ShmRing {
   // until a producer rings (which it does once nobody spins) or `deadline`,
   // whether or not a record is waiting (the spinning thread takes it).
   void sleep_while_polled(absl::Time deadline);
+
+  // A consumer thread about to sleep on waiter_bell() (with
+  // detail::futex_wait_any, usually with other rings' bells): arm() counts it
+  // as a sleeper, so every later try_write wakes it, and returns the bell's
+  // value to sleep on; after arm() the caller must look at the ring
+  // (readable()) before sleeping. disarm() once awake. Any consumer thread.
+  uint32_t arm_waiter();
+  void disarm_waiter();
+  std::atomic<uint32_t>* waiter_bell();
 
  private:
   struct Layout;
