@@ -121,6 +121,10 @@ TE_WRAP(recv,
         (&g_engine, c, b, n, t, p, s, x))
 TE_WRAP(group_begin, (castmesh_error_v1* x), (&g_engine, x))
 TE_WRAP(group_end, (castmesh_error_v1* x), (&g_engine, x))
+TE_WRAP(stream_wrap, (int32_t d, void* n, castmesh_te_stream_v1** s, castmesh_error_v1* x), (&g_engine, d, n, s, x))
+static int32_t backend_stream_native(castmesh_te_stream_v1* s, void** n, castmesh_error_v1* x) {
+  return te_stream_native_handle(&g_engine, s, n, x);
+}
 
 static const castmesh_tensor_engine_table_v1 kTensorEngine = {
     sizeof(castmesh_tensor_engine_table_v1),
@@ -152,6 +156,8 @@ static const castmesh_tensor_engine_table_v1 kTensorEngine = {
     backend_recv,
     backend_group_begin,
     backend_group_end,
+    backend_stream_wrap,
+    backend_stream_native,
 };
 
 const castmesh_backend_v1* te_backend_init(const struct te_vendor* vendor, const castmesh_host_api_v1* host) {

@@ -14,6 +14,7 @@ enum { kStreamTag = 0x5354524du, kEventTag = 0x45564e54u, kCommTag = 0x434f4d4du
 struct castmesh_te_stream_v1 {
   uint32_t tag;
   int32_t device;
+  int32_t owned; /* 0 for stream_wrap's handles: the native stream is the caller's */
   void* native;
 };
 struct castmesh_te_event_v1 {
@@ -129,6 +130,7 @@ int32_t te_stream_create(struct te_engine* e, int32_t device, castmesh_te_stream
   }
   made->tag = kStreamTag;
   made->device = device;
+  made->owned = 1;
   *stream = made;
   return CASTMESH_STATUS_OK;
 }
@@ -136,7 +138,7 @@ int32_t te_stream_create(struct te_engine* e, int32_t device, castmesh_te_stream
 int32_t te_stream_destroy(struct te_engine* e, castmesh_te_stream_v1* stream, castmesh_error_v1* error) {
   int code;
   TE_CHECK(stream, kStreamTag, "stream");
-  code = e->runtime->stream_destroy(stream->native);
+  code = stream->owned ? e->runtime->stream_destroy(stream->native) : 0;
   stream->tag = 0;
   free(stream);
   return code == 0 ? CASTMESH_STATUS_OK : runtime_fail(e, error, "stream destroy", code);
@@ -514,4 +516,31 @@ int32_t te_group_end(struct te_engine* e, castmesh_error_v1* error) {
 
 void* te_stream_native(const castmesh_te_stream_v1* stream) {
   return stream != NULL && stream->tag == kStreamTag ? stream->native : NULL;
+}
+
+int32_t te_stream_wrap(struct te_engine* e, int32_t device, void* native, castmesh_te_stream_v1** stream,
+                       castmesh_error_v1* error) {
+  struct castmesh_te_stream_v1* made;
+  int32_t status;
+  if (stream == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "stream_wrap needs a result pointer");
+  *stream = NULL;
+  status = use_device(e, device, error);
+  if (status != CASTMESH_STATUS_OK) return status;
+  made = (struct castmesh_te_stream_v1*)calloc(1, sizeof *made);
+  if (made == NULL) return te_fail(error, CASTMESH_STATUS_RESOURCE_EXHAUSTED, "out of host memory for a stream");
+  made->tag = kStreamTag;
+  made->device = device;
+  made->owned = 0;
+  made->native = native;
+  *stream = made;
+  return CASTMESH_STATUS_OK;
+}
+
+int32_t te_stream_native_handle(struct te_engine* e, castmesh_te_stream_v1* stream, void** native,
+                                castmesh_error_v1* error) {
+  (void)e;
+  TE_CHECK(stream, kStreamTag, "stream");
+  if (native == NULL) return te_fail(error, CASTMESH_STATUS_INVALID_ARGUMENT, "stream_native needs a result pointer");
+  *native = stream->native;
+  return CASTMESH_STATUS_OK;
 }

@@ -88,6 +88,11 @@ int32_t te_send(struct te_engine* e, castmesh_te_comm_v1* comm, const void* buf,
 int32_t te_recv(struct te_engine* e, castmesh_te_comm_v1* comm, void* buf, uint64_t count, int32_t dtype,
                 int32_t peer, castmesh_te_stream_v1* stream, castmesh_error_v1* error);
 int32_t te_group_begin(struct te_engine* e, castmesh_error_v1* error);
+/* castmesh_tensor_engine_table_v1.stream_wrap / .stream_native. */
+int32_t te_stream_wrap(struct te_engine* e, int32_t device, void* native, castmesh_te_stream_v1** stream,
+                       castmesh_error_v1* error);
+int32_t te_stream_native_handle(struct te_engine* e, castmesh_te_stream_v1* stream, void** native,
+                                castmesh_error_v1* error);
 /* The runtime's own stream behind `stream` (cudaStream_t / hipStream_t), or
  * NULL for a handle that is not a live stream; for test fakes that enqueue
  * kernel-like work on it. */

@@ -21,7 +21,9 @@
  *
  * History: 1.0 init/shutdown/query_devices. 1.1 appends castmesh_backend_v1.rdma
  * (one-sided RDMA through the rdma backend), status codes 6..10 and
- * castmesh_backend_v1.tensor_engine (device memory, streams, collectives).
+ * castmesh_backend_v1.tensor_engine (device memory, streams, collectives);
+ * later 1.1 builds append stream_wrap/stream_native to that table (a plugin
+ * whose table ends at group_end still loads; see the table's struct_size).
  */
 #ifndef CASTMESH_BACKEND_ABI_H_
 #define CASTMESH_BACKEND_ABI_H_
@@ -376,6 +378,22 @@ typedef struct castmesh_tensor_engine_table_v1 {
   /* Collectives called by this thread between the two are launched together at group_end. */
   int32_t (*group_begin)(castmesh_error_v1* error);
   int32_t (*group_end)(castmesh_error_v1* error);
+
+  /* ---- appended later in 1.1: native streams (the DLPack stream protocol) ----
+   * A reader touches these only if struct_size reaches past them: tables of
+   * earlier 1.1 builds end at group_end, and the core then reports that the
+   * plugin predates the stream protocol. */
+  /* A handle for a stream the runtime made elsewhere: `native` is a
+   * cudaStream_t / hipStream_t of `device` (e.g. a framework's current
+   * stream), or a runtime's special value (CUDA: 0x1 cudaStreamLegacy, 0x2
+   * cudaStreamPerThread; HIP: 0, the null stream), exactly the integers
+   * DLPack's __dlpack__(stream=...) passes. Work enqueued through the handle
+   * runs on that stream; stream_destroy frees the handle only, never the
+   * native stream, which must outlive the handle. */
+  int32_t (*stream_wrap)(int32_t device, void* native, castmesh_te_stream_v1** stream, castmesh_error_v1* error);
+  /* The runtime's stream behind `stream` (made by stream_create or
+   * stream_wrap): the integer to pass as DLPack's stream. */
+  int32_t (*stream_native)(castmesh_te_stream_v1* stream, void** native, castmesh_error_v1* error);
 } castmesh_tensor_engine_table_v1;
 
 /* The table a backend returns. Static storage in the backend; never freed. */

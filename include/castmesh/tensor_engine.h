@@ -34,6 +34,13 @@ class DeviceStream {
   DeviceStream() = default;
   // A new stream on `device` (kCuda or kRocm, the loaded backend's kind).
   static absl::StatusOr<DeviceStream> Create(Device device);
+  // A handle for a stream the runtime made elsewhere: `native` is a
+  // cudaStream_t / hipStream_t of `device` as an integer (a framework's
+  // current stream), or the runtime's special values DLPack uses (CUDA: 1
+  // legacy default, 2 per-thread default; ROCm: 0). Not owned: the native
+  // stream must outlive every copy. FailedPrecondition for a plugin that
+  // predates native streams.
+  static absl::StatusOr<DeviceStream> FromNative(Device device, uintptr_t native);
 
   // True for a stream made by Create.
   bool valid() const { return impl_ != nullptr; }
@@ -41,6 +48,9 @@ class DeviceStream {
   Device device() const;
   // The backend's handle, valid while a copy of this DeviceStream lives.
   castmesh_te_stream_v1* handle() const;
+  // The runtime's stream (cudaStream_t / hipStream_t) as an integer: what to
+  // pass as DLPack's __dlpack__(stream=...) or to a framework's stream wrapper.
+  absl::StatusOr<uintptr_t> native_handle() const;
   // Blocks the calling thread until the work enqueued so far has completed.
   absl::Status synchronize() const;
   // True when every piece of work enqueued so far has completed.
@@ -82,6 +92,14 @@ class DeviceEvent {
  private:
   std::shared_ptr<Impl> impl_;
 };
+
+// The producer half of the DLPack stream protocol for castmesh-owned device
+// memory: work enqueued on `consumer` after this call waits (event record +
+// stream wait, no host wait) for the work castmesh has enqueued so far on
+// every stream of `consumer`'s device that castmesh made or wrapped (copies,
+// collectives). Called by __dlpack__(stream=...) before it hands a device
+// tensor over.
+absl::Status order_after_castmesh_work(const DeviceStream& consumer);
 
 // The loaded tensor_engine backend's devices; FailedPrecondition (with the
 // install hint) without it.

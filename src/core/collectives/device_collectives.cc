@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/collectives/algorithms.h"
 #include "core/collectives/comm_group.h"
@@ -331,8 +332,71 @@ void set_message(InitRecord& record, absl::string_view text) {
   record.message[n] = '\0';
 }
 
+// Two ranks of one process on one device: NCCL/RCCL refuse that at
+// comm_create on some ranks only ("duplicate GPU"), which would leave the
+// others waiting there; every rank sees the same records and refuses here.
+absl::Status check_devices(const CommGroup& group, const std::vector<InitRecord>& all) {
+  const std::vector<ProcId>& procs = group.layout().procs;
+  for (size_t a = 0; a < all.size(); ++a) {
+    for (size_t b = a + 1; b < all.size(); ++b) {
+      if (procs[a] != procs[b] || all[a].kind != all[b].kind || all[a].index != all[b].index) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks ", a, " and ", b, " of communicator ", group.id(), " run in the same process on ",
+          Device{static_cast<DeviceKind>(all[a].kind), all[a].index}.to_string(),
+          ": NCCL/RCCL need one device per rank; give each rank its own device"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The signature of the first device collective's host exchange. A rank that
+// called a host collective at that point meets it in the "mismatched
+// collective" error, which this text explains.
+constexpr char kFirstDeviceCall[] =
+    "a first device collective (CUDA/ROCm buffers; makes the device communicator: pass device buffers on every "
+    "rank, or host buffers on every rank)";
+
+// Every rank's InitRecord, through a host allgather that cannot hang: it runs
+// on a thread of its own and is given up after `timeout`. Ranks that passed
+// host buffers to this collective run a host algorithm with the same number
+// instead; some of them may never send what this rank waits for. On a failure
+// or the timeout the collective is aborted on every rank, which also ends the
+// host algorithm's receives on the ranks that wait for this one.
+absl::StatusOr<std::vector<InitRecord>> exchange_records(CommGroup& group, const InitRecord& mine,
+                                                         absl::Duration timeout) {
+  struct Exchanged {
+    InitRecord mine;
+    std::vector<InitRecord> all;
+  };
+  auto buffers = std::make_shared<Exchanged>(Exchanged{mine, std::vector<InitRecord>(group.size())});
+  const collectives::CollectiveCall call{&group, group.next_sequence(), kFirstDeviceCall};
+  Request request = group.run_async([call, buffers] {
+    return collectives::run_allgather(call, &buffers->mine, buffers->all.data(), sizeof(InitRecord));
+  });
+  absl::StatusOr<MessageStatus> done = request.wait(timeout);
+  absl::Status st = done.status();
+  if (absl::IsDeadlineExceeded(st)) {
+    st = absl::DeadlineExceededError(absl::StrCat(
+        "the first device collective of communicator ", group.id(), " did not meet every rank within ",
+        absl::FormatDuration(timeout),
+        " (DeviceOptions.timeout): a rank passed host buffers, called another collective, or hung"));
+  } else if (absl::IsFailedPrecondition(st) && absl::StrContains(st.message(), "mismatched collective")) {
+    st = absl::InvalidArgumentError(absl::StrCat("the first device collective of communicator ", group.id(),
+                                                 " met a rank that called something else (host buffers?): ",
+                                                 st.message()));
+  }
+  if (!st.ok()) {
+    group.abort(call.sequence, st);
+    // The exchange's receives end with the abort; wait for its thread so no
+    // late byte lands after this returns (it owns its buffers regardless).
+    (void)request.wait(absl::InfiniteDuration());
+    return st;
+  }
+  return std::move(buffers->all);
+}
+
 absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const DeviceEngine* engine, Device device,
-                                                      const absl::Status& checked) {
+                                                      const absl::Status& checked, absl::Duration timeout) {
   const castmesh_tensor_engine_table_v1& table = *engine->table;
   InitRecord mine;
   if (checked.ok()) {
@@ -347,12 +411,9 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
     mine.status = table.comm_unique_id(&mine.id, &error);
     if (mine.status != CASTMESH_STATUS_OK) set_message(mine, error.message);
   }
-  std::vector<InitRecord> all(static_cast<size_t>(group.size()));
-  collectives::CollectiveCall call{&group, group.next_sequence(), "device_communicator()"};
-  if (absl::Status st = collectives::run_allgather(call, &mine, all.data(), sizeof(InitRecord)); !st.ok()) {
-    group.abort(call.sequence, st);
-    return st;
-  }
+  absl::StatusOr<std::vector<InitRecord>> exchanged = exchange_records(group, mine, timeout);
+  if (!exchanged.ok()) return exchanged.status();
+  const std::vector<InitRecord>& all = *exchanged;
   // Every rank saw the same records, so every rank takes the same decision.
   if (!checked.ok()) return checked;  // this rank's own reason
   for (int r = 0; r < group.size(); ++r) {
@@ -364,6 +425,7 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
     return backend_status(all[0].status, castmesh_error_v1{all[0].status, {}},
                           absl::StrCat("rank 0 could not make the device communicator's id: ", all[0].message));
   }
+  if (absl::Status st = check_devices(group, all); !st.ok()) return st;
   for (int r = 1; r < group.size(); ++r) {
     if (all[r].kind != all[0].kind) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -385,7 +447,7 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
 // (collective: every rank calls it at the same point; `checked` is this
 // rank's argument check, shared so a refused call fails on every rank).
 absl::StatusOr<std::shared_ptr<DeviceComm>> comm_for(CommGroup& group, const DeviceEngine* engine, Device device,
-                                                     const absl::Status& checked) {
+                                                     const absl::Status& checked, absl::Duration timeout) {
   std::shared_ptr<DeviceRegistry::Slot> slot = DeviceRegistry::get().slot(group);
   MutexLock lock(slot->mu);
   if (slot->comm != nullptr) {
@@ -398,7 +460,7 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> comm_for(CommGroup& group, const Dev
     }
     return slot->comm;
   }
-  absl::StatusOr<std::shared_ptr<DeviceComm>> made = make_comm(group, engine, device, checked);
+  absl::StatusOr<std::shared_ptr<DeviceComm>> made = make_comm(group, engine, device, checked, timeout);
   if (!made.ok()) return made.status();
   slot->comm = *made;
   return slot->comm;
@@ -513,7 +575,11 @@ Request run(detail::CommGroup& group, std::string what, const Device& device, ab
             std::vector<TensorView> keep, const DeviceOptions& options, const DeviceComm::Enqueue& enqueue) {
   absl::StatusOr<const DeviceEngine*> engine = detail::device_engine_for(device, what);
   if (!engine.ok()) return failed(engine.status());
-  absl::StatusOr<std::shared_ptr<DeviceComm>> comm = detail::comm_for(group, *engine, device, checked);
+  if (checked.ok() && options.timeout <= absl::ZeroDuration()) {
+    checked = absl::InvalidArgumentError("DeviceOptions.timeout must be positive");
+  }
+  const absl::Duration timeout = options.timeout > absl::ZeroDuration() ? options.timeout : absl::Seconds(1);
+  absl::StatusOr<std::shared_ptr<DeviceComm>> comm = detail::comm_for(group, *engine, device, checked, timeout);
   if (!comm.ok()) return failed(absl::Status(comm.status().code(), absl::StrCat(what, ": ", comm.status().message())));
   return (*comm)->launch(std::move(what), std::move(keep), options, enqueue);
 }

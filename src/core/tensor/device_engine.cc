@@ -2,7 +2,9 @@
 // public device memory, stream and copy calls (castmesh/tensor_engine.h).
 #include "core/tensor/device_engine.h"
 
+#include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/backend.h"
@@ -103,6 +105,11 @@ absl::StatusOr<const DeviceEngine*> device_engine_for(const Device& device, absl
   return engine;
 }
 
+bool has_native_streams(const castmesh_tensor_engine_table_v1& table) {
+  return table.struct_size >= offsetof(castmesh_tensor_engine_table_v1, stream_native) + sizeof table.stream_native &&
+         table.stream_wrap != nullptr && table.stream_native != nullptr;
+}
+
 absl::Status backend_status(int32_t code, const castmesh_error_v1& error, absl::string_view call) {
   if (code == CASTMESH_STATUS_OK) return absl::OkStatus();
   return absl::Status(code_of(code), absl::StrCat(call, ": ", error.message));
@@ -122,6 +129,30 @@ struct DeviceStream::Impl {
   }
 };
 
+namespace detail {
+namespace {
+
+// Every live stream castmesh made or wrapped, so a DLPack export can order a
+// consumer after castmesh's work on the tensor's device.
+struct LiveStreams {
+  Mutex mu;
+  std::vector<std::weak_ptr<DeviceStream::Impl>> streams ABSL_GUARDED_BY(mu);
+};
+LiveStreams& live_streams() {
+  static LiveStreams& live = *new LiveStreams();  // never destroyed: streams may die at exit
+  return live;
+}
+
+void remember(const std::shared_ptr<DeviceStream::Impl>& impl) {
+  LiveStreams& live = live_streams();
+  MutexLock lock(live.mu);
+  std::erase_if(live.streams, [](const std::weak_ptr<DeviceStream::Impl>& s) { return s.expired(); });
+  live.streams.push_back(impl);
+}
+
+}  // namespace
+}  // namespace detail
+
 absl::StatusOr<DeviceStream> DeviceStream::Create(Device device) {
   absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine_for(device, "DeviceStream::Create");
   if (!engine.ok()) return engine.status();
@@ -131,9 +162,48 @@ absl::StatusOr<DeviceStream> DeviceStream::Create(Device device) {
   castmesh_error_v1 error{};
   const int32_t code = (*engine)->table->stream_create(device.index, &impl->handle, &error);
   if (code != CASTMESH_STATUS_OK) return detail::backend_status(code, error, "stream_create");
+  detail::remember(impl);
   DeviceStream stream;
   stream.impl_ = std::move(impl);
   return stream;
+}
+
+absl::StatusOr<DeviceStream> DeviceStream::FromNative(Device device, uintptr_t native) {
+  absl::StatusOr<const detail::DeviceEngine*> engine = detail::device_engine_for(device, "DeviceStream::FromNative");
+  if (!engine.ok()) return engine.status();
+  if (!detail::has_native_streams(*(*engine)->table)) {
+    return absl::FailedPreconditionError(
+        "the loaded tensor_engine plugin predates native streams (its table ends at group_end), so the DLPack stream "
+        "protocol is unavailable; upgrade castmesh's tensor-engine plugin (pip install -U \"castmesh[tensor-engine]\")");
+  }
+  auto impl = std::make_shared<Impl>();
+  impl->engine = *engine;
+  impl->device = device;
+  castmesh_error_v1 error{};
+  const int32_t code =
+      (*engine)->table->stream_wrap(device.index, reinterpret_cast<void*>(native), &impl->handle, &error);
+  if (code != CASTMESH_STATUS_OK) return detail::backend_status(code, error, "stream_wrap");
+  detail::remember(impl);
+  DeviceStream stream;
+  stream.impl_ = std::move(impl);
+  return stream;
+}
+
+absl::StatusOr<uintptr_t> DeviceStream::native_handle() const {
+  if (impl_ == nullptr) return absl::InvalidArgumentError("native_handle of no stream (a default-made DeviceStream)");
+  if (!detail::has_native_streams(*impl_->engine->table)) {
+    return absl::FailedPreconditionError(
+        "the loaded tensor_engine plugin predates native streams (its table ends at group_end); upgrade castmesh's "
+        "tensor-engine plugin");
+  }
+  void* native = nullptr;
+  castmesh_error_v1 error{};
+  if (absl::Status st = detail::backend_status(impl_->engine->table->stream_native(impl_->handle, &native, &error),
+                                               error, "stream_native");
+      !st.ok()) {
+    return st;
+  }
+  return reinterpret_cast<uintptr_t>(native);
 }
 
 Device DeviceStream::device() const { return impl_ != nullptr ? impl_->device : Device{}; }
@@ -228,6 +298,107 @@ absl::Status DeviceEvent::order_before(const DeviceStream& stream) const {
   castmesh_error_v1 error{};
   return detail::backend_status(impl_->engine->table->stream_wait_event(stream.handle(), impl_->handle, &error),
                                 error, "stream_wait_event");
+}
+
+// ---- the DLPack stream protocol, producer side ----
+
+namespace detail {
+namespace {
+
+// The events of one export: `waited` were recorded on castmesh's streams and
+// are waited for by the consumer's stream; `passed` was recorded on the
+// consumer's stream after those waits. Once `passed` completed nothing waits
+// for `waited` any more, so all of them may be destroyed (destroying an event
+// a stream still waits for is not safe on every runtime, nor in the fake).
+class ExportFence {
+ public:
+  explicit ExportFence(const DeviceEngine* engine) : engine_(engine) {}
+  ~ExportFence() {
+    castmesh_error_v1 ignored{};
+    for (castmesh_te_event_v1* e : waited_) engine_->table->event_destroy(e, &ignored);
+    if (passed_ != nullptr) engine_->table->event_destroy(passed_, &ignored);
+  }
+  ExportFence(const ExportFence&) = delete;
+  ExportFence& operator=(const ExportFence&) = delete;
+
+  // `consumer` waits for the work enqueued on `producer` so far.
+  absl::Status wait_for(int32_t device, castmesh_te_stream_v1* producer, castmesh_te_stream_v1* consumer) {
+    const castmesh_tensor_engine_table_v1& t = *engine_->table;
+    castmesh_error_v1 error{};
+    castmesh_te_event_v1* event = nullptr;
+    if (int32_t code = t.event_create(device, &event, &error); code != CASTMESH_STATUS_OK) {
+      return backend_status(code, error, "event_create");
+    }
+    waited_.push_back(event);
+    if (int32_t code = t.event_record(event, producer, &error); code != CASTMESH_STATUS_OK) {
+      return backend_status(code, error, "event_record");
+    }
+    return backend_status(t.stream_wait_event(consumer, event, &error), error, "stream_wait_event");
+  }
+  // Marks the consumer's position after the waits.
+  absl::Status seal(int32_t device, castmesh_te_stream_v1* consumer) {
+    const castmesh_tensor_engine_table_v1& t = *engine_->table;
+    castmesh_error_v1 error{};
+    if (int32_t code = t.event_create(device, &passed_, &error); code != CASTMESH_STATUS_OK) {
+      passed_ = nullptr;
+      return backend_status(code, error, "event_create");
+    }
+    return backend_status(t.event_record(passed_, consumer, &error), error, "event_record");
+  }
+  // True once the consumer went past every wait (then this may be destroyed).
+  bool passed() const {
+    if (passed_ == nullptr) return true;
+    int32_t done = 0;
+    castmesh_error_v1 error{};
+    return engine_->table->event_query(passed_, &done, &error) == CASTMESH_STATUS_OK && done != 0;
+  }
+
+ private:
+  const DeviceEngine* engine_;
+  std::vector<castmesh_te_event_v1*> waited_;
+  castmesh_te_event_v1* passed_ = nullptr;
+};
+
+// Fences whose consumers may still wait; dropped once passed.
+struct PendingFences {
+  Mutex mu;
+  std::vector<std::unique_ptr<ExportFence>> fences ABSL_GUARDED_BY(mu);
+};
+PendingFences& pending_fences() {
+  static PendingFences& pending = *new PendingFences();  // never destroyed: fences may be pending at exit
+  return pending;
+}
+
+}  // namespace
+}  // namespace detail
+
+absl::Status order_after_castmesh_work(const DeviceStream& consumer) {
+  if (!consumer.valid()) return absl::InvalidArgumentError("order_after_castmesh_work: no consumer stream");
+  std::vector<std::shared_ptr<DeviceStream::Impl>> producers;
+  {
+    detail::LiveStreams& live = detail::live_streams();
+    detail::MutexLock lock(live.mu);
+    for (const std::weak_ptr<DeviceStream::Impl>& weak : live.streams) {
+      std::shared_ptr<DeviceStream::Impl> impl = weak.lock();
+      if (impl != nullptr && impl->device == consumer.device() && impl->handle != consumer.handle()) {
+        producers.push_back(std::move(impl));
+      }
+    }
+  }
+  absl::StatusOr<const detail::DeviceEngine*> engine =
+      detail::device_engine_for(consumer.device(), "order_after_castmesh_work");
+  if (!engine.ok()) return engine.status();
+  auto fence = std::make_unique<detail::ExportFence>(*engine);
+  const int32_t device = consumer.device().index;
+  for (const std::shared_ptr<DeviceStream::Impl>& producer : producers) {
+    if (absl::Status st = fence->wait_for(device, producer->handle, consumer.handle()); !st.ok()) return st;
+  }
+  if (absl::Status st = fence->seal(device, consumer.handle()); !st.ok()) return st;
+  detail::PendingFences& pending = detail::pending_fences();
+  detail::MutexLock lock(pending.mu);
+  std::erase_if(pending.fences, [](const std::unique_ptr<detail::ExportFence>& f) { return f->passed(); });
+  pending.fences.push_back(std::move(fence));
+  return absl::OkStatus();
 }
 
 // ---- memory and copies ----

@@ -32,6 +32,10 @@ absl::StatusOr<const DeviceEngine*> device_engine(absl::string_view what);
 // an index the backend did not report.
 absl::StatusOr<const DeviceEngine*> device_engine_for(const Device& device, absl::string_view what);
 
+// True when `table` has the native-stream entries (stream_wrap,
+// stream_native) that later 1.1 plugins append; earlier ones end at group_end.
+bool has_native_streams(const castmesh_tensor_engine_table_v1& table);
+
 // A backend failure as a Status ("<call>: <the backend's message>").
 absl::Status backend_status(int32_t code, const castmesh_error_v1& error, absl::string_view call);
 

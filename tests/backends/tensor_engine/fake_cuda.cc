@@ -82,6 +82,15 @@ class Stream {
   std::thread worker_;  // last: starts after the fields above exist
 };
 
+// The runtime's special stream values a caller may wrap (DLPack passes them:
+// CUDA's 0x1 legacy and 0x2 per-thread default streams, HIP's null stream):
+// one process-wide fake stream stands for all three.
+Stream* as_stream(void* stream) {
+  if (reinterpret_cast<uintptr_t>(stream) > 2) return static_cast<Stream*>(stream);
+  static Stream& default_stream = *new Stream();  // never destroyed: used until exit
+  return &default_stream;
+}
+
 // Record n makes generation n; the event is complete once generation
 // `recorded` has run on its stream.
 struct Event {
@@ -132,9 +141,9 @@ int stream_destroy(void* stream) {
   delete static_cast<Stream*>(stream);
   return kCudaSuccess;
 }
-int stream_query(void* stream) { return static_cast<Stream*>(stream)->drained() ? kCudaSuccess : kCudaNotReady; }
+int stream_query(void* stream) { return as_stream(stream)->drained() ? kCudaSuccess : kCudaNotReady; }
 int stream_synchronize(void* stream) {
-  static_cast<Stream*>(stream)->synchronize();
+  as_stream(stream)->synchronize();
   return kCudaSuccess;
 }
 
@@ -153,7 +162,7 @@ int event_record(void* event, void* stream) {
     std::lock_guard<std::mutex> lock(e->mu);
     generation = ++e->recorded;
   }
-  static_cast<Stream*>(stream)->enqueue([e, generation] {
+  as_stream(stream)->enqueue([e, generation] {
     // Notified under the lock: a waiter that returns may destroy the event.
     std::lock_guard<std::mutex> lock(e->mu);
     if (e->completed < generation) e->completed = generation;
@@ -180,7 +189,7 @@ int stream_wait_event(void* stream, void* event) {
     std::lock_guard<std::mutex> lock(e->mu);
     target = e->recorded;  // the work captured by the latest record, as in CUDA
   }
-  static_cast<Stream*>(stream)->enqueue([e, target] {
+  as_stream(stream)->enqueue([e, target] {
     std::unique_lock<std::mutex> lock(e->mu);
     e->cv.wait(lock, [&] { return e->completed >= target; });
   });
@@ -193,10 +202,10 @@ int memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* strea
     // reuse it at once; the fake takes the same snapshot.
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                       static_cast<const char*>(src) + bytes);
-    static_cast<Stream*>(stream)->enqueue([dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+    as_stream(stream)->enqueue([dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
     return kCudaSuccess;
   }
-  static_cast<Stream*>(stream)->enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
+  as_stream(stream)->enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
   return kCudaSuccess;
 }
 const char* error_string(int code) {
@@ -230,7 +239,7 @@ const te_runtime_ops kFakeCuda = {
 const te_runtime_ops* FakeCuda::ops() { return &kFakeCuda; }
 void* FakeCuda::last_stream_created() { return t_last_stream; }
 void FakeCuda::launch(void* stream, std::function<void()> work) {
-  static_cast<Stream*>(stream)->enqueue(std::move(work));
+  as_stream(stream)->enqueue(std::move(work));
 }
 int64_t FakeCuda::live_device_allocations() {
   std::lock_guard<std::mutex> lock(g_memory_mu);

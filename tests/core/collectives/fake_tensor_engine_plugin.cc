@@ -7,9 +7,12 @@
 //
 // CASTMESH_FAKE_TE_NCCL=missing makes the collective library load fail the
 // real way (te_nccl_dlopen of a library that does not exist).
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 
 #include "fake_cuda.h"
 #include "te_backend.h"
@@ -45,6 +48,13 @@ int describe_device(int index, castmesh_device_info_v1* out) {
 
 // Never opened unless CASTMESH_FAKE_TE_NCCL=missing, and then it must fail.
 const char* const kLibraries[] = {"libcastmesh-fake-absent-nccl.so.2", nullptr};
+
+// A fake kernel that waits until the test opens it (castmesh_fake_te_hold).
+struct FakeGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+};
 
 const te_vendor kFakeVendor = {
     .version = "0.0.0+fake",
@@ -87,6 +97,30 @@ CASTMESH_BACKEND_EXPORT void castmesh_fake_te_kill_rank(int rank) {
 // Device allocations alive now.
 CASTMESH_BACKEND_EXPORT int64_t castmesh_fake_te_live_device_allocations() {
   return FakeCuda::live_device_allocations();
+}
+
+// Holds the fake stream whose native handle is `native` (what
+// castmesh.tensor_engine.Stream.native_handle gives, for tests that reach the
+// hooks through ctypes) with a kernel that waits until
+// castmesh_fake_te_release(the returned gate) opens it.
+CASTMESH_BACKEND_EXPORT void* castmesh_fake_te_hold(void* native) {
+  auto gate = std::make_shared<FakeGate>();
+  FakeCuda::launch(native, [gate] {
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->open; });
+  });
+  return new std::shared_ptr<FakeGate>(std::move(gate));
+}
+
+// Opens (and forgets) a gate castmesh_fake_te_hold returned; once per gate.
+CASTMESH_BACKEND_EXPORT void castmesh_fake_te_release(void* handle) {
+  auto* gate = static_cast<std::shared_ptr<FakeGate>*>(handle);
+  {
+    std::lock_guard<std::mutex> lock((*gate)->mu);
+    (*gate)->open = true;
+    (*gate)->cv.notify_all();
+  }
+  delete gate;
 }
 
 // NCCL communicators alive now.
