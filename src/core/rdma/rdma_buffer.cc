@@ -18,6 +18,7 @@
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/rdma/ibverbs_path.h"
+#include "core/rdma/one_sided.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
 #include "core/rdma/service.h"
@@ -37,6 +38,7 @@ struct RdmaHandle {
   std::vector<RdmaTransport> transports;
   uint64_t nic_address = 0;  // ibverbs: 0 when the owner registered no NIC range
   uint32_t rkey = 0;
+  rdma::OneSidedRef one_sided;  // same-host one-sided copies (generation 0: none)
 };
 }  // namespace detail
 
@@ -47,6 +49,9 @@ using rdma::Transfer;
 // Operations below this size go over the socket even on one host: one
 // message round trip either way, and no lease to take and end.
 constexpr size_t kSingleCopyMinBytes = 64 * 1024;
+// One-sided copies below this size run on the calling thread (larger ones
+// on a thread of their own, under a timeout, as every transfer).
+constexpr size_t kOneSidedInCallerBytes = 256 * 1024;
 
 bool offers(const detail::RdmaHandle& handle, RdmaTransport transport) {
   return std::find(handle.transports.begin(), handle.transports.end(), transport) != handle.transports.end();
@@ -187,6 +192,15 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   if (same_process(*handle)) return same_process_copy(*handle, bytes, write, options.offset, length);
   absl::StatusOr<RdmaTransport> transport = choose_transport(*handle, length);
   if (!transport.ok()) return make_failed_future<RdmaResult>(transport.status());
+  // Same host: a one-sided copy first, with no message to the owner (one_sided.h).
+  const bool one_sided = *transport != RdmaTransport::kIbverbs && handle->one_sided.generation != 0 &&
+                         handle->host_identity == platform::host_identity() &&
+                         offers(*handle, RdmaTransport::kSingleCopy) && rdma::one_sided_enabled();
+  if (one_sided && length < kOneSidedInCallerBytes) {
+    auto now = rdma::one_sided_now(handle->owner, handle->pid, handle->id, handle->one_sided, bytes, write,
+                                   options.offset, length);
+    if (now) return now->ok() ? make_ready_future(**now) : make_failed_future<RdmaResult>(now->status());
+  }
   auto transfer = std::make_shared<Transfer>();
   transfer->owner = handle->owner;
   transfer->buffer = handle->id;
@@ -200,6 +214,9 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   transfer->segment_offered = offers(*handle, RdmaTransport::kSharedSegment);
   transfer->remote_address = handle->nic_address;
   transfer->rkey = handle->rkey;
+  transfer->one_sided = one_sided && rdma::one_sided_enabled();  // re-read: a refusal just now turns it off
+  transfer->one_sided_slot = handle->one_sided.slot;
+  transfer->one_sided_generation = handle->one_sided.generation;
   return start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
 }
 
@@ -287,6 +304,7 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   handle->transports = transports_of_this_proc(registration->nic != nullptr);
   handle->nic_address = registration->nic_address;
   handle->rkey = registration->rkey;
+  handle->one_sided = rdma::one_sided_publish(*registration);
   return RdmaBuffer(std::move(handle));
 }
 
@@ -302,6 +320,8 @@ std::string RdmaBuffer::serialize() const {
   for (RdmaTransport t : handle_->transports) wire.add_transports(static_cast<uint32_t>(t));
   wire.set_nic_address(handle_->nic_address);
   wire.set_rkey(handle_->rkey);
+  wire.set_one_sided_slot(handle_->one_sided.slot);
+  wire.set_one_sided_generation(handle_->one_sided.generation);
   return wire.SerializeAsString();
 }
 
@@ -321,6 +341,7 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
   handle->host_identity = wire.host_identity();
   handle->nic_address = wire.nic_address();
   handle->rkey = wire.rkey();
+  handle->one_sided = rdma::OneSidedRef{wire.one_sided_slot(), wire.one_sided_generation()};
   for (uint32_t t : wire.transports()) {
     // Transports of a newer peer that this build does not know are skipped.
     if (t >= static_cast<uint32_t>(RdmaTransport::kIbverbs) &&
@@ -356,10 +377,20 @@ Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const
   if (handle_ == nullptr) return make_ready_future(Unit{});
   if (same_process(*handle_)) {
     std::shared_ptr<const rdma::Registration> released = rdma::Registry::instance().release(handle_->id);
+    if (released == nullptr) return make_ready_future(Unit{});
     Runtime* rt = runtime_for(runtime);
     std::shared_ptr<proc::ProcHost> host = rt != nullptr ? proc::ProcHost::of(*rt) : nullptr;
-    rdma::IbverbsPath::instance().retire(std::move(released), host.get());
-    return make_ready_future(Unit{});
+    rdma::one_sided_retire(released);
+    rdma::IbverbsPath::instance().retire(released, host.get());
+    // Ready once no transport uses the memory any more (ibverbs peers drained, copies done).
+    auto* state = new detail::FutureState<Unit>();
+    state->ref();  // the callback's reference
+    Future<Unit> freed(state);
+    rdma::when_freed(std::move(released), [state] {
+      state->set(Unit{});
+      state->unref();
+    });
+    return freed;
   }
   auto transfer = std::make_shared<Transfer>();
   transfer->owner = handle_->owner;

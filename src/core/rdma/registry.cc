@@ -1,6 +1,7 @@
 #include "core/rdma/registry.h"
 
 #include <random>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,31 @@ absl::Status check_operation(const std::string& what, size_t size, RdmaAccess ac
                                               " of ", size, " bytes"));
   }
   return absl::OkStatus();
+}
+
+FreedCallbacks::~FreedCallbacks() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    detail::MutexLock lock(mu_);
+    callbacks.swap(callbacks_);
+  }
+  for (auto& callback : callbacks) callback();
+}
+
+void FreedCallbacks::add(std::function<void()> callback) const {
+  detail::MutexLock lock(mu_);
+  callbacks_.push_back(std::move(callback));
+}
+
+void when_freed(std::shared_ptr<const Registration> registration, std::function<void()> done) {
+  if (registration == nullptr) return done();
+  // Released registrations are reachable only through shared_ptrs their
+  // holders own, so a count of 1 cannot grow again.
+  if (registration.use_count() == 1) {
+    registration.reset();
+    return done();
+  }
+  registration->freed.add([done = std::move(done)] { std::thread(done).detach(); });
 }
 
 Registry& Registry::instance() {

@@ -11,8 +11,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -23,8 +25,27 @@
 
 namespace castmesh::rdma {
 
-// One registered buffer. Immutable once made.
+// Callbacks that run when the Registration holding them is destroyed, i.e.
+// when no transport uses its memory any more (release() waits for that).
+class FreedCallbacks {
+ public:
+  FreedCallbacks() = default;
+  FreedCallbacks(const FreedCallbacks&) = delete;
+  FreedCallbacks& operator=(const FreedCallbacks&) = delete;
+  // Runs the callbacks (on the thread that dropped the last reference).
+  ~FreedCallbacks();
+  // Adds `callback`; any thread.
+  void add(std::function<void()> callback) const;
+
+ private:
+  mutable detail::Mutex mu_;
+  mutable std::vector<std::function<void()>> callbacks_ ABSL_GUARDED_BY(mu_);
+};
+
+// One registered buffer. Immutable once made (but for `freed`).
 struct Registration {
+  // Declared first, so it runs after `nic` and `view` have let go of the memory.
+  FreedCallbacks freed;
   uint64_t id = 0;
   TensorView view;  // keeps the memory alive
   char* base = nullptr;
@@ -43,6 +64,11 @@ struct Registration {
 // lacks the direction. `what` names the buffer in messages.
 absl::Status check_operation(const std::string& what, size_t size, RdmaAccess access, bool write, uint64_t offset,
                              uint64_t length);
+
+// Runs `done` once `registration` (just released) is destroyed: at once
+// when the caller holds the last reference, else on a thread of its own
+// when the last holder drops it (that holder may be inside any lock).
+void when_freed(std::shared_ptr<const Registration> registration, std::function<void()> done);
 
 class Registry {
  public:

@@ -16,6 +16,7 @@
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/rdma/ibverbs_path.h"
+#include "core/rdma/one_sided.h"
 #include "core/rdma/read_sink.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
@@ -32,21 +33,6 @@ constexpr uint64_t kMinChunk = 1024;
 constexpr uint64_t kMaxChunk = uint64_t{64} << 20;
 
 std::atomic<bool> cross_memory_refused{false};
-
-void refuse_cross_memory(const absl::Status& why) {
-  if (!cross_memory_refused.exchange(true)) {
-    CASTMESH_LOG_INFO("castmesh-rdma: the kernel refused a cross-memory copy ({}); RDMA buffers of this host's "
-                      "procs go through a shared segment (or the socket transport) from now on",
-                      std::string(why.message()));
-  }
-}
-
-// Runs `job` now when small, else on a thread of its own (it may wait for
-// a full connection queue, which an I/O thread must never do).
-void run_job(size_t bytes, std::function<void()> job) {
-  if (bytes < kOwnThreadBytes) return job();
-  std::thread(std::move(job)).detach();
-}
 
 v1::RdmaHeader header_of(v1::RdmaHeader::Kind kind, uint64_t op) {
   v1::RdmaHeader header;
@@ -185,6 +171,8 @@ void finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult
 // (it pins each page first) runs well below memcpy on one core.
 constexpr size_t kSplitCopyBytes = size_t{16} << 20;
 
+}  // namespace
+
 absl::Status copy_between(int64_t pid, uint64_t address, char* local, size_t length, bool write) {
   auto copy = [pid, write](uint64_t remote, char* mine, size_t n) {
     return write ? platform::write_process_memory(pid, remote, mine, n)
@@ -199,6 +187,8 @@ absl::Status copy_between(int64_t pid, uint64_t address, char* local, size_t len
   return first.ok() ? second : first;
 }
 
+namespace {
+
 // Copies a leased range with process_vm_readv/writev, then ends the lease.
 void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
                  const std::shared_ptr<Transfer>& transfer, int64_t pid, uint64_t address) {
@@ -212,7 +202,7 @@ void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
   if (!ran) return;
   if (copied.ok()) return finish(transfer, RdmaResult{transfer->length, RdmaTransport::kSingleCopy});
   if (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied)) {
-    refuse_cross_memory(copied);
+    note_cross_memory_refused(copied);
     // Nothing else reads the transport before begin() sends.
     transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
                               ? RdmaTransport::kSharedSegment
@@ -292,6 +282,26 @@ void on_requester_message(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcH
   }
 }
 
+// RELEASE: takes the buffer out of service at once (later operations fail),
+// and answers RELEASED once its memory is no longer used by any transport:
+// one-sided copies left, ibverbs peers drained (RELEASING reaches them
+// before RELEASED reaches the releaser), socket and segment operations done.
+void on_release(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
+                const v1::RdmaHeader& header) {
+  std::shared_ptr<const Registration> released = Registry::instance().release(header.buffer());
+  if (released == nullptr) {  // released before (idempotent) or never registered
+    (void)send(host, peer, header_of(v1::RdmaHeader::RELEASED, header.op()));
+    return;
+  }
+  one_sided_retire(released);
+  IbverbsPath::instance().retire(released, &host);
+  when_freed(std::move(released), [weak, peer, op = header.op()] {
+    if (std::shared_ptr<proc::ProcHost> host = weak.lock()) {
+      (void)send(*host, peer, header_of(v1::RdmaHeader::RELEASED, op));
+    }
+  });
+}
+
 // Both sides of one ProcHost's RDMA traffic.
 class RdmaService final : public proc::ProcService {
  public:
@@ -323,6 +333,7 @@ class RdmaService final : public proc::ProcService {
       Registry::instance().forget_peer(peer);
       writes->forget_peer(peer);
       segment_peer_lost(peer);
+      one_sided_peer_lost(peer);
     });
   }
   void detach() override {}
@@ -341,10 +352,11 @@ class RdmaService final : public proc::ProcService {
       case v1::RdmaHeader::LEASE_END:
         return Registry::instance().unpin(peer, header.op());
       case v1::RdmaHeader::RELEASE:
-        // RELEASING reaches the NIC peers before RELEASED reaches the releaser.
-        IbverbsPath::instance().retire(Registry::instance().release(header.buffer()), &host);
-        (void)send(host, peer, header_of(v1::RdmaHeader::RELEASED, header.op()));
-        return;
+        return on_release(weak, host, peer, header);
+      case v1::RdmaHeader::TABLE_OPEN:
+        return one_sided_on_table_open(host, peer, header);
+      case v1::RdmaHeader::TABLE:
+        return one_sided_on_table(host, peer, header);
       case v1::RdmaHeader::RELEASING:
         return IbverbsPath::instance().on_releasing(host, peer, header);
       case v1::RdmaHeader::DRAINED:
@@ -397,12 +409,26 @@ size_t chunk_bytes() {
 
 bool single_copy_usable() { return !cross_memory_refused.load(std::memory_order_relaxed); }
 
+void note_cross_memory_refused(const absl::Status& why) {
+  if (!cross_memory_refused.exchange(true)) {
+    CASTMESH_LOG_INFO("castmesh-rdma: the kernel refused a cross-memory copy ({}); RDMA buffers of this host's "
+                      "procs go through a shared segment (or the socket transport) from now on",
+                      std::string(why.message()));
+  }
+}
+
+void run_job(size_t bytes, std::function<void()> job) {
+  if (bytes < kOwnThreadBytes) return job();
+  std::thread(std::move(job)).detach();
+}
+
 void begin(const std::shared_ptr<Transfer>& transfer) {
   std::shared_ptr<proc::ProcHost> host = transfer->host.lock();
   if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
   if (transfer->transport == RdmaTransport::kIbverbs && !transfer->release) {
     return IbverbsPath::instance().start(transfer);
   }
+  if (transfer->one_sided && !transfer->release) return one_sided_begin(transfer);
   v1::RdmaHeader first;
   if (transfer->release) {
     first = header_of(v1::RdmaHeader::RELEASE, transfer->id);

@@ -12,8 +12,11 @@
 // Thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 
+#include "absl/status/status.h"
 #include "core/rdma/transfers.h"
 
 namespace castmesh::rdma {
@@ -32,5 +35,18 @@ size_t chunk_bytes();
 // False once the kernel refused a cross-memory copy in this process (the
 // single-copy transport is then skipped; one log line said why).
 bool single_copy_usable();
+// The kernel refused a cross-memory copy (`why`): logs once, and
+// single_copy_usable() is false from now on.
+void note_cross_memory_refused(const absl::Status& why);
+
+// Copies `length` bytes between `local` and `address` in process `pid`
+// (process_vm_readv/writev; `write`: local -> remote), large ones as two
+// halves on two threads.
+absl::Status copy_between(int64_t pid, uint64_t address, char* local, size_t length, bool write);
+
+// Runs `job` now when `bytes` is small, else on a thread of its own (it may
+// wait for a full connection queue or copy for long, which an I/O thread
+// and a caller must not).
+void run_job(size_t bytes, std::function<void()> job);
 
 }  // namespace castmesh::rdma

@@ -45,6 +45,10 @@ struct Transfer {
   bool segment_offered = false;  // the owner offers a shared segment (single copy's fallback)
   uint64_t remote_address = 0;  // ibverbs: the owner's NIC address of the buffer's first byte
   uint32_t rkey = 0;            // ibverbs: the owner's remote key
+  // Same host: try a one-sided copy (one_sided.h) before `transport`, with the handle's slot.
+  bool one_sided = false;
+  uint32_t one_sided_slot = 0;
+  uint64_t one_sided_generation = 0;
   std::weak_ptr<proc::ProcHost> host;  // the proc that sends
   std::function<void(absl::StatusOr<RdmaResult>)> done;  // called once, by Transfers::finish
 

@@ -249,8 +249,9 @@ TEST_F(FakeNic, ReleaseThenUseFailsAndTheConnectionRecovers) {
 
 // release() while the fake NIC still holds a READ and a WRITE on the buffer:
 // the owner keeps the registration until this proc has drained them, so both
-// finish with the right bytes; later operations fail before posting, and the
-// connection stays up for the owner's other buffers.
+// finish with the right bytes, and release() resolves only then (the owner's
+// memory is safe to free once it has); later operations fail before posting,
+// and the connection stays up for the owner's other buffers.
 TEST_F(FakeNic, ReleaseDuringInFlightOperationsLetsThemFinish) {
   RdmaBuffer buffer = make(0, 300000), other = make(0, 1000);
   TensorView dst = TensorView::Allocate(DType::kUInt8, {200000});
@@ -263,6 +264,9 @@ TEST_F(FakeNic, ReleaseDuringInFlightOperationsLetsThemFinish) {
     wrote = buffer.write_from(src, RdmaOptions{.offset = 0, .timeout = absl::Seconds(30)});
   }
   ASSERT_TRUE(buffer.release().get(absl::Seconds(30)).ok());
+  // DRAINED left this proc after both completions were reported, and RELEASED after the owner heard it.
+  EXPECT_TRUE(read.ready()) << "release() resolved while a READ on the buffer was still on the NIC";
+  EXPECT_TRUE(wrote.ready()) << "release() resolved while a WRITE on the buffer was still on the NIC";
   auto late = buffer.read_into(dst).get(absl::Seconds(30));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
   EXPECT_NE(late.status().message().find("released"), std::string::npos) << late.status();
