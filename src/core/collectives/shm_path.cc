@@ -75,7 +75,9 @@ thread_local bool t_progress_context = false;
 
 using ProgressContext = ShmProgressScope;
 
-std::atomic<uint64_t> g_frames_in{0}, g_frames_out{0};
+std::atomic<uint64_t> g_frames_in{0}, g_frames_out{0}, g_waiter_sleeps{0}, g_frames_by_drain{0};
+// Set on drain threads (for the frames_by_drain counter).
+thread_local bool t_drain_thread = false;
 
 absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body) {
   return host.send_data(peer, kCollectiveDataType, header, wire::Payload::copy_of(body));
@@ -357,6 +359,7 @@ Links::Consumed Links::consume(Peer& p) {
     if (r.kind == kFrame) {
       Exchange::instance().on_frame(p.host, p.id, r.meta, r.body.data(), r.body.size(), {});
       g_frames_in.fetch_add(1, std::memory_order_relaxed);
+      if (t_drain_thread) g_frames_by_drain.fetch_add(1, std::memory_order_relaxed);
     } else if (r.kind == kFirstPart && r.meta.size() >= 8) {
       std::memcpy(&p.part_total, r.meta.data(), 8);
       p.part_header.assign(r.meta.substr(8));
@@ -377,6 +380,7 @@ Links::Consumed Links::consume(Peer& p) {
       Exchange::instance().on_frame(p.host, p.id, p.part_header, data, size, std::move(owner));
       p.part_body = std::string();
       g_frames_in.fetch_add(1, std::memory_order_relaxed);
+      if (t_drain_thread) g_frames_by_drain.fetch_add(1, std::memory_order_relaxed);
     }
     p.inbound->pop();
   }
@@ -467,6 +471,7 @@ bool Links::sleep(detail::RequestState& request, const std::vector<std::shared_p
       // on at the next wait at the latest.
       slept = detail::futex_wait_any(items.data(), static_cast<int>(items.size()),
                                      std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+      if (slept != detail::FutexWaitAny::kUnsupported) g_waiter_sleeps.fetch_add(1, std::memory_order_relaxed);
     }
     for (const auto& p : peers) p->inbound->disarm_waiter();
     request.remove_sleeper();
@@ -486,6 +491,7 @@ void Links::start_drain(const std::shared_ptr<Peer>& p) {
 
 void Links::drain_loop(const std::shared_ptr<Peer>& p) {
   ProgressContext progress;
+  t_drain_thread = true;
   while (!p->lost.load(std::memory_order_acquire)) {
     // Queued sends first, even while a waiter holds the ring: it may sleep
     // there for long, and the peer may be waiting for them.
@@ -649,6 +655,8 @@ ShmPathStats Links::stats() {
   ShmPathStats s;
   s.frames_in = g_frames_in.load();
   s.frames_out = g_frames_out.load();
+  s.waiter_sleeps = g_waiter_sleeps.load();
+  s.frames_by_drain = g_frames_by_drain.load();
   detail::MutexLock lock(mu_);
   for (const auto& [id, p] : peers_) {
     if (p->lost.load()) continue;

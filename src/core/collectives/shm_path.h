@@ -12,10 +12,16 @@
 // its I/O thread has handled LINK_START, i.e. every earlier socket frame.
 //
 // Progress: a thread that waits on a request spins on the inbound rings for
-// up to 1 ms (RequestState's wait spinner; it yields the core while another thread holds a ring or procs outnumber cores), and a drain
-// thread per peer sleeps on the ring's doorbell for the rest (unexpected
-// messages, nobody waiting). Consumers take a per-ring try-lock. Records go
-// to Exchange::on_frame like socket frames: one matching path.
+// up to 1 ms (RequestState's wait spinner; it yields the core while another
+// thread holds a ring or procs outnumber cores), then sleeps on all its
+// rings' waiter bells and its request's word at once (futex_waitv) and reads
+// the rings itself when a producer wakes it: one wake-up per message. A
+// drain thread per peer sleeps on the ring's doorbell and reads the ring
+// only while no thread waits (unexpected messages, ranks busy elsewhere);
+// where futex_waitv is missing the waiter sleeps on the request's condition
+// variable after its spin and the drain thread serves it. Consumers take a
+// per-ring try-lock. Records go to Exchange::on_frame like socket frames:
+// one matching path.
 //
 // Back-pressure: a caller's send waits for ring space (checking the peer is
 // alive); a send from a progress context (an I/O thread, a drain thread, a
@@ -85,6 +91,11 @@ struct ShmPathStats {
   uint64_t frames_out = 0;
   int links_in = 0;
   int links_out = 0;
+  // Times a waiting thread went to sleep on its rings' waiter bells (it then
+  // reads the rings itself when woken), and frames that drain threads
+  // handed on (what no waiting thread took).
+  uint64_t waiter_sleeps = 0;
+  uint64_t frames_by_drain = 0;
 };
 ShmPathStats shm_path_stats();
 

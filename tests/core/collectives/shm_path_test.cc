@@ -4,12 +4,15 @@
 // travel through the rings (the path's counters say so), large bodies too
 // (single copy offers through the ring, or, with single copy off, bodies
 // streamed in chunks), and a SIGKILLed proc fails the others' pending
-// operations, naming its rank, even a sender that filled the ring.
+// operations, naming its rank, even a sender that filled the ring. A
+// waiter that sleeps (no spin) is woken by the ring itself and reads it, with
+// no drain thread involved, and still fails when its peer is SIGKILLed.
 #include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <numeric>
 #include <string>
@@ -22,6 +25,7 @@
 #include "castmesh/communicator.h"
 #include "castmesh/proc_mesh.h"
 #include "core/collectives/shm_path.h"
+#include "core/scheduler/futex.h"
 
 namespace {
 
@@ -52,6 +56,7 @@ using castmesh::collectives::shm_path_stats;
 
 constexpr int64_t kTraffic = 1;
 constexpr int64_t kRankTwoIsKilled = 2;
+constexpr int64_t kSleepingWaiter = 3;
 
 TensorView view(std::vector<int64_t>& v) {
   return TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(v.size())});
@@ -77,7 +82,9 @@ class ShmMember : public castmesh::Actor {
     absl::StatusOr<Communicator> comm = Communicator::current();
     if (!comm.ok()) return "ERR " + comm.status().ToString();
     std::string out;
-    absl::Status st = m.which == kTraffic ? traffic(*comm, out) : killed_or_wait(*comm, out);
+    absl::Status st = m.which == kTraffic           ? traffic(*comm, out)
+                      : m.which == kSleepingWaiter ? sleeping_waiter(*comm, out)
+                                                   : killed_or_wait(*comm, out);
     if (!st.ok()) return "ERR " + st.ToString();
     return "OK " + out;
   }
@@ -137,6 +144,35 @@ class ShmMember : public castmesh::Actor {
     return absl::OkStatus();
   }
 
+  // Rank 0 asks rank 1 for a value five times and waits for it; rank 1
+  // answers 50 ms after the question, so rank 0 (its spin set to 0 by the
+  // test) sleeps on its ring every time. Reports rank 0's waiter sleeps and
+  // the frames its drain threads handed on meanwhile.
+  static absl::Status sleeping_waiter(Communicator& c, std::string& out) {
+    if (absl::Status st = bring_links_up(c); !st.ok()) return st;
+    if (absl::Status st = c.barrier(); !st.ok()) return st;
+    const auto before = shm_path_stats();
+    for (int i = 0; i < 5; ++i) {
+      std::vector<int64_t> msg{i};
+      if (c.rank() == 0) {
+        if (absl::Status st = c.send(view(msg), 1, 1); !st.ok()) return st;
+        auto got = c.recv(view(msg), 1, 2, absl::Seconds(30));
+        if (!got.ok()) return got.status();
+        if (msg[0] != 100 + i) return absl::InternalError(absl::StrCat("answer ", msg[0], " to question ", i));
+      } else if (c.rank() == 1) {
+        auto got = c.recv(view(msg), 0, 1, absl::Seconds(30));
+        if (!got.ok()) return got.status();
+        absl::SleepFor(absl::Milliseconds(50));
+        msg[0] += 100;
+        if (absl::Status st = c.send(view(msg), 0, 2); !st.ok()) return st;
+      }
+    }
+    const auto after = shm_path_stats();
+    out = absl::StrCat("waiter_sleeps=", after.waiter_sleeps - before.waiter_sleeps,
+                       " frames_by_drain=", after.frames_by_drain - before.frames_by_drain);
+    return c.barrier();
+  }
+
   // Rank 2 is SIGKILLed once its links are up; rank 0 first sends it more
   // than its ring holds, then every other rank waits on a receive from it.
   static absl::Status killed_or_wait(Communicator& c, std::string& out) {
@@ -189,11 +225,41 @@ TEST(ShmPath, LargeBodiesStreamThroughTheRingWithoutSingleCopy) {
   ::unsetenv("CASTMESH_SINGLE_COPY");
 }
 
-TEST(ShmPath, KilledProcFailsThePendingOperationsOfTheOthers) {
+// Whether this kernel sleeps on several futex words at once (the waiter's
+// sleep on its rings needs it; without it the drain threads serve waiters).
+bool waitv_supported() {
+  std::atomic<uint32_t> word{1};
+  castmesh::detail::FutexWaitItem item{&word, 0, false};  // not equal: returns at once when supported
+  return castmesh::detail::futex_wait_any(&item, 1, absl::Now() + absl::Seconds(1)) !=
+         castmesh::detail::FutexWaitAny::kUnsupported;
+}
+
+TEST(ShmPath, SleepingWaiterIsWokenByItsRingWithoutTheDrainThread) {
+  if (!waitv_supported()) GTEST_SKIP() << "no futex_waitv here: waiters sleep on their request instead";
+  ::setenv("CASTMESH_SHM_SPIN_US", "0", 1);  // read by the workers started below: sleep at once
+  castmesh::Runtime runtime;
+  auto procs = castmesh::LocalAllocator().allocate(runtime, 2);
+  ::unsetenv("CASTMESH_SHM_SPIN_US");
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  auto mesh = castmesh::ActorMesh<ShmMember>::Spawn(*procs, castmesh::MeshOptions{.name = "shm"});
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto replies = mesh->call(ShmScenario{kSleepingWaiter}).get(absl::Seconds(90));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  const std::string& rank0 = replies->values()[0];
+  ASSERT_EQ(rank0.rfind("OK ", 0), 0u) << rank0;
+  EXPECT_EQ(rank0.find("waiter_sleeps=0 "), std::string::npos) << "rank 0 never slept on its ring: " << rank0;
+  EXPECT_NE(rank0.find("frames_by_drain=0"), std::string::npos) << "a drain thread handed on the answers: " << rank0;
+  EXPECT_EQ(replies->values()[1].rfind("OK ", 0), 0u) << replies->values()[1];
+  EXPECT_TRUE(procs->stop().ok());
+}
+
+void run_kill(const char* spin_us) {
   ::setenv("CASTMESH_SINGLE_COPY", "0", 1);  // rank 0's large send goes into the ring
+  if (spin_us != nullptr) ::setenv("CASTMESH_SHM_SPIN_US", spin_us, 1);
   castmesh::Runtime runtime;
   auto procs = castmesh::LocalAllocator().allocate(runtime, 4);
   ::unsetenv("CASTMESH_SINGLE_COPY");
+  ::unsetenv("CASTMESH_SHM_SPIN_US");
   ASSERT_TRUE(procs.ok()) << procs.status();
   castmesh::MeshOptions options{.name = "shm"};
   options.on_failure = [](const castmesh::MeshEvent&) { return castmesh::MeshFailureAction::kContinue; };
@@ -222,5 +288,11 @@ TEST(ShmPath, KilledProcFailsThePendingOperationsOfTheOthers) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));  // generous: no hang
   (void)procs->stop();
 }
+
+TEST(ShmPath, KilledProcFailsThePendingOperationsOfTheOthers) { run_kill(nullptr); }
+
+// The survivors' receives from the killed rank sleep on their rings' bells
+// at once (no spin): the loss, noticed on the connection, still wakes them.
+TEST(ShmPath, KilledProcFailsWaitersAsleepOnTheirRings) { run_kill("0"); }
 
 }  // namespace
