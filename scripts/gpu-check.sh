@@ -9,7 +9,9 @@
 #      per GPU), then device<->host copy bandwidth and allreduce latency/bus
 #      bandwidth against the same backend calls made directly;
 #   2. Python: castmesh.tensor_engine devices, memory and copies, and DLPack
-#      round trips with PyTorch and CuPy on CUDA when they are installed.
+#      round trips with PyTorch and CuPy on CUDA when they are installed,
+#      with the stream protocol both ways on side streams (no host
+#      synchronisation between producer and consumer; results checked).
 # NCCL comes from pip's nvidia-nccl-cu13/-cu12 (found on sys.path) or the
 # system loader path. On a machine without an NVIDIA GPU it says so and
 # exits 0.
@@ -81,28 +83,62 @@ small = te.empty((3,), "int32", "cuda:0")
 te.copy(small, array.array("i", [1, 2, 3]), s)
 back = castmesh.zeros((3,), "int32"); te.copy(back, small, s); s.synchronize()
 assert back.tolist() == [1, 2, 3], back.tolist()
+# The DLPack stream protocol both ways, on side streams without host
+# synchronisation in between: castmesh names its stream to the producer
+# (torch/cupy order their pending kernels before it), and torch/cupy name
+# theirs to castmesh (castmesh's pending copy is ordered before it).
+big = 1 << 24
+pending = te.empty((big,), "float32", "cuda:0")
+te_work = te.Stream("cuda:0")
 try:
     import torch
     if torch.cuda.is_available():
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
-            t = torch.arange(5, device="cuda", dtype=torch.float32)
-        side.synchronize()
-        c = castmesh.from_dlpack(t)
+            t = torch.full((big,), 3.0, device="cuda", dtype=torch.float32)
+            for _ in range(20):
+                t.mul_(1.0).add_(0.0)                       # keep the side stream busy
+            t.mul_(2.0)
+        cs = te.Stream("cuda:0")
+        c = castmesh.from_dlpack(t, stream=cs)              # side's work is ordered before cs
         assert c.data_ptr == t.data_ptr(), "castmesh view of a torch tensor is not zero-copy"
-        u = torch.from_dlpack(small)
-        assert u.device.type == "cuda" and u.cpu().tolist() == [1, 2, 3]
-        print("torch DLPack round trip: ok (side stream)")
+        host = castmesh.zeros((big,), "float32")
+        te.copy(host, c, cs); cs.synchronize()
+        got = memoryview(host).cast("B").cast("f")
+        assert got[0] == 6.0 and got[big - 1] == 6.0, (got[0], got[big - 1])
+        wrapped = te.Stream.from_native("cuda:0", side.cuda_stream)   # torch's stream as a castmesh Stream
+        assert wrapped.native_handle == side.cuda_stream
+        # castmesh -> torch: a large pending copy on castmesh's stream, then
+        # torch consumes on its own current stream (which must wait for it).
+        src = castmesh.zeros((big,), "float32")
+        memoryview(src).cast("B").cast("f")[big - 1] = 5.0
+        te.copy(pending, src, te_work)
+        u = torch.from_dlpack(pending)                       # __dlpack__(stream=torch's current stream)
+        assert u.device.type == "cuda" and float(u[big - 1].item()) == 5.0
+        u2 = torch.from_dlpack(small)
+        assert u2.cpu().tolist() == [1, 2, 3]
+        print("torch DLPack round trip with the stream protocol: ok (side stream)")
 except ImportError:
     print("torch not installed: its round trip skipped")
 try:
     import cupy
-    a = cupy.arange(4, dtype=cupy.int32)
-    c = castmesh.from_dlpack(a)
+    with cupy.cuda.Stream(non_blocking=True) as cside:
+        a = cupy.full((big,), 4, dtype=cupy.int32)
+        a *= 2
+    cs = te.Stream("cuda:0")
+    c = castmesh.from_dlpack(a, stream=cs)
     assert c.data_ptr == a.data.ptr
-    b = cupy.from_dlpack(small)
-    assert b.get().tolist() == [1, 2, 3]
-    print("cupy DLPack round trip: ok")
+    host = castmesh.zeros((big,), "int32")
+    te.copy(host, c, cs); cs.synchronize()
+    got = memoryview(host).cast("B").cast("i")
+    assert got[0] == 8 and got[big - 1] == 8, (got[0], got[big - 1])
+    src = castmesh.zeros((big,), "float32")
+    memoryview(src).cast("B").cast("f")[0] = 7.0
+    te.copy(pending, src, te_work)
+    b = cupy.from_dlpack(pending)                            # cupy names its current stream
+    assert float(b[0].get()) == 7.0
+    assert cupy.from_dlpack(small).get().tolist() == [1, 2, 3]
+    print("cupy DLPack round trip with the stream protocol: ok (side stream)")
 except ImportError:
     print("cupy not installed: its round trip skipped")
 print("gpu-check python: ok")

@@ -19,15 +19,21 @@ ShapeLike = Union[int, Sequence[int]]
 __all__ = ["Tensor", "from_dlpack", "empty", "zeros"]
 
 
-def from_dlpack(obj: Any) -> Tensor:
+def from_dlpack(obj: Any, stream: Any = None) -> Tensor:
     """A zero-copy ``castmesh.Tensor`` of ``obj``.
 
     ``obj`` is anything with ``__dlpack__`` (NumPy, PyTorch, CuPy, JAX arrays,
     another ``castmesh.Tensor``) or, failing that, the buffer protocol
     (``bytearray``, ``array.array``, ``memoryview``). The result keeps ``obj``
     alive and is read-only when ``obj`` is.
+
+    For a CUDA/ROCm array castmesh follows the DLPack stream protocol: it calls
+    ``obj.__dlpack__(stream=<handle>)`` naming ``stream`` (a
+    ``castmesh.tensor_engine.Stream``, the one you will use the tensor on;
+    default: castmesh's own consume stream of that device), so the producer
+    orders its pending work before anything enqueued there.
     """
-    return _castmesh.as_tensor(obj, False)
+    return _castmesh.as_tensor(obj, False, stream)
 
 
 def _shape(shape: ShapeLike) -> list:

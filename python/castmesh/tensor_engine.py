@@ -26,7 +26,9 @@ from .tensor import Tensor
 __all__ = ["Event", "Stream", "copy", "devices", "empty"]
 
 Stream = _castmesh.DeviceStream
-"""A stream of the backend: ``Stream("cuda:0")``, ``.synchronize()``, ``.query()``, ``.device``."""
+"""A stream of the backend: ``Stream("cuda:0")``, ``.synchronize()``, ``.query()``, ``.device``,
+``.native_handle`` (the cudaStream_t/hipStream_t as an integer); ``Stream.from_native("cuda:0", handle)`` wraps
+a framework's stream (e.g. ``torch.cuda.current_stream().cuda_stream``) without owning it."""
 
 Event = _castmesh.DeviceEvent
 """An event: ``Event("cuda:0")``, ``.record(stream)``, ``.query()``, ``.synchronize()``, ``.wait(stream)``."""

@@ -38,8 +38,16 @@ DeviceOptions device_options(const py::object& stream) {
   return options;
 }
 
-TensorView in_view(const py::object& obj) { return obj.is_none() ? TensorView() : tensor_from_python(obj, false); }
-TensorView out_view(const py::object& obj) { return obj.is_none() ? TensorView() : tensor_from_python(obj, true); }
+// A collective's buffers. A CUDA/ROCm DLPack producer is asked with the
+// stream the collective will run on (options.stream, or castmesh's consume
+// stream of its device, which then becomes options.stream): the DLPack
+// stream protocol.
+TensorView in_view(const py::object& obj, DeviceOptions& options) {
+  return obj.is_none() ? TensorView() : tensor_from_python(obj, false, &options.stream);
+}
+TensorView out_view(const py::object& obj, DeviceOptions& options) {
+  return obj.is_none() ? TensorView() : tensor_from_python(obj, true, &options.stream);
+}
 
 // NumPy's view of `count` elements of `dtype` at `data` (the reduction's buffers).
 py::object numpy_view(py::module_& np, const void* data, size_t count, DType dtype, bool writable) {
@@ -134,19 +142,19 @@ absl::Duration duration(std::optional<double> seconds) {
 
 void bind_point_to_point(py::class_<Communicator>& c) {
   c.def("send", [](const Communicator& comm, const py::object& buf, int dest, int tag) {
-     TensorView v = in_view(buf);
+     TensorView v = tensor_from_python(buf, false);
      check(unlocked([&] { return comm.send(v, dest, tag); }));
    }, py::arg("buf"), py::arg("dest"), py::arg("tag") = 0)
       .def("isend", [](const Communicator& comm, const py::object& buf, int dest, int tag) {
-        TensorView v = in_view(buf);
+        TensorView v = tensor_from_python(buf, false);
         return unlocked([&] { return comm.isend(v, dest, tag); });
       }, py::arg("buf"), py::arg("dest"), py::arg("tag") = 0)
       .def("recv", [](const Communicator& comm, const py::object& buf, int source, int tag, std::optional<double> timeout) {
-        TensorView v = out_view(buf);
+        TensorView v = tensor_from_python(buf, true);
         return status_object(value(unlocked([&] { return comm.recv(v, source, tag, duration(timeout)); })));
       }, py::arg("buf"), py::arg("source") = kAnySource, py::arg("tag") = kAnyTag, py::arg("timeout") = py::none())
       .def("irecv", [](const Communicator& comm, const py::object& buf, int source, int tag) {
-        TensorView v = out_view(buf);
+        TensorView v = tensor_from_python(buf, true);
         return comm.irecv(v, source, tag);
       }, py::arg("buf"), py::arg("source") = kAnySource, py::arg("tag") = kAnyTag)
       .def("probe", [](const Communicator& comm, int source, int tag, std::optional<double> timeout) {
@@ -167,60 +175,60 @@ void bind_collectives(py::class_<Communicator>& c) {
      return py::none();
    }, py::arg("async_op") = false)
       .def("allreduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         ReduceSpec spec = reduce_spec(op);
         if (async_op) return py::cast(comm.iallreduce(i, o, spec, options));
         check(unlocked([&] { return comm.allreduce(i, o, spec, options); }));
         return py::none();
       }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("reduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, int root, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         ReduceSpec spec = reduce_spec(op);
         if (async_op) return py::cast(comm.ireduce(i, o, spec, root, options));
         check(unlocked([&] { return comm.reduce(i, o, spec, root, options); }));
         return py::none();
       }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("broadcast", [](const Communicator& comm, const py::object& buf, int root, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView v = comm.rank() == root ? in_view(buf) : out_view(buf);
+        DeviceOptions options = device_options(stream);
+        TensorView v = comm.rank() == root ? in_view(buf, options) : out_view(buf, options);
         if (async_op) return py::cast(comm.ibroadcast(v, root, options));
         check(unlocked([&] { return comm.broadcast(v, root, options); }));
         return py::none();
       }, py::arg("buf"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("allgather", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         if (async_op) return py::cast(comm.iallgather(i, o, options));
         check(unlocked([&] { return comm.allgather(i, o, options); }));
         return py::none();
       }, py::arg("input"), py::arg("output"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("gather", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         if (async_op) return py::cast(comm.igather(i, o, root, options));
         check(unlocked([&] { return comm.gather(i, o, root, options); }));
         return py::none();
       }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("scatter", [](const Communicator& comm, const py::object& in, const py::object& out, int root, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         if (async_op) return py::cast(comm.iscatter(i, o, root, options));
         check(unlocked([&] { return comm.scatter(i, o, root, options); }));
         return py::none();
       }, py::arg("input"), py::arg("output"), py::arg("root"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("reduce_scatter", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         ReduceSpec spec = reduce_spec(op);
         if (async_op) return py::cast(comm.ireduce_scatter(i, o, spec, options));
         check(unlocked([&] { return comm.reduce_scatter(i, o, spec, options); }));
         return py::none();
       }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("alltoall", [](const Communicator& comm, const py::object& in, const py::object& out, bool async_op, const py::object& stream) -> py::object {
-        const DeviceOptions options = device_options(stream);
-        TensorView i = in_view(in), o = out_view(out);
+        DeviceOptions options = device_options(stream);
+        TensorView i = in_view(in, options), o = out_view(out, options);
         if (async_op) return py::cast(comm.ialltoall(i, o, options));
         check(unlocked([&] { return comm.alltoall(i, o, options); }));
         return py::none();

@@ -6,7 +6,9 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 
 #include "bindings.h"
 #include "castmesh/detail/mutex.h"
+#include "castmesh/tensor_engine.h"
 #include "status_binding.h"
 
 namespace castmesh::python {
@@ -130,16 +133,63 @@ TensorView view_of_capsule(py::handle capsule, py::handle producer) {
   return view->with_owner(hold(held));
 }
 
-// The capsule from obj.__dlpack__, versioned when the producer can.
-py::object dlpack_capsule(py::handle obj) {
+// The capsule from obj.__dlpack__, versioned when the producer can; `stream`
+// (None for host producers) is DLPack's stream argument.
+py::object dlpack_capsule(py::handle obj, const py::object& stream) {
   py::object method = obj.attr("__dlpack__");
   try {
-    return method(py::arg("max_version") = py::make_tuple(kDLPackMajorVersion, kDLPackMinorVersion));
+    if (stream.is_none()) {
+      return method(py::arg("max_version") = py::make_tuple(kDLPackMajorVersion, kDLPackMinorVersion));
+    }
+    return method(py::arg("stream") = stream,
+                  py::arg("max_version") = py::make_tuple(kDLPackMajorVersion, kDLPackMinorVersion));
   } catch (py::error_already_set& error) {
     // Producers older than DLPack 1.0 do not know max_version.
     if (!error.matches(PyExc_TypeError)) throw;
   }
-  return method();
+  return stream.is_none() ? method() : method(py::arg("stream") = stream);
+}
+
+// The CUDA/ROCm device of a DLPack producer that says so through
+// __dlpack_device__ (host producers and castmesh.Tensor: none).
+std::optional<Device> producer_device(py::handle obj) {
+  if (py::isinstance<TensorView>(obj) || !py::hasattr(obj, "__dlpack_device__")) return std::nullopt;
+  py::tuple where = obj.attr("__dlpack_device__")();
+  const int32_t kind = where[0].cast<int32_t>();
+  if (kind != static_cast<int32_t>(DeviceKind::kCuda) && kind != static_cast<int32_t>(DeviceKind::kRocm)) {
+    return std::nullopt;
+  }
+  return Device{static_cast<DeviceKind>(kind), where[1].cast<int>()};
+}
+
+// castmesh's stream for consuming device arrays on `device` when the caller
+// named none (one per device, made at first use, kept until exit), or no
+// stream without a usable tensor_engine backend. Under the GIL.
+DeviceStream consume_stream(const Device& device) {
+  static auto& streams = *new std::map<std::pair<int, int>, DeviceStream>();  // used until exit
+  const std::pair<int, int> key{static_cast<int>(device.kind), device.index};
+  auto it = streams.find(key);
+  if (it != streams.end()) return it->second;
+  absl::StatusOr<DeviceStream> made = DeviceStream::Create(device);
+  if (!made.ok()) return DeviceStream();
+  return streams.emplace(key, *made).first->second;
+}
+
+// DLPack's stream argument for a CUDA/ROCm producer on `device`: the native
+// handle of the stream castmesh will use (*stream, or the consume stream,
+// which is then stored into *stream), so the producer orders its pending work
+// before castmesh's. None without the backend: castmesh cannot touch the
+// memory then, and whatever uses the view reports the missing backend.
+py::object consumer_stream_argument(const Device& device, DeviceStream* stream) {
+  if (!stream->valid()) *stream = consume_stream(device);
+  if (!stream->valid()) return py::none();
+  if (stream->device() != device) {
+    throw py::value_error("the array is on " + device.to_string() + " but the stream is on " +
+                          stream->device().to_string() + "; pass a stream of the array's device");
+  }
+  absl::StatusOr<uintptr_t> native = stream->native_handle();
+  if (!native.ok()) raise_status(native.status());
+  return py::int_(*native);
 }
 
 // --- import: buffer protocol ------------------------------------------------
@@ -246,10 +296,38 @@ TensorView on_requested_device(const TensorView& view, py::handle dl_device) {
                          std::to_string(requested.first) + ", " + std::to_string(requested.second) + ")");
 }
 
-// Tensor.__dlpack__. castmesh never has device work pending on a view, so
-// `stream` needs no synchronisation and is accepted as given.
+// The producer half of the DLPack stream protocol: the consumer's stream
+// (DLPack's integer: None means CUDA's legacy default stream or HIP's null
+// stream, -1 no ordering) waits for castmesh's pending work on the tensor's
+// device. Host tensors have nothing pending.
+void order_consumer_after_castmesh(const TensorView& view, py::handle stream) {
+  const Device device = view.device();
+  if (device.kind != DeviceKind::kCuda && device.kind != DeviceKind::kRocm) return;
+  int64_t native = device.kind == DeviceKind::kCuda ? 1 : 0;
+  if (!stream.is_none()) {
+    if (!py::isinstance<py::int_>(stream)) {
+      throw py::type_error("__dlpack__(stream=...) takes an integer (the consumer's native stream), not " +
+                           type_name(stream));
+    }
+    native = stream.cast<int64_t>();
+  }
+  if (native == -1) return;  // the consumer orders the work itself
+  if (native == 0 && device.kind == DeviceKind::kCuda) {
+    throw py::value_error(
+        "__dlpack__(stream=0) is ambiguous for CUDA (DLPack forbids it): pass 1 for the legacy default stream, 2 for "
+        "the per-thread default stream, or the stream's handle");
+  }
+  if (native < -1) throw py::value_error("__dlpack__(stream=" + std::to_string(native) + "): not a stream");
+  absl::StatusOr<DeviceStream> consumer = DeviceStream::FromNative(device, static_cast<uintptr_t>(native));
+  if (!consumer.ok()) raise_status(consumer.status());
+  if (absl::Status st = order_after_castmesh_work(*consumer); !st.ok()) raise_status(st);
+}
+
+// Tensor.__dlpack__: `stream` is the consumer's stream (DLPack's integer);
+// for device memory it waits for castmesh's pending work first.
 py::object export_dlpack(const TensorView& self, py::handle stream, py::handle max_version, py::handle dl_device,
                          py::handle copy) {
+  order_consumer_after_castmesh(self, stream);
   TensorView view = on_requested_device(self, dl_device);
   const bool copied = !copy.is_none() && copy.cast<bool>();
   if (copied) view = value_or_raise(view.ContiguousCopy());
@@ -445,10 +523,17 @@ void bind_tensor_class(py::module_& module) {
 }  // namespace
 
 TensorView tensor_from_python(py::handle obj, bool writable) {
+  DeviceStream none;
+  return tensor_from_python(obj, writable, &none);
+}
+
+TensorView tensor_from_python(py::handle obj, bool writable, DeviceStream* stream) {
   if (py::isinstance<TensorView>(obj)) return checked_writable(obj.cast<TensorView>(), obj, writable);
   if (py::hasattr(obj, "__dlpack__")) {
+    std::optional<Device> device = producer_device(obj);
+    py::object stream_argument = device ? consumer_stream_argument(*device, stream) : py::none();
     try {
-      py::object capsule = dlpack_capsule(obj);
+      py::object capsule = dlpack_capsule(obj, stream_argument);
       return checked_writable(view_of_capsule(capsule, obj), obj, writable);
     } catch (py::error_already_set& error) {
       // A legacy producer refuses read-only arrays; their buffer still works.
@@ -466,9 +551,14 @@ void bind_tensor(py::module_& module) {
   bind_tensor_class(module);
   module.def(
       "as_tensor",
-      [](py::handle obj, bool writable) { return tensor_to_python(tensor_from_python(obj, writable)); },
-      py::arg("obj"), py::arg("writable") = false,
-      "Zero-copy castmesh.Tensor of any DLPack or buffer-protocol object (a NumPy array without importing NumPy).");
+      [](py::handle obj, bool writable, const py::object& stream) {
+        DeviceStream consumer = stream.is_none() ? DeviceStream() : stream.cast<DeviceStream>();
+        return tensor_to_python(tensor_from_python(obj, writable, &consumer));
+      },
+      py::arg("obj"), py::arg("writable") = false, py::arg("stream") = py::none(),
+      "Zero-copy castmesh.Tensor of any DLPack or buffer-protocol object (a NumPy array without importing NumPy); "
+      "a CUDA/ROCm producer is asked with __dlpack__(stream=) naming `stream` (a castmesh.tensor_engine.Stream; "
+      "default: castmesh's consume stream of that device).");
   module.def(
       "allocate_tensor",
       [](const std::vector<int64_t>& shape, const std::string& dtype) {

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include "castmesh/tensor.h"
+#include "castmesh/tensor_engine.h"
 
 namespace castmesh::python {
 
@@ -18,6 +19,12 @@ namespace castmesh::python {
 // a releaser thread of the binding lets go of the object later. Raises BufferError when `writable` and `obj` is
 // read-only, ValueError/BufferError/TypeError for unusable objects.
 castmesh::TensorView tensor_from_python(pybind11::handle obj, bool writable);
+// The same for data castmesh will use on a device stream (the DLPack stream
+// protocol): a CUDA/ROCm producer (not a castmesh.Tensor) is asked with
+// __dlpack__(stream=<native handle of *stream>), so its pending work is
+// ordered before castmesh's; when *stream is no stream, castmesh's consume
+// stream of the producer's device is used and stored into *stream.
+castmesh::TensorView tensor_from_python(pybind11::handle obj, bool writable, castmesh::DeviceStream* stream);
 
 // A castmesh.Tensor wrapping `view`: a DLPack producer (__dlpack__,
 // __dlpack_device__) with the buffer protocol, shape, dtype, strides, nbytes,

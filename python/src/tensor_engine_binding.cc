@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -52,7 +53,14 @@ void bind_tensor_engine(py::module_& module) {
   py::class_<DeviceStream>(module, "DeviceStream", "A stream of the tensor_engine backend (castmesh.tensor_engine.Stream).")
       .def(py::init([](const std::string& device) { return value(DeviceStream::Create(parse_device(device))); }),
            py::arg("device"), "A new stream on `device` ('cuda:0').")
+      .def_static("from_native", [](const std::string& device, uintptr_t native) {
+        return value(DeviceStream::FromNative(parse_device(device), native));
+      }, py::arg("device"), py::arg("native"),
+         "A Stream for a stream the runtime made elsewhere (torch.cuda.current_stream().cuda_stream, "
+         "cupy's stream.ptr; 1/2 CUDA's legacy/per-thread default): castmesh enqueues on it, never destroys it.")
       .def_property_readonly("device", [](const DeviceStream& s) { return s.device().to_string(); })
+      .def_property_readonly("native_handle", [](const DeviceStream& s) { return value(s.native_handle()); },
+         "The runtime's stream as an integer (what __dlpack__(stream=...) takes; torch.cuda.ExternalStream).")
       .def("synchronize", [](const DeviceStream& s) {
         absl::Status st;
         {

@@ -138,3 +138,147 @@ def test_fake_backend_collectives_on_device_tensors(tmp_path):
     assert tuple(device) == (2, 0)
     assert host == [1, 2, 3]
     assert "stage" in unsupported or "host" in unsupported, unsupported
+
+
+_STREAM_PROTOCOL_SCRIPT = textwrap.dedent("""
+    import array, ctypes, os
+    import castmesh
+    from castmesh import tensor_engine as te
+
+    fake = ctypes.CDLL(os.path.join(os.environ["CASTMESH_BACKEND_PATH"], "libcastmesh_tensor_engine.so"))
+    fake.castmesh_fake_te_hold.restype = ctypes.c_void_p
+    fake.castmesh_fake_te_hold.argtypes = [ctypes.c_void_p]
+    fake.castmesh_fake_te_release.argtypes = [ctypes.c_void_p]
+
+    class FakeProducer:
+        # A FAKE DLPack device producer: records the stream each __dlpack__ call names.
+        def __init__(self, tensor):
+            self.tensor = tensor
+            self.streams = []
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+            self.streams.append(stream)
+            return self.tensor.__dlpack__(stream=-1, max_version=max_version)
+
+    # Consumer side: castmesh names the stream it will use.
+    s = te.Stream("cuda:1")
+    assert isinstance(s.native_handle, int) and s.native_handle not in (0, 1, 2)
+    p = FakeProducer(te.empty((4,), "float32", "cuda:1"))
+    v = castmesh.from_dlpack(p, stream=s)
+    assert p.streams == [s.native_handle], p.streams
+    assert v.__dlpack_device__() == (2, 1) and v.data_ptr == p.tensor.data_ptr
+    castmesh.from_dlpack(p)                                   # default: castmesh's consume stream
+    assert isinstance(p.streams[-1], int) and p.streams[-1] not in (None, s.native_handle), p.streams
+    try:
+        castmesh.from_dlpack(p, stream=te.Stream("cuda:0"))
+    except ValueError as e:
+        assert "stream of the array's device" in str(e), e
+    else:
+        raise AssertionError("a stream of another device was accepted")
+    host_p = FakeProducer(castmesh.zeros((2,), "int32"))   # a host producer is asked without a stream
+    castmesh.from_dlpack(host_p, stream=s)
+    assert host_p.streams == [None], host_p.streams
+
+    # Producer side: castmesh's pending work (a held copy into x) is ordered
+    # before the consumer's stream, which the consumer names by its handle.
+    x = te.empty((3,), "int32", "cuda:1")
+    work = te.Stream("cuda:1")
+    gate = fake.castmesh_fake_te_hold(work.native_handle)
+    te.copy(x, array.array("i", [4, 5, 6]), work)
+    consumer = te.Stream("cuda:1")
+    capsule = x.__dlpack__(stream=consumer.native_handle, max_version=(1, 0))
+    out = castmesh.zeros((3,), "int32")
+    te.copy(out, x, consumer)
+    held = consumer.query()
+    fake.castmesh_fake_te_release(gate)
+    consumer.synchronize()
+    assert held is False, "the consumer's stream did not wait for castmesh's copy"
+    assert out.tolist() == [4, 5, 6], out.tolist()
+    # stream=-1: no ordering asked; stream=None: CUDA's legacy default stream.
+    x.__dlpack__(stream=-1, max_version=(1, 0))
+    x.__dlpack__(max_version=(1, 0))
+    for bad, error in ((0, ValueError), ("s", TypeError)):
+        try:
+            x.__dlpack__(stream=bad, max_version=(1, 0))
+        except error:
+            pass
+        else:
+            raise AssertionError(f"stream={bad!r} was accepted")
+    wrapped = te.Stream.from_native("cuda:1", consumer.native_handle)
+    assert wrapped.native_handle == consumer.native_handle
+    del wrapped
+    consumer.synchronize()                                    # still alive: the wrap did not own it
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(not FAKE_DIR or not os.path.isdir(FAKE_DIR), reason="fake tensor_engine plugin not built")
+def test_fake_backend_dlpack_stream_protocol():
+    """The DLPack stream protocol both ways over the FAKE plugin: castmesh names its stream to a (fake) device
+    producer, and a consumer's stream waits for castmesh's pending work on an exported device tensor."""
+    env = dict(os.environ, CASTMESH_BACKEND_PATH=FAKE_DIR)
+    done = subprocess.run([sys.executable, "-c", _STREAM_PROTOCOL_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().endswith("ok")
+
+
+_PRODUCER_ACTOR_MODULE = textwrap.dedent("""
+    import array
+    import castmesh
+    from castmesh import Actor, endpoint, collectives
+    from castmesh import tensor_engine as te
+
+
+    class FakeProducer:
+        # A FAKE DLPack device producer: records the stream each __dlpack__ call names.
+        def __init__(self, tensor):
+            self.tensor = tensor
+            self.streams = []
+        def __dlpack_device__(self):
+            return self.tensor.__dlpack_device__()
+        def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+            self.streams.append(stream)
+            return self.tensor.__dlpack__(stream=-1, max_version=max_version)
+
+
+    class ProducerRank(Actor):
+        @endpoint
+        def run(self):
+            comm = collectives.current()
+            s = te.Stream("cuda:0")
+            x = te.empty((3,), "int32", "cuda:0")
+            te.copy(x, array.array("i", [1, 2, 3]), s)
+            p = FakeProducer(x)
+            comm.allreduce(p, op="sum", stream=s)
+            named = p.streams[-1] == s.native_handle
+            comm.allreduce(p, op="sum")                  # no stream: castmesh's consume stream, named too
+            default = p.streams[-1]
+            out = castmesh.zeros((3,), "int32")
+            te.copy(out, x, s)
+            s.synchronize()
+            return named, isinstance(default, int) and default != s.native_handle, out.tolist()
+""")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not FAKE_DIR or not os.path.isdir(FAKE_DIR), reason="fake tensor_engine plugin not built")
+def test_fake_backend_collectives_name_their_stream_to_a_device_producer(tmp_path):
+    """A collective on a (fake) DLPack device producer asks __dlpack__ with the stream it runs on."""
+    (tmp_path / "te_producer_mod.py").write_text(_PRODUCER_ACTOR_MODULE)
+    script = textwrap.dedent("""
+        from castmesh import this_host
+        from te_producer_mod import ProducerRank
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        mesh = procs.spawn("dev", ProducerRank)
+        print(repr(list(mesh.run.call().get().values())[0]))
+        procs.stop().get()
+    """)
+    env = dict(os.environ, CASTMESH_BACKEND_PATH=FAKE_DIR,
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stdout + done.stderr
+    named, default, out = eval(done.stdout.strip().splitlines()[-1])
+    assert named and default
+    assert out == [1, 2, 3]
