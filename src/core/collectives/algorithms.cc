@@ -155,26 +155,156 @@ absl::Status recursive_doubling_allreduce(const Steps& s, void* out, size_t coun
   return absl::OkStatus();
 }
 
-// Ring reduce-scatter then ring allgather over p blocks of `out`: each
-// block is reduced once, along the ring, then copied to everyone.
-absl::Status ring_allreduce(const Steps& s, void* out, size_t count, const Reduction& op) {
+// The segments of one pipelined ring allreduce: every block is cut into
+// `segments` pieces; piece j of block b is block_range(block, segments, j)
+// within it. Tag steps: (phase step) * segments + j.
+struct SegmentPlan {
+  size_t count = 0;
+  int parts = 0;
+  size_t segments = 1;
+  // Element range [begin, end) of segment j of block b.
+  std::pair<size_t, size_t> range(int b, size_t j) const {
+    auto [bb, be] = block_range(count, parts, b);
+    auto [sb, se] = block_range(be - bb, static_cast<int>(segments), static_cast<int>(j));
+    return {bb + sb, bb + se};
+  }
+  uint32_t step(int phase_step, size_t j) const {
+    return static_cast<uint32_t>(static_cast<size_t>(phase_step) * segments + j);
+  }
+};
+
+SegmentPlan plan_segments(size_t count, int p, size_t item) {
+  SegmentPlan plan{count, p, 1};
+  const size_t smallest_block = count / static_cast<size_t>(p);
+  const size_t block_bytes = (smallest_block + 1) * item;
+  plan.segments = std::max<size_t>(1, (block_bytes + kAllreduceSegmentBytes - 1) / kAllreduceSegmentBytes);
+  // Every segment at least one element, and every tag step within 24 bits.
+  const size_t max_segments = std::max<size_t>(1, 0xfff000 / (2 * static_cast<size_t>(p)));
+  plan.segments = std::min({plan.segments, std::max<size_t>(1, smallest_block), max_segments});
+  return plan;
+}
+
+// Receives of one collective still posted: on an early return they are
+// withdrawn (or, when a delivery already took them, waited for), so no byte
+// lands in scratch or output memory after the call returned.
+class PostedReceives {
+ public:
+  explicit PostedReceives(detail::CommGroup* group) : group_(group) {}
+  ~PostedReceives() {
+    for (auto& request : requests_) {
+      if (request == nullptr || request->done()) continue;
+      if (!group_->mailbox().cancel(request)) (void)request->wait(absl::InfiniteDuration());
+    }
+  }
+  void add(size_t index, std::shared_ptr<detail::RequestState> request) {
+    if (requests_.size() <= index) requests_.resize(index + 1);
+    requests_[index] = std::move(request);
+  }
+  // Waits for receive `index` and forgets it.
+  absl::Status wait(size_t index) {
+    absl::Status st = Steps::wait(requests_[index]);
+    if (st.ok()) requests_[index].reset();
+    return st;
+  }
+
+ private:
+  detail::CommGroup* group_;
+  std::vector<std::shared_ptr<detail::RequestState>> requests_;
+};
+
+// Ring reduce-scatter then ring allgather, each block cut into segments
+// (kAllreduceSegmentBytes) that flow along the ring one after another: a
+// rank reduces segment k of a block while the next ones are in flight, and
+// forwards it at once. A received segment lands in a small scratch ring that
+// stays in cache and is combined with this rank's *input* straight into
+// `out`, so the input is never copied to the output first and every byte of
+// `out` is written once per phase. Sends of the first step read `in`, later
+// ones `out`; the allgather receives go straight into `out`. `in` may be
+// `out` (in place): a segment of `in` is overwritten only after the peer
+// that reads it has combined it (causal along the ring).
+//
+// Operand order: the data of the lower-ranked neighbour goes on the left, so
+// at p = 2 even non-commutative ops are exact (each half is combined once,
+// rank 0's data on the left); for p > 2 the partial sums wrap around the
+// ring and only commutative ops may take this path.
+absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call, const void* in, void* out,
+                                      size_t count, const Reduction& op) {
   const size_t item = dtype_size(op.dtype());
   const int p = s.size(), r = s.rank(), right = mod(r + 1, p), left = mod(r - 1, p);
-  std::vector<char> tmp((count / p + 1) * item);
-  for (int step = 0; step < p - 1; ++step) {
-    auto [sb, se] = block_range(count, p, mod(r - step, p));
-    auto [rb, re] = block_range(count, p, mod(r - step - 1, p));
-    CASTMESH_RETURN_IF_ERROR(s.exchange(right, at(out, sb * item), (se - sb) * item, left, tmp.data(),
-                                        (re - rb) * item, static_cast<uint32_t>(step)));
-    op.combine3(tmp.data(), at(out, rb * item), at(out, rb * item), re - rb);
+  const SegmentPlan plan = plan_segments(count, p, item);
+  const size_t nseg = plan.segments;
+  const size_t slot_elems = (count / p + 1 + nseg - 1) / nseg + 1;
+  const size_t window = std::min<size_t>(kAllreduceWindow, (p - 1) * nseg);
+  // The scratch ring is kept per thread between calls (up to 4 MiB): a
+  // fresh one would cost a zero fill and, above malloc's mmap threshold, a
+  // page fault per 4 KiB on every call.
+  constexpr size_t kKeptScratchBytes = size_t{4} << 20;
+  thread_local std::vector<char> kept_scratch;
+  std::vector<char> own_scratch;
+  const size_t scratch_bytes = window * slot_elems * item;
+  std::vector<char>& scratch_buffer = scratch_bytes <= kKeptScratchBytes ? kept_scratch : own_scratch;
+  if (scratch_buffer.size() < scratch_bytes) scratch_buffer.resize(scratch_bytes);
+  char* const scratch = scratch_buffer.data();
+  const bool received_on_left = left < r;
+
+  PostedReceives reduce_recvs(call.group), gather_recvs(call.group);
+  std::vector<std::shared_ptr<detail::RequestState>> sends;
+  sends.reserve(2 * (p - 1) * nseg);
+  // Every allgather receive lands in `out`: post them all now, so segments
+  // are read as soon as they are offered.
+  for (int st = 0; st < p - 1; ++st) {
+    const int b = mod(r - st, p);
+    for (size_t j = 0; j < nseg; ++j) {
+      auto [sb, se] = plan.range(b, j);
+      gather_recvs.add(st * nseg + j, s.post(left, plan.step(p - 1 + st, j), at(out, sb * item), (se - sb) * item));
+    }
   }
-  for (int step = 0; step < p - 1; ++step) {
-    auto [sb, se] = block_range(count, p, mod(r + 1 - step, p));
-    auto [rb, re] = block_range(count, p, mod(r - step, p));
-    CASTMESH_RETURN_IF_ERROR(s.exchange(right, at(out, sb * item), (se - sb) * item, left, at(out, rb * item),
-                                        (re - rb) * item, static_cast<uint32_t>(p + step)));
+  auto post_reduce = [&](size_t index) {
+    const int st = static_cast<int>(index / nseg);
+    const size_t j = index % nseg;
+    auto [sb, se] = plan.range(mod(r - st - 1, p), j);
+    reduce_recvs.add(index, s.post(left, plan.step(st, j), at(scratch, (index % window) * slot_elems * item),
+                                   (se - sb) * item));
+  };
+  for (size_t i = 0; i < window; ++i) post_reduce(i);
+  // Step 0 sends this rank's own block straight from the input.
+  for (size_t j = 0; j < nseg; ++j) {
+    auto [sb, se] = plan.range(r, j);
+    sends.push_back(s.start_send(right, plan.step(0, j), at(in, sb * item), (se - sb) * item));
   }
-  return absl::OkStatus();
+  const size_t reduce_total = static_cast<size_t>(p - 1) * nseg;
+  for (size_t index = 0; index < reduce_total; ++index) {
+    const int st = static_cast<int>(index / nseg);
+    const size_t j = index % nseg;
+    auto [sb, se] = plan.range(mod(r - st - 1, p), j);
+    CASTMESH_RETURN_IF_ERROR(reduce_recvs.wait(index));
+    const char* theirs = at(scratch, (index % window) * slot_elems * item);
+    const char* mine = at(in, sb * item);
+    char* dst = at(out, sb * item);
+    if (received_on_left) {
+      op.combine3(theirs, mine, dst, se - sb);
+    } else {
+      op.combine3(mine, theirs, dst, se - sb);
+    }
+    if (index + window < reduce_total) post_reduce(index + window);
+    if (st < p - 2) {
+      sends.push_back(s.start_send(right, plan.step(st + 1, j), dst, (se - sb) * item));
+    } else {  // the segment is complete here: finish it and start it round the ring
+      op.finalize(dst, se - sb, p);
+      sends.push_back(s.start_send(right, plan.step(p - 1, j), dst, (se - sb) * item));
+    }
+  }
+  for (int st = 0; st < p - 1; ++st) {
+    const int b = mod(r - st, p);
+    for (size_t j = 0; j < nseg; ++j) {
+      CASTMESH_RETURN_IF_ERROR(gather_recvs.wait(st * nseg + j));
+      if (st < p - 2) {
+        auto [sb, se] = plan.range(b, j);
+        sends.push_back(s.start_send(right, plan.step(p + st, j), at(out, sb * item), (se - sb) * item));
+      }
+    }
+  }
+  return Steps::wait_all(sends);
 }
 
 // Binomial tree towards rank 0 over absolute ranks: rank r's accumulator
@@ -215,14 +345,17 @@ absl::Status run_broadcast(const CollectiveCall& call, void* data, size_t bytes,
 absl::Status run_allreduce(const CollectiveCall& call, const void* in, void* out, size_t count, const Reduction& op) {
   Steps s(call);
   const size_t bytes = count * dtype_size(op.dtype());
+  if (s.size() > 1 && bytes > kSmallMessageBytes && count >= static_cast<size_t>(s.size()) &&
+      (op.commutative() || s.size() == 2)) {
+    // Finalizes each segment itself and reads `in` directly (no copy first).
+    return pipelined_ring_allreduce(s, call, in, out, count, op);
+  }
   if (in != out && bytes > 0) std::memcpy(out, in, bytes);
   absl::Status st;
   if (s.size() == 1) {
     st = absl::OkStatus();
-  } else if (bytes <= kSmallMessageBytes || !op.commutative() || count < static_cast<size_t>(s.size())) {
-    st = recursive_doubling_allreduce(s, out, count, op);
   } else {
-    st = ring_allreduce(s, out, count, op);
+    st = recursive_doubling_allreduce(s, out, count, op);
   }
   if (st.ok()) op.finalize(out, count, s.size());
   return st;

@@ -29,6 +29,12 @@ struct CollectiveCall {
 inline constexpr size_t kSmallMessageBytes = 64 * 1024;
 // Segment of a pipelined chain broadcast.
 inline constexpr size_t kPipelineSegmentBytes = 256 * 1024;
+// Segment of the pipelined ring allreduce (large messages): big enough to
+// go by single copy between processes of a host (>= 64 KiB), small enough
+// that a window of them stays in a core's L2.
+inline constexpr size_t kAllreduceSegmentBytes = 256 * 1024;
+// Reduce-scatter segments a rank has receives posted for at once.
+inline constexpr size_t kAllreduceWindow = 4;
 
 absl::Status run_barrier(const CollectiveCall& call);
 absl::Status run_broadcast(const CollectiveCall& call, void* data, size_t bytes, int root);

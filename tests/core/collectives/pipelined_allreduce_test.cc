@@ -1,0 +1,382 @@
+// The pipelined, segmented ring allreduce of large messages
+// (core/collectives/algorithms.cc): its edges against a serial reference
+// computed here. In-process meshes (1-8 ranks, non-powers of two; counts
+// around the small-message threshold, the segment and the block edges; in
+// place and not; avg, which finishes each segment separately; a
+// non-commutative op, which takes this path at 2 ranks only), and worker
+// procs (the single-copy path between processes of one host; a rank
+// SIGKILLed while the others are inside pipelined allreduces fails them,
+// naming it).
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "castmesh/actor_mesh.h"
+#include "castmesh/communicator.h"
+#include "castmesh/proc_mesh.h"
+#include "core/collectives/algorithms.h"
+
+namespace {
+
+// Which scenario a proc member runs (ProcMember::run).
+struct ProcScenario {
+  int64_t which = 0;
+};
+absl::Status encode_proc_scenario(const ProcScenario& m, std::string* out) {
+  *out = std::to_string(m.which);
+  return absl::OkStatus();
+}
+absl::Status decode_proc_scenario(std::string_view b, ProcScenario* m) {
+  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->which)
+             ? absl::OkStatus()
+             : absl::InvalidArgumentError("bad ProcScenario");
+}
+
+}  // namespace
+
+CASTMESH_REGISTER_MESSAGE(ProcScenario, "castmesh.test.collectives.PipelinedProcScenario", encode_proc_scenario,
+                          decode_proc_scenario);
+
+namespace castmesh {
+namespace {
+
+constexpr size_t kSegmentElems64 = collectives::kAllreduceSegmentBytes / sizeof(int64_t);
+constexpr size_t kSmallElems64 = collectives::kSmallMessageBytes / sizeof(int64_t);
+
+// Rank r's element i: exact in int64 and in float (small integers).
+int64_t contribution(int rank, size_t i) { return rank * 1000 + static_cast<int64_t>(i % 977); }
+int64_t reference_sum(int n, size_t i) {
+  int64_t want = 0;
+  for (int r = 0; r < n; ++r) want += contribution(r, i);
+  return want;
+}
+
+// Decimal concatenation: associative, not commutative (12 then 3 is 123,
+// 3 then 12 is 312), so a result in rank order proves the operand order.
+void append_digits(const void* in, void* inout, size_t count, DType) {
+  auto* a = static_cast<const int64_t*>(in);
+  auto* b = static_cast<int64_t*>(inout);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t scale = 1;
+    while (scale <= b[i]) scale *= 10;
+    b[i] = a[i] * scale + b[i];
+  }
+}
+int64_t digit(int rank, size_t i) { return 1 + (rank + static_cast<int64_t>(i)) % 9; }
+
+// What an in-process member did: an error, or a summary of its result.
+struct Outcome {
+  std::string error;
+  std::vector<int64_t> values;
+};
+using Scenario = std::function<Outcome(Communicator&)>;
+struct RunScenario {
+  Scenario scenario;
+};
+
+class Member : public Actor {
+ public:
+  Outcome run(const RunScenario& m) {
+    absl::StatusOr<Communicator> comm = Communicator::current();
+    if (!comm.ok()) return Outcome{comm.status().ToString(), {}};
+    return m.scenario(*comm);
+  }
+  using Handlers = castmesh::Handlers<&Member::run>;
+};
+
+Outcome fail(const absl::Status& st) { return Outcome{st.ToString(), {}}; }
+
+class PipelinedAllreduceTest : public ::testing::Test {
+ protected:
+  // More workers than the largest mesh (8): members block in collectives.
+  PipelinedAllreduceTest() : runtime_(RuntimeOptions{.workers = 10}) {}
+
+  std::vector<Outcome> run(int n, Scenario scenario) {
+    auto mesh = ActorMesh<Member>::Spawn(runtime_, *Shape::Create({{"ranks", static_cast<size_t>(n)}}),
+                                         MeshOptions{.name = "pipelined" + std::to_string(meshes_++)});
+    EXPECT_TRUE(mesh.ok()) << mesh.status();
+    if (!mesh.ok()) return {};
+    auto values = mesh->call(RunScenario{std::move(scenario)}).get(absl::Seconds(60));
+    EXPECT_TRUE(values.ok()) << values.status();
+    mesh->stop();
+    return values.ok() ? values->values() : std::vector<Outcome>{};
+  }
+
+  Runtime runtime_;
+  int meshes_ = 0;
+};
+
+// Counts on both sides of every edge the algorithm cuts at: nothing, one
+// element, fewer elements than ranks, the small-message threshold, one
+// segment per block, several segments with remainders, 1<<20 + 3.
+std::vector<size_t> edge_counts(int n) {
+  const size_t un = static_cast<size_t>(n);
+  std::vector<size_t> counts = {0, 1, un + 1, kSmallElems64, kSmallElems64 + 1, kSmallElems64 * un + un - 1,
+                                kSegmentElems64 * un + 1, kSegmentElems64 * 3 * un + 7};
+  if (n > 1) counts.push_back(un - 1);
+  if (n == 2 || n == 3 || n == 8) counts.push_back((size_t{1} << 20) + 3);
+  return counts;
+}
+
+// Every element on every rank against the serial sum, in place and out of
+// place (whose input must come back unchanged).
+TEST_F(PipelinedAllreduceTest, SumMatchesSerialReferenceAtEveryEdge) {
+  for (int n : {1, 2, 3, 4, 5, 7, 8}) {
+    for (size_t count : edge_counts(n)) {
+      for (bool in_place : {true, false}) {
+        auto outcomes = run(n, [count, in_place](Communicator& c) {
+          std::vector<int64_t> in(count), out(count, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = contribution(c.rank(), i);
+          const std::vector<int64_t> original = in;
+          const auto shape = std::vector<int64_t>{static_cast<int64_t>(count)};
+          TensorView tin = TensorView::Contiguous(in.data(), DType::kInt64, shape);
+          TensorView tout = in_place ? tin : TensorView::Contiguous(out.data(), DType::kInt64, shape);
+          if (absl::Status st = c.allreduce(tin, tout, ReduceOp::kSum); !st.ok()) return fail(st);
+          const std::vector<int64_t>& result = in_place ? in : out;
+          if (!in_place && in != original) return Outcome{"the input changed", {}};
+          for (size_t i = 0; i < count; ++i) {
+            if (result[i] != reference_sum(c.size(), i)) {
+              return Outcome{absl::StrCat("element ", i, " is ", result[i], ", want ", reference_sum(c.size(), i)),
+                             {}};
+            }
+          }
+          return Outcome{"", {static_cast<int64_t>(count)}};
+        });
+        ASSERT_EQ(outcomes.size(), static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          EXPECT_EQ(outcomes[r].error, "") << "n=" << n << " count=" << count << " in_place=" << in_place
+                                           << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+// avg divides each segment once, after its last contribution; every rank
+// gets the same bits (float32, which rounds: a second division or a
+// missing one would show).
+TEST_F(PipelinedAllreduceTest, AvgIsFinishedOncePerSegmentAndSameBitsEverywhere) {
+  for (int n : {2, 3, 6}) {
+    const size_t count = kSegmentElems64 * 2 * n + 5;
+    auto outcomes = run(n, [count](Communicator& c) {
+      std::vector<float> v(count);
+      for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(contribution(c.rank(), i));
+      TensorView t = TensorView::Contiguous(v.data(), DType::kFloat32, {static_cast<int64_t>(count)});
+      if (absl::Status st = c.allreduce(t, t, ReduceOp::kAvg); !st.ok()) return fail(st);
+      std::vector<int64_t> bits(count);
+      for (size_t i = 0; i < count; ++i) {
+        uint32_t b;
+        std::memcpy(&b, &v[i], sizeof(b));
+        bits[i] = b;
+        const double want = static_cast<double>(reference_sum(c.size(), i)) / c.size();
+        if (std::abs(v[i] - want) > 1e-2) return Outcome{absl::StrCat("element ", i, " is ", v[i], ", want ", want), {}};
+      }
+      return Outcome{"", bits};
+    });
+    ASSERT_EQ(outcomes.size(), static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) EXPECT_EQ(outcomes[r].error, "") << "n=" << n << " rank " << r;
+    for (int r = 1; r < n; ++r) EXPECT_TRUE(outcomes[r].values == outcomes[0].values) << "n=" << n << " rank " << r;
+  }
+}
+
+// A non-commutative op over a large buffer: at 2 ranks the pipelined ring
+// (rank 0's half and rank 1's half each combined once, rank 0 on the
+// left), elsewhere recursive doubling; the rank order holds everywhere.
+TEST_F(PipelinedAllreduceTest, NonCommutativeOpKeepsRankOrderOnLargeBuffers) {
+  CustomReduceOp append{"append", append_digits, /*commutative=*/false};
+  for (int n : {2, 3, 4}) {
+    for (size_t count : {kSmallElems64 + 1, kSegmentElems64 * 2 * n + 3}) {
+      for (bool in_place : {true, false}) {
+        auto outcomes = run(n, [append, count, in_place](Communicator& c) {
+          std::vector<int64_t> in(count), out(count, -1);
+          for (size_t i = 0; i < count; ++i) in[i] = digit(c.rank(), i);
+          const auto shape = std::vector<int64_t>{static_cast<int64_t>(count)};
+          TensorView tin = TensorView::Contiguous(in.data(), DType::kInt64, shape);
+          TensorView tout = in_place ? tin : TensorView::Contiguous(out.data(), DType::kInt64, shape);
+          if (absl::Status st = c.allreduce(tin, tout, append); !st.ok()) return fail(st);
+          const std::vector<int64_t>& result = in_place ? in : out;
+          for (size_t i = 0; i < count; ++i) {
+            int64_t want = 0;
+            for (int r = 0; r < c.size(); ++r) want = want * 10 + digit(r, i);
+            if (result[i] != want) return Outcome{absl::StrCat("element ", i, " is ", result[i], ", want ", want), {}};
+          }
+          return Outcome{"", {}};
+        });
+        ASSERT_EQ(outcomes.size(), static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          EXPECT_EQ(outcomes[r].error, "") << "n=" << n << " count=" << count << " in_place=" << in_place
+                                           << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+// Ranks that disagree on the count of a large allreduce fail it on every
+// rank, naming both calls, instead of hanging or reading past a buffer.
+TEST_F(PipelinedAllreduceTest, MismatchedLargeCountsFailEveryRank) {
+  auto outcomes = run(3, [](Communicator& c) {
+    const size_t count = kSegmentElems64 * 3 + (c.rank() == 1 ? 8 : 0);
+    std::vector<int64_t> v(count, 1);
+    TensorView t = TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(count)});
+    if (absl::Status st = c.allreduce(t, t, ReduceOp::kSum); !st.ok()) return fail(st);
+    return Outcome{"", {}};
+  });
+  ASSERT_EQ(outcomes.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_NE(outcomes[r].error.find("mismatched"), std::string::npos) << outcomes[r].error;
+}
+
+// ---- across worker procs ----
+
+constexpr int64_t kProcSums = 1;
+constexpr int64_t kProcRankOneKilled = 2;
+constexpr int64_t kProcNonCommutative = 3;
+
+// Answers "OK ..." or "ERR <status>".
+class ProcMember : public Actor {
+ public:
+  std::string run(const ProcScenario& m) {
+    absl::StatusOr<Communicator> comm = Communicator::current();
+    if (!comm.ok()) return "ERR " + comm.status().ToString();
+    absl::Status st;
+    switch (m.which) {
+      case kProcSums: st = sums(*comm); break;
+      case kProcNonCommutative: st = non_commutative(*comm); break;
+      default: st = killed_midway(*comm); break;
+    }
+    return st.ok() ? "OK" : "ERR " + st.ToString();
+  }
+  using Handlers = castmesh::Handlers<&ProcMember::run>;
+
+ private:
+  // Large sums through single copy, segment and block remainders, in place
+  // and not.
+  static absl::Status sums(Communicator& c) {
+    for (size_t count : {kSmallElems64 + 1, kSegmentElems64 * 5 + 3, (size_t{1} << 20) + 3}) {
+      for (bool in_place : {true, false}) {
+        std::vector<int64_t> in(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = contribution(c.rank(), i);
+        const auto shape = std::vector<int64_t>{static_cast<int64_t>(count)};
+        TensorView tin = TensorView::Contiguous(in.data(), DType::kInt64, shape);
+        TensorView tout = in_place ? tin : TensorView::Contiguous(out.data(), DType::kInt64, shape);
+        if (absl::Status st = c.allreduce(tin, tout, ReduceOp::kSum); !st.ok()) return st;
+        const std::vector<int64_t>& result = in_place ? in : out;
+        for (size_t i = 0; i < count; ++i) {
+          if (result[i] != reference_sum(c.size(), i)) {
+            return absl::InternalError(absl::StrCat("count ", count, " in_place ", in_place, ": element ", i, " is ",
+                                                    result[i], ", want ", reference_sum(c.size(), i)));
+          }
+          if (!in_place && in[i] != contribution(c.rank(), i)) return absl::InternalError("the input changed");
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+  static absl::Status non_commutative(Communicator& c) {
+    const size_t count = kSegmentElems64 * 4 + 3;
+    std::vector<int64_t> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = digit(c.rank(), i);
+    TensorView t = TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(count)});
+    if (absl::Status st = c.allreduce(t, t, CustomReduceOp{"append", append_digits, false}); !st.ok()) return st;
+    for (size_t i = 0; i < count; ++i) {
+      int64_t want = 0;
+      for (int r = 0; r < c.size(); ++r) want = want * 10 + digit(r, i);
+      if (v[i] != want) return absl::InternalError(absl::StrCat("element ", i, " is ", v[i], ", want ", want));
+    }
+    return absl::OkStatus();
+  }
+  // Every rank runs 4 MiB allreduces back to back; rank 1's proc SIGKILLs
+  // itself from another thread once it is inside them. The others must
+  // fail (naming rank 1), not hang.
+  static absl::Status killed_midway(Communicator& c) {
+    const size_t count = size_t{1} << 19;
+    std::vector<int64_t> v(count, 1);
+    TensorView t = TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(count)});
+    if (c.rank() == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
+    }
+    for (int i = 0; i < 100000; ++i) {
+      if (absl::Status st = c.allreduce(t, t, ReduceOp::kMax); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+}  // namespace castmesh
+
+CASTMESH_REGISTER_ACTOR(castmesh::ProcMember);
+
+namespace castmesh {
+namespace {
+
+std::vector<std::string> run_on_procs(int n, int64_t which) {
+  Runtime runtime;
+  auto procs = LocalAllocator().allocate(runtime, n);
+  EXPECT_TRUE(procs.ok()) << procs.status();
+  if (!procs.ok()) return {};
+  auto mesh = ActorMesh<ProcMember>::Spawn(*procs, MeshOptions{.name = "pipelined"});
+  EXPECT_TRUE(mesh.ok()) << mesh.status();
+  if (!mesh.ok()) return {};
+  auto replies = mesh->call(ProcScenario{which}).get(absl::Seconds(90));
+  EXPECT_TRUE(replies.ok()) << replies.status();
+  EXPECT_TRUE(procs->stop().ok());
+  return replies.ok() ? replies->values() : std::vector<std::string>{};
+}
+
+TEST(PipelinedAllreduceProcs, LargeSumsAcrossProcsMatchTheReference) {
+  for (int n : {2, 3}) {
+    auto replies = run_on_procs(n, kProcSums);
+    ASSERT_EQ(replies.size(), static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) EXPECT_EQ(replies[r], "OK") << "n=" << n << " rank " << r;
+  }
+}
+
+TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
+  auto replies = run_on_procs(2, kProcNonCommutative);
+  ASSERT_EQ(replies.size(), 2u);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(replies[r], "OK") << "rank " << r;
+}
+
+TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {
+  Runtime runtime;
+  auto procs = LocalAllocator().allocate(runtime, 3);
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  MeshOptions options{.name = "pipelined"};
+  options.on_failure = [](const MeshEvent&) { return MeshFailureAction::kContinue; };
+  auto mesh = ActorMesh<ProcMember>::Spawn(*procs, options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto stream = mesh->stream(ProcScenario{kProcRankOneKilled});
+  int answered = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    auto next = stream.next(absl::Seconds(60));  // a bound against a hang, not a timing check
+    ASSERT_TRUE(next.ok()) << next.status();
+    const auto& [point, reply] = *next;
+    if (point.rank() == 1) {
+      EXPECT_FALSE(reply.ok());  // its proc died
+      continue;
+    }
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_NE(reply->find("ERR"), std::string::npos) << *reply;
+    EXPECT_NE(reply->find("rank 1"), std::string::npos) << *reply;
+    ++answered;
+  }
+  EXPECT_EQ(answered, 2);
+  (void)procs->stop();
+}
+
+}  // namespace
+}  // namespace castmesh
