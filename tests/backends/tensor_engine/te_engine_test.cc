@@ -433,3 +433,48 @@ TEST(TensorEngineNcclDlopen, ALibraryWithoutNcclSymbolsIsRejectedByName) {
 
 }  // namespace
 }  // namespace castmesh
+
+namespace castmesh {
+namespace {
+
+// stream_wrap / stream_native (the DLPack stream protocol's plugin side): a
+// wrapped native stream is that stream, its handle's destroy leaves the
+// native stream alone, and the runtime's special values (CUDA's legacy and
+// per-thread default streams) can be wrapped.
+TEST(TensorEngine, WrappedNativeStreamsAreUsedButNotOwned) {
+  Engine engine;
+  te_engine* e = engine.get();
+  castmesh_te_stream_v1* own = nullptr;
+  EXPECT_TE_OK(te_stream_create(e, 1, &own, ERR));
+  void* native = nullptr;
+  EXPECT_TE_OK(te_stream_native_handle(e, own, &native, ERR));
+  ASSERT_NE(native, nullptr);
+  castmesh_te_stream_v1* wrapped = nullptr;
+  EXPECT_TE_OK(te_stream_wrap(e, 1, native, &wrapped, ERR));
+  void* again = nullptr;
+  EXPECT_TE_OK(te_stream_native_handle(e, wrapped, &again, ERR));
+  EXPECT_EQ(again, native);
+  void* dev = nullptr;
+  EXPECT_TE_OK(te_device_alloc(e, 1, sizeof(int32_t), &dev, ERR));
+  const int32_t value = 42;
+  EXPECT_TE_OK(te_copy(e, dev, &value, sizeof value, CASTMESH_TE_COPY_HOST_TO_DEVICE, wrapped, ERR));
+  EXPECT_TE_OK(te_stream_destroy(e, wrapped, ERR));  // the handle only
+  int32_t back = 0;
+  EXPECT_TE_OK(te_copy(e, &back, dev, sizeof back, CASTMESH_TE_COPY_DEVICE_TO_HOST, own, ERR));
+  EXPECT_TE_OK(te_stream_synchronize(e, own, ERR));  // the native stream still works: not destroyed
+  EXPECT_EQ(back, 42);
+  castmesh_te_stream_v1* legacy = nullptr;
+  EXPECT_TE_OK(te_stream_wrap(e, 0, reinterpret_cast<void*>(uintptr_t{1}), &legacy, ERR));
+  EXPECT_TE_OK(te_stream_synchronize(e, legacy, ERR));
+  EXPECT_TE_OK(te_stream_destroy(e, legacy, ERR));
+  castmesh_error_v1 error{};
+  castmesh_te_stream_v1* bad = nullptr;
+  EXPECT_EQ(te_stream_wrap(e, 9, native, &bad, &error), CASTMESH_STATUS_NO_DEVICE) << error.message;
+  EXPECT_EQ(te_stream_wrap(e, 0, native, nullptr, &error), CASTMESH_STATUS_INVALID_ARGUMENT);
+  EXPECT_EQ(te_stream_native_handle(e, nullptr, &native, &error), CASTMESH_STATUS_INVALID_ARGUMENT);
+  EXPECT_TE_OK(te_device_free(e, dev, ERR));
+  EXPECT_TE_OK(te_stream_destroy(e, own, ERR));
+}
+
+}  // namespace
+}  // namespace castmesh
