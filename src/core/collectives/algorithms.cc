@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/collectives/single_copy.h"
+
 namespace castmesh::collectives {
 namespace {
 
@@ -234,7 +236,15 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   const SegmentPlan plan = plan_segments(count, p, item);
   const size_t nseg = plan.segments;
   const size_t slot_elems = (count / p + 1 + nseg - 1) / nseg + 1;
-  const size_t window = std::min<size_t>(kAllreduceWindow, (p - 1) * nseg);
+  // Single-copy offers wait, costing nothing, until their receive is posted,
+  // so a few receives ahead suffice; a body that travels (socket, ring, a
+  // rank of this process) and finds no receive is copied once more, so
+  // there every receive is posted at once.
+  const detail::CommGroup::Layout& layout = call.group->layout();
+  const bool offered = layout.procs[left] != layout.self_proc && single_copy_towards(layout.procs[left]) &&
+                       slot_elems * item >= kSingleCopyMinBytes;
+  const size_t reduce_total = static_cast<size_t>(p - 1) * nseg;
+  const size_t window = offered ? std::min<size_t>(kAllreduceWindow, reduce_total) : reduce_total;
   // The scratch ring is kept per thread between calls (up to 4 MiB): a
   // fresh one would cost a zero fill and, above malloc's mmap threshold, a
   // page fault per 4 KiB on every call.
@@ -272,7 +282,6 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
     auto [sb, se] = plan.range(r, j);
     sends.push_back(s.start_send(right, plan.step(0, j), at(in, sb * item), (se - sb) * item));
   }
-  const size_t reduce_total = static_cast<size_t>(p - 1) * nseg;
   for (size_t index = 0; index < reduce_total; ++index) {
     const int st = static_cast<int>(index / nseg);
     const size_t j = index % nseg;

@@ -60,6 +60,15 @@ std::shared_ptr<RequestState> CommGroup::start_send(Channel channel, int dest, i
     return start_single_copy(PendingSend{dest, channel, tag, signature, sequence, data, bytes, nullptr});
   }
   v1::CollectiveHeader header = frame_header(channel, dest, tag, signature, sequence);
+  if (bytes >= collectives::kSingleCopyMinBytes) {
+    // Written to the socket from `data` itself: the request completes when
+    // the transport lets go of the body (written, or the connection lost:
+    // then the receiver fails on its own). A ring copies it at once.
+    auto request = std::make_shared<RequestState>();
+    std::shared_ptr<const void> owner(nullptr, [request, sent](const void*) { request->complete(sent); });
+    if (absl::Status st = send_frame(dest, header, data, bytes, std::move(owner)); !st.ok()) request->complete(st);
+    return request;
+  }
   absl::Status st = send_frame(dest, header, data, bytes);
   return RequestState::Done(st.ok() ? absl::StatusOr<MessageStatus>(sent) : absl::StatusOr<MessageStatus>(st));
 }
@@ -142,12 +151,14 @@ v1::CollectiveHeader CommGroup::frame_header(Channel channel, int dest, int64_t 
   return header;
 }
 
-absl::Status CommGroup::send_frame(int dest, v1::CollectiveHeader& header, const void* body, size_t bytes) {
+absl::Status CommGroup::send_frame(int dest, v1::CollectiveHeader& header, const void* body, size_t bytes,
+                                   std::shared_ptr<const void> body_owner) {
   std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
   if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
   const ProcId& proc = layout_.procs[dest];
   absl::Status sent = collectives::send_collective_frame(
-      *host, proc, header.SerializeAsString(), std::string_view(static_cast<const char*>(body), bytes));
+      *host, proc, header.SerializeAsString(), std::string_view(static_cast<const char*>(body), bytes),
+      std::move(body_owner));
   if (!sent.ok()) {
     return absl::Status(sent.code(), absl::StrCat("sending to rank ", dest, " (proc ", proc, "): ", sent.message()));
   }

@@ -59,9 +59,10 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
 
   // Starts sending `bytes` bytes to rank `dest`. Small messages, and all
   // within this process, are copied out before this returns (the request
-  // is complete); a large one to another process of this host stays in
-  // `data` until the receiver has read it (single copy), so `data` must
-  // stay valid and unchanged until the request completes.
+  // is complete); a large one (kSingleCopyMinBytes) to another process
+  // stays in `data` until the receiver has read it (single copy) or the
+  // transport has written it to the socket, so `data` must stay valid and
+  // unchanged until the request completes.
   std::shared_ptr<RequestState> start_send(collectives::Channel channel, int dest, int64_t tag, const void* data,
                                            size_t bytes, const std::string& signature = {}, uint64_t sequence = 0);
   // start_send, then waits for it.
@@ -100,8 +101,11 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   // A frame header from this rank to `dest`.
   wire::v1::CollectiveHeader frame_header(collectives::Channel channel, int dest, int64_t tag,
                                           const std::string& signature, uint64_t sequence) const;
-  // Sends one frame to rank `dest` of another proc.
-  absl::Status send_frame(int dest, wire::v1::CollectiveHeader& header, const void* body, size_t bytes);
+  // Sends one frame to rank `dest` of another proc; with `body_owner`, a
+  // body that goes over the socket leaves from `body` itself and
+  // `body_owner` is released once the transport is done with it.
+  absl::Status send_frame(int dest, wire::v1::CollectiveHeader& header, const void* body, size_t bytes,
+                          std::shared_ptr<const void> body_owner = nullptr);
   std::shared_ptr<RequestState> start_single_copy(PendingSend send);
 
   Layout layout_;

@@ -79,8 +79,13 @@ std::atomic<uint64_t> g_frames_in{0}, g_frames_out{0}, g_waiter_sleeps{0}, g_fra
 // Set on drain threads (for the frames_by_drain counter).
 thread_local bool t_drain_thread = false;
 
-absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body) {
-  return host.send_data(peer, kCollectiveDataType, header, wire::Payload::copy_of(body));
+// `owner`, when set, keeps `body` valid until the transport has written it
+// (the socket path then sends it in place, without a copy).
+absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
+                         std::shared_ptr<const void> owner = nullptr) {
+  return host.send_data(peer, kCollectiveDataType, header,
+                        owner != nullptr ? wire::Payload::share(std::move(owner), body.data(), body.size())
+                                         : wire::Payload::copy_of(body));
 }
 
 // One frame on its way into a ring, possibly in several records.
@@ -166,7 +171,8 @@ class Links {
     return *links;
   }
 
-  absl::Status send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body);
+  absl::Status send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
+                    std::shared_ptr<const void> owner);
   void on_link_frame(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h);
   void on_peer_lost(const ProcId& peer, const absl::Status& why);
   void on_peer_alive(const ProcId& peer);
@@ -224,10 +230,11 @@ std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> Links::readers() {
   return readers_;
 }
 
-absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body) {
-  if (!enabled() || !platform::proc_on_this_host(peer)) return socket_send(host, peer, header, body);
+absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
+                         std::shared_ptr<const void> owner) {
+  if (!enabled() || !platform::proc_on_this_host(peer)) return socket_send(host, peer, header, body, std::move(owner));
   std::shared_ptr<Peer> p = get(peer);
-  if (p->lost.load(std::memory_order_acquire)) return socket_send(host, peer, header, body);
+  if (p->lost.load(std::memory_order_acquire)) return socket_send(host, peer, header, body, std::move(owner));
   if (p->out_state.load(std::memory_order_acquire) == OutState::kStarted) return send_started(*p, header, body);
   detail::MutexLock lock(p->send_mu);
   // Under send_mu until LINK_START has gone, so no socket frame follows it.
@@ -242,7 +249,7 @@ absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, const std::st
     case OutState::kRefused:
       break;
   }
-  return socket_send(host, peer, header, body);
+  return socket_send(host, peer, header, body, std::move(owner));
 }
 
 void Links::offer(proc::ProcHost& host, Peer& p) {
@@ -669,8 +676,8 @@ ShmPathStats Links::stats() {
 }  // namespace
 
 absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
-                                   std::string_view body) {
-  return Links::instance().send(host, peer, header, body);
+                                   std::string_view body, std::shared_ptr<const void> body_owner) {
+  return Links::instance().send(host, peer, header, body, std::move(body_owner));
 }
 
 void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,

@@ -57,9 +57,11 @@ inline constexpr size_t kShmRingBytes = size_t{1} << 20;
 
 // Sends one communicator frame (serialized CollectiveHeader `header`, raw
 // `body`) to proc `peer`: through the shm link when it is up, else over the
-// proc's connection. Any thread.
+// proc's connection. Any thread. With `body_owner`, a body that goes over
+// the socket is written from `body` itself (no copy) and `body_owner` is
+// released once the transport is done with it (a ring copies it at once).
 absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
-                                   std::string_view body);
+                                   std::string_view body, std::shared_ptr<const void> body_owner = nullptr);
 
 // Marks the calling thread, for its lifetime, as a progress context (an I/O
 // thread delivering frames): its sends to a full ring are queued, never

@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -345,13 +345,31 @@ TEST(PipelinedAllreduceProcs, LargeSumsAcrossProcsMatchTheReference) {
   }
 }
 
+// The socket path between procs (as between hosts): bodies written from the
+// sender's buffer, every reduce-scatter receive posted at once.
+TEST(PipelinedAllreduceProcs, LargeSumsOverSocketsMatchTheReference) {
+  ::setenv("CASTMESH_SHM", "0", 1);  // read by the worker procs this test starts
+  ::setenv("CASTMESH_SINGLE_COPY", "0", 1);
+  for (int n : {2, 3}) {
+    auto replies = run_on_procs(n, kProcSums);
+    ASSERT_EQ(replies.size(), static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) EXPECT_EQ(replies[r], "OK") << "n=" << n << " rank " << r;
+  }
+}
+
 TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
   auto replies = run_on_procs(2, kProcNonCommutative);
   ASSERT_EQ(replies.size(), 2u);
   for (int r = 0; r < 2; ++r) EXPECT_EQ(replies[r], "OK") << "rank " << r;
 }
 
-TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {
+// Every rank runs pipelined allreduces; rank 1's proc is SIGKILLed midway.
+// `sockets`: between the procs over their sockets instead of single copy.
+void expect_killed_rank_fails_the_others(bool sockets) {
+  if (sockets) {
+    ::setenv("CASTMESH_SHM", "0", 1);
+    ::setenv("CASTMESH_SINGLE_COPY", "0", 1);
+  }
   Runtime runtime;
   auto procs = LocalAllocator().allocate(runtime, 3);
   ASSERT_TRUE(procs.ok()) << procs.status();
@@ -376,6 +394,14 @@ TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {
   }
   EXPECT_EQ(answered, 2);
   (void)procs->stop();
+}
+
+TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {
+  expect_killed_rank_fails_the_others(/*sockets=*/false);
+}
+
+TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceOverSocketsFailsTheOthersNamingIt) {
+  expect_killed_rank_fails_the_others(/*sockets=*/true);
 }
 
 }  // namespace
