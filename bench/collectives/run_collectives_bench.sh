@@ -5,10 +5,15 @@
 # means castmesh is slower), the bus bandwidth of each and a memcpy floor
 # measured in the same castmesh run. One sitting runs everything.
 #
-# usage: bench/collectives/run_collectives_bench.sh [BUILD_DIR] [--ranks="2 4"] [BENCH ARGS...]
+# usage: bench/collectives/run_collectives_bench.sh [BUILD_DIR] [--ranks="2 4"] [--tcp] [BENCH ARGS...]
 #   BUILD_DIR   a build with CASTMESH_BUILD_BENCHMARKS=ON in which CMake found
 #               MPI (default: build/release)
 #   --ranks     the rank counts to run (default "2 4")
+#   --tcp       "across hosts" on one host: both programs move every byte
+#               over TCP on loopback. Open MPI: --mca btl tcp,self (no shared
+#               memory, no CMA); castmesh: a tcp: rendezvous (so every rank
+#               listens on TCP), CASTMESH_SHM=0 and CASTMESH_SINGLE_COPY=0
+#               (no shared-memory rings, no process_vm_readv)
 #   --rounds    runs of each program per rank count, castmesh and MPI
 #               alternating; every figure is the median over them (default 3:
 #               on a shared machine the load moves between runs)
@@ -23,10 +28,12 @@ if [[ $# -gt 0 && $1 != --* ]]; then
 fi
 ranks="2 4"
 rounds=3
+tcp=0
 bench_args=()
 for arg in "$@"; do
   case $arg in
     --ranks=*) ranks=${arg#--ranks=} ;;
+    --tcp) tcp=1 ;;
     --rounds=*) rounds=${arg#--rounds=} ;;
     *) bench_args+=("$arg") ;;
   esac
@@ -55,6 +62,28 @@ done
 # also refuse more ranks than cores).
 read -r -a extra_mpirun_args <<< "${MPIRUN_ARGS:-}"
 mpirun_args=(--allow-run-as-root --oversubscribe --bind-to none "${extra_mpirun_args[@]}")
+castmesh_mpirun_args=()
+mpi_mpirun_args=()
+if [[ $tcp -eq 1 ]]; then
+  mpi_mpirun_args=(--mca btl tcp,self)
+  # The secret only has to be the same on every rank of one run.
+  export CASTMESH_SECRET="bench-tcp-$$-$RANDOM"
+  castmesh_mpirun_args=(-x CASTMESH_SHM=0 -x CASTMESH_SINGLE_COPY=0 -x CASTMESH_SECRET)
+fi
+# A tcp: rendezvous on a loopback port nobody listens on (a fresh one per
+# castmesh run); rank 0 listens there, the others on 127.0.0.1:0.
+free_port() {
+  local port
+  for _ in $(seq 50); do
+    port=$((20000 + RANDOM % 30000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "$port"
+      return
+    fi
+  done
+  echo "error: no free loopback port found" >&2
+  exit 1
+}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -72,6 +101,10 @@ echo "build: $build_dir; this script's checkout: $checkout"
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $cores cores," \
      "$(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "mpirun: $(mpirun --version 2>/dev/null | head -1); flags: ${mpirun_args[*]} -n N"
+if [[ $tcp -eq 1 ]]; then
+  echo "transport: TCP on loopback for both (MPI: ${mpi_mpirun_args[*]}; castmesh: ${castmesh_mpirun_args[*]}" \
+       "-x CASTMESH_RENDEZVOUS=tcp:127.0.0.1:PORT)"
+fi
 echo "args: ${bench_args[*]:-(none)}"
 echo "ratio = castmesh us / MPI us (above 1: castmesh slower); busbw as NCCL-tests (allreduce x2(n-1)/n,"
 echo "allgather x(n-1)/n, size = the gathered buffer); pingpong: one-way latency (half a round trip)."
@@ -82,8 +115,10 @@ for n in $ranks; do
   echo
   echo "=============== $n ranks$oversubscribed"
   for ((round = 1; round <= rounds; ++round)); do
-    mpirun "${mpirun_args[@]}" -n "$n" "$castmesh_bin" --tsv "${bench_args[@]}" >"$work/castmesh.$round.tsv"
-    mpirun "${mpirun_args[@]}" -n "$n" "$mpi_bin" --tsv "${bench_args[@]}" >"$work/mpi.$round.tsv"
+    cm_args=("${castmesh_mpirun_args[@]}")
+    if [[ $tcp -eq 1 ]]; then cm_args+=(-x "CASTMESH_RENDEZVOUS=tcp:127.0.0.1:$(free_port)"); fi
+    mpirun "${mpirun_args[@]}" "${cm_args[@]}" -n "$n" "$castmesh_bin" --tsv "${bench_args[@]}" >"$work/castmesh.$round.tsv"
+    mpirun "${mpirun_args[@]}" "${mpi_mpirun_args[@]}" -n "$n" "$mpi_bin" --tsv "${bench_args[@]}" >"$work/mpi.$round.tsv"
   done
   awk -F'\t' -f - lib=1 "$work"/castmesh.*.tsv lib=2 "$work"/mpi.*.tsv <<'AWK'
     function label(b) {
