@@ -69,12 +69,68 @@ struct Verify {
 struct RefuseCrossMemory {
   Numbers n;  // unused
 };
+// Changes entry `slot` of the one-sided table the receiving process mapped,
+// as a hostile or broken requester could: what 0 = count a copy in flight
+// that never leaves, 1 = a corrupt access field, 2 = the access field back to read+write.
+struct TamperTable {
+  Numbers n;  // slot, what
+};
 absl::Status encode_make(const MakeBuffer& m, std::string* out) { return encode_numbers(m.n, out); }
 absl::Status decode_make(std::string_view b, MakeBuffer* m) { return decode_numbers(b, &m->n); }
 absl::Status encode_verify(const Verify& m, std::string* out) { return encode_numbers(m.n, out); }
 absl::Status decode_verify(std::string_view b, Verify* m) { return decode_numbers(b, &m->n); }
 absl::Status encode_refuse(const RefuseCrossMemory& m, std::string* out) { return encode_numbers(m.n, out); }
 absl::Status decode_refuse(std::string_view b, RefuseCrossMemory* m) { return decode_numbers(b, &m->n); }
+absl::Status encode_tamper(const TamperTable& m, std::string* out) { return encode_numbers(m.n, out); }
+absl::Status decode_tamper(std::string_view b, TamperTable* m) { return decode_numbers(b, &m->n); }
+
+// The one-sided table this process mapped: a deleted 64 KiB /dev/shm object
+// of castmesh (the requester unlinks it once mapped). nullptr when none.
+uint64_t* mapped_one_sided_table() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/castmesh-rdma-") == std::string::npos || line.find("(deleted)") == std::string::npos) continue;
+    std::vector<std::string> range = absl::StrSplit(line.substr(0, line.find(' ')), '-');
+    uint64_t begin = 0, end = 0;
+    if (range.size() == 2 && absl::SimpleHexAtoi(range[0], &begin) && absl::SimpleHexAtoi(range[1], &end) &&
+        end - begin == 64 * 1024) {
+      return reinterpret_cast<uint64_t*>(begin);
+    }
+  }
+  return nullptr;
+}
+
+// The one-sided slot (RdmaHandle field 10) of a serialized handle, or -1 when malformed.
+int64_t one_sided_slot_of(const std::string& bytes) {
+  size_t at = 0;
+  auto varint = [&](uint64_t* value) {
+    *value = 0;
+    for (int shift = 0; at < bytes.size() && shift < 64; shift += 7) {
+      const auto byte = static_cast<uint8_t>(bytes[at++]);
+      *value |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80) == 0) return true;
+    }
+    return false;
+  };
+  uint64_t tag = 0, value = 0;
+  while (at < bytes.size() && varint(&tag)) {
+    switch (tag & 7) {
+      case 0:
+        if (!varint(&value)) return -1;
+        if ((tag >> 3) == 10) return static_cast<int64_t>(value);
+        break;
+      case 1: at += 8; break;
+      case 2:
+        if (!varint(&value)) return -1;
+        at += value;
+        break;
+      case 5: at += 4; break;
+      default: return -1;
+    }
+  }
+  return at == bytes.size() ? 0 : -1;  // proto3 leaves a 0 out
+}
 
 // A seccomp filter on every thread of this process that fails
 // process_vm_readv / process_vm_writev with EPERM, as a container runtime's
@@ -118,6 +174,7 @@ std::string refuse_cross_memory_attach() {
 CASTMESH_REGISTER_MESSAGE(MakeBuffer, "castmesh.test.rdma.MakeBuffer", encode_make, decode_make);
 CASTMESH_REGISTER_MESSAGE(Verify, "castmesh.test.rdma.Verify", encode_verify, decode_verify);
 CASTMESH_REGISTER_MESSAGE(RefuseCrossMemory, "castmesh.test.rdma.RefuseCrossMemory", encode_refuse, decode_refuse);
+CASTMESH_REGISTER_MESSAGE(TamperTable, "castmesh.test.rdma.TamperTable", encode_tamper, decode_tamper);
 
 namespace {
 
@@ -148,7 +205,18 @@ class Reader : public castmesh::Actor {
     });
   }
   std::string refuse(const RefuseCrossMemory&) { return refuse_cross_memory_attach(); }
-  using Handlers = castmesh::Handlers<&Reader::read, &Reader::refuse>;
+  std::string tamper(const TamperTable& m) {
+    uint64_t* table = mapped_one_sided_table();
+    if (table == nullptr) return "no one-sided table is mapped in this process";
+    uint64_t* entry = table + 8 * (1 + m.n.values.at(0));  // 64-byte header, 64-byte entries: word, address, size, access
+    switch (m.n.values.at(1)) {
+      case 0: __atomic_fetch_add(&entry[0], 1, __ATOMIC_SEQ_CST); break;
+      case 1: __atomic_store_n(&entry[3], 9, __ATOMIC_SEQ_CST); break;
+      default: __atomic_store_n(&entry[3], 3, __ATOMIC_SEQ_CST); break;
+    }
+    return "";
+  }
+  using Handlers = castmesh::Handlers<&Reader::read, &Reader::refuse, &Reader::tamper>;
 };
 
 }  // namespace
@@ -654,6 +722,45 @@ TEST_P(RdmaAcrossProcs, CorruptOneSidedSlotOrGenerationIsAClearError) {
   EXPECT_EQ(verify(0, one_sided() ? 1 : 9, 0, 5000), "");
   // The genuine handle still works.
   ASSERT_TRUE(buffer.read_into(dst).get(absl::Seconds(30)).ok());
+}
+
+// What a requester's table holds is checked where it is read: a corrupt
+// entry is a clear error. A requester whose count never comes back (it
+// died inside a copy, or scribbled on its table) holds the release only
+// until its proc is lost.
+TEST_P(RdmaAcrossProcs, CorruptOrWedgedOneSidedTableEntry) {
+  if (!one_sided()) GTEST_SKIP() << "one-sided copies only";
+  RdmaBuffer buffer = make(0, 5000);
+  const int64_t slot = one_sided_slot_of(buffer.serialize());
+  ASSERT_GE(slot, 0);
+  auto readers = procs_.spawn<Reader>("reader");
+  ASSERT_TRUE(readers.ok()) << readers.status();
+  auto read = [&] { return readers->at(1).ask(buffer).get(absl::Seconds(30)); };
+  auto tamper = [&](int64_t what) {
+    auto done = readers->at(1).ask(TamperTable{{{slot, what}}}).get(absl::Seconds(30));
+    return done.ok() ? *done : done.status().ToString();
+  };
+  auto first = read();  // maps the owner's table in proc 1
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, "single_copy:");
+  ASSERT_EQ(tamper(1), "");
+  auto corrupt = read();
+  EXPECT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.status().message().find("corrupt"), std::string::npos) << corrupt.status();
+  ASSERT_EQ(tamper(2), "");
+  auto repaired = read();
+  ASSERT_TRUE(repaired.ok()) << repaired.status();
+  EXPECT_EQ(*repaired, "single_copy:");
+  // A copy that never leaves: the owner keeps the memory (release does not resolve) until proc 1 is lost.
+  ASSERT_EQ(tamper(0), "");
+  castmesh::Future<castmesh::Unit> released = buffer.release();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(released.ready()) << "release() resolved while a requester counted a copy in flight";
+  ASSERT_EQ(::kill(static_cast<pid_t>(procs_.proc(1).pid), SIGKILL), 0);
+  auto after = released.get(absl::Seconds(30));
+  EXPECT_TRUE(after.ok()) << after.status();
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {5000});
+  EXPECT_EQ(buffer.read_into(dst).get(absl::Seconds(30)).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RdmaAcrossProcs,
