@@ -1,6 +1,7 @@
 #include "core/collectives/shm_path.h"
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -59,6 +60,49 @@ absl::Duration wait_spin(bool oversubscribed) {
   static const absl::Duration normal = read("CASTMESH_SHM_SPIN_US", kWaitSpin);
   static const absl::Duration crowded = read("CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US", normal);
   return oversubscribed ? crowded : normal;
+}
+
+// CASTMESH_SHM_WAITER_SLEEP=0: a waiter sleeps on its request after the
+// spin and drain threads serve it (the path before the waiter bells; for
+// A/B measurements, and the behaviour where futex_waitv is missing).
+bool waiter_sleep_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("CASTMESH_SHM_WAITER_SLEEP");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+// Whether this host has more runnable threads than cores now (the fourth
+// field of /proc/loadavg, read at most every 5 ms by one thread): a waiter
+// that spins with a pause then holds a core its peer may be queued for, and
+// every step of a collective costs the whole spin (measured: 20-1000 us
+// spins gave 26-1900 us per allreduce step at load 8-10 with 2 cores, 2 us
+// otherwise). CASTMESH_SHM_SPIN_YIELD=1 / 0 forces yielding on / off.
+bool host_crowded() {
+  static const int forced = [] {
+    const char* v = std::getenv("CASTMESH_SHM_SPIN_YIELD");
+    if (v == nullptr) return -1;
+    return std::string_view(v) == "0" ? 0 : 1;
+  }();
+  if (forced >= 0) return forced == 1;
+  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  static std::atomic<int64_t> next_read_ns{0};
+  static std::atomic<bool> crowded{false};
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t due = next_read_ns.load(std::memory_order_relaxed);
+  if (now < due || !next_read_ns.compare_exchange_strong(due, now + 5'000'000, std::memory_order_relaxed)) {
+    return crowded.load(std::memory_order_relaxed);
+  }
+  int runnable = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "re"); f != nullptr) {
+    double l1, l5, l15;
+    if (std::fscanf(f, "%lf %lf %lf %d/", &l1, &l5, &l15, &runnable) != 4) runnable = 0;
+    std::fclose(f);
+  }
+  const bool is = runnable > cores;
+  crowded.store(is, std::memory_order_relaxed);
+  return is;
 }
 
 bool enabled() {
@@ -430,12 +474,15 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
     }
     return std::pair(any, busy);
   };
+  bool yield = oversubscribed || host_crowded();
   for (int i = 0; !request.done(); ++i) {
     const auto [any, busy] = look();
     if (!any) {
       // Another thread of this process holds a ring (the drain thread, or
-      // another waiter): let it run rather than spin against it.
-      if (oversubscribed || busy) {
+      // another waiter), or the peer may be queued for our core: let it run
+      // rather than spin against it.
+      if ((i & 1023) == 1023) yield = oversubscribed || host_crowded();
+      if (yield || busy) {
         std::this_thread::yield();
       } else {
         detail::cpu_relax();
@@ -444,7 +491,8 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
     if ((i & 15) == 15 && absl::Now() >= until) break;
   }
   bool waited = false;
-  if (!request.done() && absl::Now() < deadline && peers->size() < detail::kFutexWaitAnyMax) {
+  if (!request.done() && absl::Now() < deadline && peers->size() < detail::kFutexWaitAnyMax &&
+      waiter_sleep_enabled()) {
     waited = sleep(request, *peers, deadline, look);
   }
   for (const auto& p : *peers) p->inbound->stop_polling();
