@@ -186,6 +186,42 @@ SegmentPlan plan_segments(size_t count, int p, size_t item) {
   return plan;
 }
 
+// Sends of one collective that may still read their buffers.
+class SendsInFlight {
+ public:
+  // All go to rank `dest` of `group`. `wait_on_unwind`: an early return
+  // waits for every send still pending.
+  SendsInFlight(detail::CommGroup* group, int dest, bool wait_on_unwind)
+      : group_(group), dest_(dest), wait_on_unwind_(wait_on_unwind) {}
+  ~SendsInFlight() {
+    if (!wait_on_unwind_) return;
+    for (const auto& request : requests_) (void)request->wait(absl::InfiniteDuration());
+  }
+  void add(std::shared_ptr<detail::RequestState> request) { requests_.push_back(std::move(request)); }
+  // The error of a send that already failed, or of the destination rank
+  // being gone (a socket send that the transport dropped completes), else OK.
+  absl::Status first_failure() const {
+    if (absl::Status gone = group_->mailbox().source_error(dest_); !gone.ok()) return gone;
+    for (const auto& request : requests_) {
+      if (!request->done()) continue;
+      if (auto result = request->test(); result && !result->ok()) return result->status();
+    }
+    return absl::OkStatus();
+  }
+  // Waits for every send: the first error, else OK.
+  absl::Status wait_all() {
+    absl::Status st = Steps::wait_all(requests_);
+    requests_.clear();
+    return st;
+  }
+
+ private:
+  detail::CommGroup* const group_;
+  const int dest_;
+  const bool wait_on_unwind_;
+  std::vector<std::shared_ptr<detail::RequestState>> requests_;
+};
+
 // Receives of one collective still posted: on an early return they are
 // withdrawn (or, when a delivery already took them, waited for), so no byte
 // lands in scratch or output memory after the call returned.
@@ -202,9 +238,16 @@ class PostedReceives {
     if (requests_.size() <= index) requests_.resize(index + 1);
     requests_[index] = std::move(request);
   }
-  // Waits for receive `index` and forgets it.
-  absl::Status wait(size_t index) {
-    absl::Status st = Steps::wait(requests_[index]);
+  // Waits for receive `index` and forgets it. A send of the same
+  // collective that fails meanwhile (its destination died) ends the wait
+  // with that error: the receive may come from a live rank that has left
+  // the collective over the same death, and would never complete.
+  absl::Status wait(size_t index, const SendsInFlight& sends) {
+    constexpr absl::Duration kLookAtSends = absl::Milliseconds(20);
+    while (!requests_[index]->wait(kLookAtSends).ok() && !requests_[index]->done()) {
+      if (absl::Status failed = sends.first_failure(); !failed.ok()) return failed;
+    }
+    absl::Status st = Steps::wait(requests_[index]);  // complete: returns at once
     if (st.ok()) requests_[index].reset();
     return st;
   }
@@ -239,12 +282,14 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   // Single-copy offers wait, costing nothing, until their receive is posted,
   // so a few receives ahead suffice; a body that travels (socket, ring, a
   // rank of this process) and finds no receive is copied once more, so
-  // there every receive is posted at once.
+  // there a block's worth more is posted ahead.
   const detail::CommGroup::Layout& layout = call.group->layout();
   const bool offered = layout.procs[left] != layout.self_proc && single_copy_towards(layout.procs[left]) &&
                        slot_elems * item >= kSingleCopyMinBytes;
   const size_t reduce_total = static_cast<size_t>(p - 1) * nseg;
-  const size_t window = offered ? std::min<size_t>(kAllreduceWindow, reduce_total) : reduce_total;
+  // Travelling bodies: the whole first step arrives at once, later steps
+  // about as fast as this rank consumes the one before.
+  const size_t window = std::min<size_t>(offered ? kAllreduceWindow : nseg + kAllreduceWindow, reduce_total);
   // The scratch ring is kept per thread between calls (up to 4 MiB): a
   // fresh one would cost a zero fill and, above malloc's mmap threshold, a
   // page fault per 4 KiB on every call.
@@ -257,9 +302,14 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   char* const scratch = scratch_buffer.data();
   const bool received_on_left = left < r;
 
+  // A socket send holds its buffer until the transport wrote it (or lost
+  // the connection, which ends it too), so on an early return those are
+  // waited for; single-copy offers are not (a peer that aborted the
+  // collective never answers them; it reads nothing more either).
+  const bool sends_hold_buffers =
+      layout.procs[right] != layout.self_proc && !single_copy_towards(layout.procs[right]);
+  SendsInFlight sends(call.group, right, sends_hold_buffers);
   PostedReceives reduce_recvs(call.group), gather_recvs(call.group);
-  std::vector<std::shared_ptr<detail::RequestState>> sends;
-  sends.reserve(2 * (p - 1) * nseg);
   // Every allgather receive lands in `out`: post them all now, so segments
   // are read as soon as they are offered.
   for (int st = 0; st < p - 1; ++st) {
@@ -280,13 +330,13 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   // Step 0 sends this rank's own block straight from the input.
   for (size_t j = 0; j < nseg; ++j) {
     auto [sb, se] = plan.range(r, j);
-    sends.push_back(s.start_send(right, plan.step(0, j), at(in, sb * item), (se - sb) * item));
+    sends.add(s.start_send(right, plan.step(0, j), at(in, sb * item), (se - sb) * item));
   }
   for (size_t index = 0; index < reduce_total; ++index) {
     const int st = static_cast<int>(index / nseg);
     const size_t j = index % nseg;
     auto [sb, se] = plan.range(mod(r - st - 1, p), j);
-    CASTMESH_RETURN_IF_ERROR(reduce_recvs.wait(index));
+    CASTMESH_RETURN_IF_ERROR(reduce_recvs.wait(index, sends));
     const char* theirs = at(scratch, (index % window) * slot_elems * item);
     const char* mine = at(in, sb * item);
     char* dst = at(out, sb * item);
@@ -297,23 +347,23 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
     }
     if (index + window < reduce_total) post_reduce(index + window);
     if (st < p - 2) {
-      sends.push_back(s.start_send(right, plan.step(st + 1, j), dst, (se - sb) * item));
+      sends.add(s.start_send(right, plan.step(st + 1, j), dst, (se - sb) * item));
     } else {  // the segment is complete here: finish it and start it round the ring
       op.finalize(dst, se - sb, p);
-      sends.push_back(s.start_send(right, plan.step(p - 1, j), dst, (se - sb) * item));
+      sends.add(s.start_send(right, plan.step(p - 1, j), dst, (se - sb) * item));
     }
   }
   for (int st = 0; st < p - 1; ++st) {
     const int b = mod(r - st, p);
     for (size_t j = 0; j < nseg; ++j) {
-      CASTMESH_RETURN_IF_ERROR(gather_recvs.wait(st * nseg + j));
+      CASTMESH_RETURN_IF_ERROR(gather_recvs.wait(st * nseg + j, sends));
       if (st < p - 2) {
         auto [sb, se] = plan.range(b, j);
-        sends.push_back(s.start_send(right, plan.step(p + st, j), at(out, sb * item), (se - sb) * item));
+        sends.add(s.start_send(right, plan.step(p + st, j), at(out, sb * item), (se - sb) * item));
       }
     }
   }
-  return Steps::wait_all(sends);
+  return sends.wait_all();
 }
 
 // Binomial tree towards rank 0 over absolute ranks: rank r's accumulator

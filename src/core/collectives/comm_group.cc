@@ -122,7 +122,7 @@ void CommGroup::on_send_done(uint64_t token, bool fallback) {
 }
 
 void CommGroup::fail_sends_to(const ProcId& proc, const absl::Status& why) {
-  std::vector<std::shared_ptr<RequestState>> failed;
+  std::vector<std::pair<int, std::shared_ptr<RequestState>>> failed;
   {
     detail::MutexLock lock(sends_mu_);
     for (auto it = pending_sends_.begin(); it != pending_sends_.end();) {
@@ -130,11 +130,16 @@ void CommGroup::fail_sends_to(const ProcId& proc, const absl::Status& why) {
         ++it;
         continue;
       }
-      failed.push_back(it->second.request);
+      failed.emplace_back(it->second.dest, it->second.request);
       pending_sends_.erase(it++);
     }
   }
-  for (auto& request : failed) request->complete(why);
+  // Named like a failed receive, so a collective that fails on a send says
+  // which rank is gone too.
+  for (auto& [dest, request] : failed) {
+    request->complete(absl::Status(
+        why.code(), absl::StrCat("rank ", dest, " of the ", layout_.description, " is gone: ", why.message())));
+  }
 }
 
 v1::CollectiveHeader CommGroup::frame_header(Channel channel, int dest, int64_t tag, const std::string& signature,
