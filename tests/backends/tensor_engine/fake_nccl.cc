@@ -1,7 +1,20 @@
-// FakeNccl (see fake_cuda.h): in-process ranks meeting in cliques.
+// FakeNccl (see fake_cuda.h): in-process ranks meeting in cliques, and
+// (CASTMESH_FAKE_TE_NCCL=shm) ranks in different processes of one host
+// meeting in a POSIX shared-memory segment the unique id names.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
 #include <deque>
 #include <map>
 #include <memory>
@@ -55,6 +68,35 @@ struct Transfer {
   bool consumed = false;
 };
 
+// The cross-process rendezvous: a shared-memory segment (zeroed by
+// ftruncate) holding this header, then one slot per rank where a rank puts
+// its input of collective number g before setting arrived[rank] = g; it sets
+// left[rank] = g once it read every slot, so a slot is rewritten only after
+// all ranks left the previous collective.
+constexpr int kShmMaxRanks = 8;
+constexpr size_t kShmHeaderBytes = 4096;
+constexpr size_t kShmSlotBytes = size_t{1} << 20;
+constexpr char kShmIdPrefix[] = "FakeNcclShm:";
+struct ShmHeader {
+  std::atomic<int32_t> nranks;
+  std::atomic<int32_t> pids[kShmMaxRanks];
+  std::atomic<uint64_t> arrived[kShmMaxRanks];
+  std::atomic<uint64_t> left[kShmMaxRanks];
+};
+static_assert(sizeof(ShmHeader) <= kShmHeaderBytes);
+
+// One rank's mapping of the segment.
+struct ShmSegment {
+  void* base = nullptr;
+  size_t size = 0;
+  int nranks = 0;
+  ShmHeader* header() const { return static_cast<ShmHeader*>(base); }
+  char* slot(int rank) const { return static_cast<char*>(base) + kShmHeaderBytes + kShmSlotBytes * rank; }
+  ~ShmSegment() {
+    if (base != nullptr) munmap(base, size);
+  }
+};
+
 struct Comm;
 struct Clique {
   std::mutex mu;
@@ -74,6 +116,7 @@ struct Comm {
   bool aborted = false;
   int async_error = kSuccess;
   int inflight = 0;
+  std::unique_ptr<ShmSegment> shm;  // set for a cross-process comm
 };
 
 std::mutex g_registry_mu;
@@ -138,7 +181,9 @@ void compute_typed(Round& round, const Op& op) {
   if (op.kind == Kind::kReduceScatter) {
     std::vector<std::vector<T>> blocks(n, std::vector<T>(op.count));
     for (int r = 0; r < n; ++r) reduce_into<T>(round, op, static_cast<size_t>(r) * op.count, blocks[r].data());
-    for (int r = 0; r < n; ++r) std::memcpy(round.parts[r].recv, blocks[r].data(), bytes);
+    for (int r = 0; r < n; ++r) {
+      if (round.parts[r].recv != nullptr) std::memcpy(round.parts[r].recv, blocks[r].data(), bytes);
+    }
     return;
   }
   std::vector<char> result;
@@ -152,7 +197,9 @@ void compute_typed(Round& round, const Op& op) {
     result.resize(bytes * n);
     for (int k = 0; k < n; ++k) std::memcpy(result.data() + bytes * k, round.parts[k].send, bytes);
   }
-  for (int r = 0; r < n; ++r) std::memcpy(round.parts[r].recv, result.data(), result.size());
+  for (int r = 0; r < n; ++r) {
+    if (round.parts[r].recv != nullptr) std::memcpy(round.parts[r].recv, result.data(), result.size());
+  }
 }
 
 void compute(Round& round, const Op& op) {
@@ -211,10 +258,88 @@ bool run_recv(Comm* comm, const Op& op, std::unique_lock<std::mutex>& lock) {
   return true;
 }
 
+// True once `pid` has exited (a zombie its parent has not reaped counts).
+bool process_gone(int32_t pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(") ");
+  return paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X');
+}
+
+// Polls `ready` until it holds (true) or the comm is aborted (false). Like
+// real NCCL, a dead peer does not end the wait: it turns the comm's async
+// error to ncclRemoteError, and the caller's watchdog aborts the comm. A peer
+// silent for a minute gets the same error, so even a caller that only polls
+// the async error never hangs. `until_error` also ends the wait on that error
+// (for init, which no watchdog aborts).
+template <typename Ready>
+bool shm_wait(Comm* comm, Ready ready, bool until_error = false) {
+  const auto start = std::chrono::steady_clock::now();
+  auto next_check = start;
+  for (;;) {
+    if (ready()) return true;
+    {
+      const auto now = std::chrono::steady_clock::now();
+      std::lock_guard<std::mutex> lock(comm->clique->mu);
+      if (comm->aborted || (until_error && comm->async_error != kSuccess)) return false;
+      if (now >= next_check) {
+        next_check = now + std::chrono::milliseconds(10);
+        bool peer_gone = now - start > std::chrono::seconds(60);
+        for (int r = 0; r < comm->shm->nranks && !peer_gone; ++r) {
+          const int32_t pid = comm->shm->header()->pids[r].load();
+          peer_gone = r != comm->rank && pid != 0 && process_gone(pid);
+        }
+        if (peer_gone && comm->async_error == kSuccess) comm->async_error = kRemoteError;
+      }
+    }
+    // Fake device work has no deadline to meet: sleeping keeps the host free.
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+size_t input_bytes(const Op& op, int nranks) {
+  const size_t bytes = op.count * element_size(op.dtype);
+  return op.kind == Kind::kReduceScatter ? bytes * nranks : bytes;
+}
+
+// Collective number op.seq + 1 across processes; false when aborted.
+bool run_shm_round(Comm* comm, const Op& op) {
+  const ShmSegment& seg = *comm->shm;
+  ShmHeader& h = *seg.header();
+  const uint64_t gen = op.seq + 1;
+  auto all_reached = [&](std::atomic<uint64_t>* marks, uint64_t at_least) {
+    for (int r = 0; r < seg.nranks; ++r) {
+      if (marks[r].load(std::memory_order_acquire) < at_least) return false;
+    }
+    return true;
+  };
+  if (!shm_wait(comm, [&] { return all_reached(h.left, gen - 1); })) return false;
+  const bool has_input = op.kind != Kind::kBroadcast || op.peer == comm->rank;
+  if (has_input) std::memcpy(seg.slot(comm->rank), op.send, input_bytes(op, seg.nranks));
+  h.arrived[comm->rank].store(gen, std::memory_order_release);
+  if (!shm_wait(comm, [&] { return all_reached(h.arrived, gen); })) return false;
+  Round round;
+  round.parts.resize(seg.nranks);
+  for (int r = 0; r < seg.nranks; ++r) round.parts[r] = Part{seg.slot(r), r == comm->rank ? op.recv : nullptr};
+  compute(round, op);
+  h.left[comm->rank].store(gen, std::memory_order_release);
+  return true;
+}
+
 // The stream task of one call or of a group: sends are posted first, so two
 // ranks that send to each other inside a group do not block each other.
 void run_ops(Comm* comm, const std::vector<Op>& ops) {
   Clique& c = *comm->clique;
+  if (comm->shm != nullptr) {
+    bool alive = true;
+    for (const Op& op : ops) alive = alive && run_shm_round(comm, op);
+    std::lock_guard<std::mutex> lock(c.mu);
+    --comm->inflight;
+    c.cv.notify_all();
+    return;
+  }
   std::unique_lock<std::mutex> lock(c.mu);
   std::vector<std::shared_ptr<Transfer>> posted;
   for (const Op& op : ops) {
@@ -243,6 +368,14 @@ void enqueue(Comm* comm, void* stream, std::vector<Op> ops) {
 int submit(void* comm_handle, void* stream, Op op) {
   Comm* comm = static_cast<Comm*>(comm_handle);
   if (element_size(op.dtype) == 0) return fail(kInvalidArgument, "the fake NCCL has no float16/bfloat16");
+  if (comm->shm != nullptr) {
+    if (op.kind == Kind::kSend || op.kind == Kind::kRecv) {
+      return fail(kInvalidUsage, "the cross-process fake NCCL has no send/recv");
+    }
+    if (input_bytes(op, comm->shm->nranks) > kShmSlotBytes) {
+      return fail(kInvalidArgument, "the cross-process fake NCCL carries at most 1 MiB per rank and call");
+    }
+  }
   if (op.kind != Kind::kSend && op.kind != Kind::kRecv) op.seq = comm->next_seq++;
   if (t_group_depth > 0) {
     t_pending.push_back(Pending{comm, stream, op});
@@ -257,15 +390,74 @@ int get_version(int* version) {
   return kSuccess;
 }
 
+bool across_procs() {
+  const char* mode = std::getenv("CASTMESH_FAKE_TE_NCCL");
+  return mode != nullptr && std::strcmp(mode, "shm") == 0;
+}
+
+// Across processes the id carries a segment name no other id shares (random,
+// as ids made in different processes must not collide).
 int get_unique_id(void* id) {
   std::memset(id, 0, CASTMESH_TE_UNIQUE_ID_BYTES);
-  const std::string text = "FakeNccl:" + std::to_string(getpid()) + ":" + std::to_string(g_next_id++);
+  std::string text = "FakeNccl:" + std::to_string(getpid()) + ":" + std::to_string(g_next_id++);
+  if (across_procs()) {
+    std::random_device random;
+    text = std::string(kShmIdPrefix) + "/castmesh-fake-nccl-" + std::to_string(getpid()) + "-" +
+           std::to_string(random()) + std::to_string(random());
+  }
   std::memcpy(id, text.data(), text.size());
   return kSuccess;
 }
 
 std::string key_of(const void* id) {
   return std::string(static_cast<const char*>(id), CASTMESH_TE_UNIQUE_ID_BYTES);
+}
+
+int comm_end(void* comm_handle, bool abort);
+
+// Maps the segment `id` names and waits (bounded) for every rank to join it.
+int join_segment(Comm* comm, int nranks, const void* id) {
+  const std::string name(static_cast<const char*>(id) + sizeof(kShmIdPrefix) - 1);
+  if (nranks > kShmMaxRanks) return fail(kInvalidArgument, "the cross-process fake NCCL has at most 8 ranks");
+  auto seg = std::make_unique<ShmSegment>();
+  seg->nranks = nranks;
+  seg->size = kShmHeaderBytes + kShmSlotBytes * nranks;
+  const int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+  if (fd < 0) return fail(kInvalidUsage, "shm_open " + name + ": " + std::strerror(errno));
+  struct stat st {};
+  bool ok = fstat(fd, &st) == 0 && (static_cast<size_t>(st.st_size) >= seg->size || ftruncate(fd, seg->size) == 0);
+  if (ok) {
+    void* base = mmap(nullptr, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ok = base != MAP_FAILED;
+    if (ok) seg->base = base;
+  }
+  close(fd);
+  if (!ok) return fail(kInvalidUsage, "mapping " + name + ": " + std::strerror(errno));
+  ShmHeader& h = *seg->header();
+  int32_t expected = 0;
+  if (!h.nranks.compare_exchange_strong(expected, nranks) && expected != nranks) {
+    return fail(kInvalidUsage, "ranks disagree on nranks");
+  }
+  expected = 0;
+  if (!h.pids[comm->rank].compare_exchange_strong(expected, static_cast<int32_t>(getpid()))) {
+    return fail(kInvalidUsage, "rank " + std::to_string(comm->rank) + " joined twice");
+  }
+  comm->shm = std::move(seg);
+  const bool joined = shm_wait(
+      comm,
+      [&] {
+        for (int r = 0; r < nranks; ++r) {
+          if (h.pids[r].load() == 0) return false;
+        }
+        return true;
+      },
+      /*until_error=*/true);
+  if (!joined) {
+    shm_unlink(name.c_str());
+    return fail(kRemoteError, "a rank of " + name + " died or never joined");
+  }
+  shm_unlink(name.c_str());  // every rank mapped it: the name is no longer needed
+  return kSuccess;
 }
 
 int comm_init_rank(void** comm_out, int nranks, const void* id, int rank) {
@@ -294,6 +486,16 @@ int comm_init_rank(void** comm_out, int nranks, const void* id, int rank) {
   ++g_live_comms;
   ++clique->joined;
   clique->cv.notify_all();
+  if (std::strncmp(static_cast<const char*>(id), kShmIdPrefix, sizeof(kShmIdPrefix) - 1) == 0) {
+    lock.unlock();
+    if (int result = join_segment(comm, nranks, id); result != kSuccess) {
+      std::string why = t_last_error;
+      comm_end(comm, true);
+      return fail(result, std::move(why));
+    }
+    *comm_out = comm;
+    return kSuccess;
+  }
   clique->cv.wait(lock, [&] { return clique->joined == nranks; });  // init is collective
   *comm_out = comm;
   return kSuccess;
