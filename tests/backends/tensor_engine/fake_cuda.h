@@ -9,6 +9,9 @@
 // FakeNccl: communicators are in-process ranks (threads of the test) meeting
 // in a "clique" keyed by the unique id; collectives run on the rank's stream
 // thread, rendezvous with the other ranks and do real host-memory reductions.
+// With CASTMESH_FAKE_TE_NCCL=shm (read by get_unique_id) the id names a
+// shared-memory segment instead, where ranks in different processes of one
+// host meet (collectives only, at most 8 ranks and 1 MiB per rank and call).
 // Codes are the real cudaError_t / ncclResult_t values. Process-wide state:
 // all entries are thread-safe.
 #pragma once
