@@ -17,6 +17,7 @@
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/segment_path.h"
 #include "core/rdma/service.h"
 #include "core/rdma/shared_segment.h"
 
@@ -299,6 +300,7 @@ class Requester {
 
   void begin(const std::shared_ptr<Transfer>& transfer) {
     bool ask = false;
+    bool queued = false;
     std::shared_ptr<const SegmentMapping> map;
     uint32_t slots = 0;
     {
@@ -310,19 +312,16 @@ class Requester {
         ask = true;
       }
       if (remote.phase == Phase::kOpening) {
-        remote.waiting.push_back(transfer);
+        remote.waiting.push_back(transfer);  // on_table (or a failed send) takes it from here
+        queued = true;
       } else if (remote.phase == Phase::kReady && remote.pid == transfer->owner_pid) {
         map = remote.map;
         slots = remote.slots;
       }
     }
     if (ask) return send_open(transfer);
+    if (queued) return;
     if (map != nullptr) return run(transfer, std::move(map), slots);
-    {
-      detail::MutexLock lock(mu_);
-      auto it = remotes_.find(transfer->owner);
-      if (it != remotes_.end() && it->second.phase == Phase::kOpening) return;  // queued above
-    }
     fall_back(transfer);
   }
 
@@ -453,7 +452,10 @@ class Requester {
   static void fall_back(const std::shared_ptr<Transfer>& transfer) {
     transfer->one_sided = false;  // read by nothing else until begin() sends
     if (transfer->transport == RdmaTransport::kSingleCopy && !single_copy_usable()) {
-      transfer->transport = RdmaTransport::kSocket;  // the kernel refused meanwhile: as copy_leased does
+      // The kernel refused meanwhile: as copy_leased does.
+      transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
+                                ? RdmaTransport::kSharedSegment
+                                : RdmaTransport::kSocket;
     }
     rdma::begin(transfer);
   }
