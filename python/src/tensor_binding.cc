@@ -4,7 +4,9 @@
 
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -47,7 +49,7 @@ std::string type_name(py::handle obj) { return py::str(py::type::handle_of(obj).
 
 // What a view made from a Python object keeps: the object, and either the
 // imported DLPack tensor's owner or a Py_buffer. Released with the GIL: at
-// once where the dropping thread holds it, else by the HoldReleaser thread.
+// once where the dropping thread holds it, else queued for the HoldReleaser.
 struct PythonHold {
   py::object object;
   std::shared_ptr<void> dlpack;
@@ -60,37 +62,61 @@ void release_now(PythonHold* held) {  // with the GIL
   delete held;
 }
 
-// Releases holds dropped on threads that do not hold the GIL, from a thread
-// of its own: a castmesh I/O or timer thread must never wait for the GIL,
-// since the thread holding it may be waiting for that very thread.
+// Releases holds dropped on threads that do not hold the GIL. A castmesh I/O
+// or timer thread must never wait for the GIL (the thread holding it may be
+// waiting for that very thread), so it queues them here. The next call into
+// the bindings releases them (it holds the GIL anyway); a thread of our own
+// does it only if no such call comes within kGrace. Waking that thread per
+// drop made every collective from Python pay a GIL hand-off to it (21-33 us
+// per 1 KiB allreduce, bench/RESULTS.md).
 class HoldReleaser {
  public:
-  static void release(PythonHold* held) {
+  static HoldReleaser& instance() {
     static auto* releaser = new HoldReleaser;  // leaked: its thread runs until exit
-    releaser->push(held);
+    return *releaser;
   }
-
- private:
-  HoldReleaser() { std::thread([this] { run(); }).detach(); }
+  // Any thread without the GIL.
   void push(PythonHold* held) {
+    bool wake = false;
     {
       detail::MutexLock lock(mu_);
       queue_.push_back(held);
+      queued_.store(true, std::memory_order_relaxed);
+      wake = thread_waiting_;
     }
-    cv_.notify_one();
+    if (wake) cv_.notify_one();
+  }
+  // With the GIL: releases what is queued; one relaxed load when nothing is.
+  void release_queued() {
+    if (!queued_.load(std::memory_order_relaxed)) return;
+    for (PythonHold* held : take()) release_now(held);
+  }
+
+ private:
+  static constexpr auto kGrace = std::chrono::milliseconds(2);
+
+  HoldReleaser() { std::thread([this] { run(); }).detach(); }
+  std::vector<PythonHold*> take() {
+    std::vector<PythonHold*> batch;
+    detail::MutexLock lock(mu_);
+    batch.swap(queue_);
+    queued_.store(false, std::memory_order_relaxed);
+    return batch;
   }
   void run() {
     for (;;) {
-      std::vector<PythonHold*> batch;
       {
         detail::MutexLock lock(mu_);
+        thread_waiting_ = true;
         cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty(); });
-        batch.swap(queue_);
+        thread_waiting_ = false;
       }
+      std::this_thread::sleep_for(kGrace);
+      std::vector<PythonHold*> batch = take();
       // Once the interpreter exits the Python memory is gone anyway, and
       // taking the GIL during finalization would end this thread (see
       // python_usable): leak them.
-      if (!python_usable()) continue;
+      if (batch.empty() || !python_usable()) continue;
       py::gil_scoped_acquire gil;
       for (PythonHold* held : batch) release_now(held);
     }
@@ -98,6 +124,8 @@ class HoldReleaser {
   detail::Mutex mu_;
   detail::CondVar cv_;
   std::vector<PythonHold*> queue_ ABSL_GUARDED_BY(mu_);
+  bool thread_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> queued_{false};  // queue_ may be non-empty: a hint read without mu_
 };
 
 std::shared_ptr<void> hold(PythonHold* held) {
@@ -105,7 +133,7 @@ std::shared_ptr<void> hold(PythonHold* held) {
     auto* h = static_cast<PythonHold*>(p);
     if (!python_usable()) return;  // exiting: leak (see HoldReleaser::run)
     if (PyGILState_Check()) return release_now(h);
-    HoldReleaser::release(h);
+    HoldReleaser::instance().push(h);
   });
 }
 
@@ -216,7 +244,9 @@ std::optional<DType> dtype_of_format(const char* format, Py_ssize_t itemsize) {
   return std::nullopt;
 }
 
-TensorView view_of_buffer(py::handle obj, bool writable) {
+// Views `obj` through the buffer protocol. A format castmesh has no dtype for
+// is an error, or, with `or_nothing`, nullopt (the caller tries DLPack).
+std::optional<TensorView> view_of_buffer(py::handle obj, bool writable, bool or_nothing) {
   auto* held = new PythonHold{py::reinterpret_borrow<py::object>(obj), nullptr, Py_buffer{}};
   if (PyObject_GetBuffer(obj.ptr(), &*held->buffer, PyBUF_RECORDS_RO) != 0) {
     py::error_already_set error;  // fetched before the object is let go
@@ -230,6 +260,7 @@ TensorView view_of_buffer(py::handle obj, bool writable) {
     throw py::buffer_error("castmesh needs to write into this " + type_name(obj) + ", but its buffer is read-only");
   }
   std::optional<DType> dtype = dtype_of_format(b.format, b.itemsize);
+  if (!dtype && or_nothing) return std::nullopt;
   if (!dtype) {
     throw py::buffer_error("buffer format '" + std::string(b.format ? b.format : "B") + "' (itemsize " +
                            std::to_string(b.itemsize) + ") of " + type_name(obj) + " is not a castmesh dtype");
@@ -528,7 +559,15 @@ TensorView tensor_from_python(py::handle obj, bool writable) {
 }
 
 TensorView tensor_from_python(py::handle obj, bool writable, DeviceStream* stream) {
+  HoldReleaser::instance().release_queued();
   if (py::isinstance<TensorView>(obj)) return checked_writable(obj.cast<TensorView>(), obj, writable);
+  // Host arrays with the buffer protocol (NumPy, bytearray, memoryview) take
+  // it first: the same zero-copy view from one C call, where __dlpack__ costs
+  // attribute lookups, keyword calls and a capsule (about 2 us of the 3 us a
+  // 1-rank allreduce took from Python). Device arrays offer no buffer.
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    if (std::optional<TensorView> view = view_of_buffer(obj, writable, /*or_nothing=*/true)) return *std::move(view);
+  }
   if (py::hasattr(obj, "__dlpack__")) {
     std::optional<Device> device = producer_device(obj);
     py::object stream_argument = device ? consumer_stream_argument(*device, stream) : py::none();
@@ -540,7 +579,7 @@ TensorView tensor_from_python(py::handle obj, bool writable, DeviceStream* strea
       if (!error.matches(PyExc_BufferError) || !PyObject_CheckBuffer(obj.ptr())) throw;
     }
   }
-  if (PyObject_CheckBuffer(obj.ptr())) return view_of_buffer(obj, writable);
+  if (PyObject_CheckBuffer(obj.ptr())) return *view_of_buffer(obj, writable, /*or_nothing=*/false);
   throw py::type_error("castmesh needs an array: " + type_name(obj) +
                        " has neither __dlpack__ nor the buffer protocol");
 }
