@@ -100,9 +100,11 @@ struct Event {
   uint64_t completed ABSL_GUARDED_BY(mu) = 0;
 };
 
+// Never destroyed: the core's watchdog thread may still free fake device
+// memory while a worker proc runs its static destructors at exit.
 std::mutex g_memory_mu;
-std::set<void*> g_device_memory ABSL_GUARDED_BY(g_memory_mu);
-std::set<void*> g_pinned_memory ABSL_GUARDED_BY(g_memory_mu);
+std::set<void*>& g_device_memory ABSL_GUARDED_BY(g_memory_mu) = *new std::set<void*>;
+std::set<void*>& g_pinned_memory ABSL_GUARDED_BY(g_memory_mu) = *new std::set<void*>;
 thread_local void* t_last_stream = nullptr;
 
 int set_device(int device) { return device >= 0 && device < kDevices ? kCudaSuccess : kCudaInvalidDevice; }
