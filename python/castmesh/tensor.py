@@ -23,9 +23,10 @@ def from_dlpack(obj: Any, stream: Any = None) -> Tensor:
     """A zero-copy ``castmesh.Tensor`` of ``obj``.
 
     ``obj`` is anything with ``__dlpack__`` (NumPy, PyTorch, CuPy, JAX arrays,
-    another ``castmesh.Tensor``) or, failing that, the buffer protocol
-    (``bytearray``, ``array.array``, ``memoryview``). The result keeps ``obj``
-    alive and is read-only when ``obj`` is.
+    another ``castmesh.Tensor``) or the buffer protocol (``bytearray``,
+    ``array.array``, ``memoryview``); host arrays offering both are taken
+    through the buffer protocol, the cheaper of the two. The result keeps
+    ``obj`` alive and is read-only when ``obj`` is.
 
     For a CUDA/ROCm array castmesh follows the DLPack stream protocol: it calls
     ``obj.__dlpack__(stream=<handle>)`` naming ``stream`` (a
