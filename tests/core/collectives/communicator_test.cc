@@ -14,33 +14,14 @@
 
 #include "castmesh/actor_mesh.h"
 #include "castmesh/backend.h"
+#include "core/testing/scenario_mesh.h"
 
 namespace castmesh {
 namespace {
 
-// What a member did: an error, or the values it ended with.
-struct Outcome {
-  std::string error;
-  std::vector<double> values;
-};
-
-// A scenario runs inside every member's handler with its communicator.
-using Scenario = std::function<Outcome(Communicator&)>;
-struct RunScenario {
-  Scenario scenario;
-};
-
-class Member : public Actor {
- public:
-  Outcome run(const RunScenario& m) {
-    absl::StatusOr<Communicator> comm = Communicator::current();
-    if (!comm.ok()) return Outcome{std::string(comm.status().ToString()), {}};
-    return m.scenario(*comm);
-  }
-  using Handlers = castmesh::Handlers<&Member::run>;
-};
-
-Outcome fail(const absl::Status& st) { return Outcome{st.ToString(), {}}; }
+using Outcome = testing::ScenarioOutcome<double>;
+using Scenario = testing::ScenarioFn<double>;
+Outcome fail(const absl::Status& st) { return testing::scenario_error<double>(st); }
 
 template <typename T>
 std::vector<double> as_doubles(const std::vector<T>& v) {
@@ -52,20 +33,10 @@ class CommunicatorTest : public ::testing::Test {
   // Members run blocking collectives on pooled workers: more workers than
   // the largest mesh (6), so the mesh's forwarders always find one free
   // (docs/collectives.md, "Progress and threads").
-  CommunicatorTest() : runtime_(RuntimeOptions{.workers = 10}) {}
+  std::vector<Outcome> run_on(const Shape& shape, Scenario scenario) { return meshes_.run_on(shape, std::move(scenario)); }
+  std::vector<Outcome> run(int n, Scenario scenario) { return meshes_.run(n, std::move(scenario)); }
 
-  std::vector<Outcome> run_on(const Shape& shape, Scenario scenario) {
-    auto mesh = ActorMesh<Member>::Spawn(runtime_, shape, MeshOptions{.name = "member" + std::to_string(meshes_++)});
-    EXPECT_TRUE(mesh.ok()) << mesh.status();
-    auto values = mesh->call(RunScenario{std::move(scenario)}).get(absl::Seconds(60));
-    EXPECT_TRUE(values.ok()) << values.status();
-    mesh->stop();
-    return values.ok() ? values->values() : std::vector<Outcome>{};
-  }
-  std::vector<Outcome> run(int n, Scenario scenario) { return run_on(*Shape::Create({{"ranks", static_cast<size_t>(n)}}), std::move(scenario)); }
-
-  Runtime runtime_;
-  int meshes_ = 0;  // each run spawns a fresh mesh (stop() is asynchronous)
+  testing::ScenarioMeshes<double> meshes_{"member", 10};
 };
 
 void expect_ok(const std::vector<Outcome>& outcomes) {
@@ -108,11 +79,11 @@ TEST_F(CommunicatorTest, AllreduceSmallAndLargeMatchReferenceOnEveryRank) {
 // others (without them this mesh never finishes: the call times out).
 TEST(CommunicatorBlocking, MoreBlockingMembersThanWorkersComplete) {
   Runtime runtime(RuntimeOptions{.workers = 2});
-  auto mesh = ActorMesh<Member>::Spawn(runtime, *Shape::Create({{"ranks", size_t{6}}}),
+  auto mesh = ActorMesh<testing::ScenarioMember<double>>::Spawn(runtime, *Shape::Create({{"ranks", size_t{6}}}),
                                        MeshOptions{.name = "crowded"});
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   for (int round = 0; round < 3; ++round) {
-    auto values = mesh->call(RunScenario{[](Communicator& c) {
+    auto values = mesh->call(testing::RunScenario<double>{[](Communicator& c) {
                    int64_t v = c.rank() + 1;
                    TensorView t = TensorView::Contiguous(&v, DType::kInt64, {1});
                    if (absl::Status st = c.allreduce(t, t, ReduceOp::kSum); !st.ok()) return fail(st);

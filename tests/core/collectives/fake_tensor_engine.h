@@ -16,6 +16,7 @@
 #include "castmesh/backend.h"
 #include "castmesh/communicator.h"
 #include "castmesh/tensor_engine.h"
+#include "core/testing/scenario_mesh.h"
 
 namespace castmesh::testing {
 
@@ -52,28 +53,9 @@ inline const FakeEngineHooks& fake_engine() {
   return hooks;
 }
 
-// What a member did: an error, or the values it ended with.
-struct Outcome {
-  std::string error;
-  std::vector<double> values;
-};
-using Scenario = std::function<Outcome(Communicator&)>;
-struct RunScenario {
-  Scenario scenario;
-};
-
-// A mesh member that runs a scenario with its communicator.
-class ScenarioMember : public Actor {
- public:
-  Outcome run(const RunScenario& m) {
-    absl::StatusOr<Communicator> comm = Communicator::current();
-    if (!comm.ok()) return Outcome{std::string(comm.status().ToString()), {}};
-    return m.scenario(*comm);
-  }
-  using Handlers = castmesh::Handlers<&ScenarioMember::run>;
-};
-
-inline Outcome fail(const absl::Status& st) { return Outcome{st.ToString(), {}}; }
+using Outcome = testing::ScenarioOutcome<double>;
+using Scenario = testing::ScenarioFn<double>;
+inline Outcome fail(const absl::Status& st) { return testing::scenario_error<double>(st); }
 
 // The device of rank `rank`: one fake GPU per rank.
 inline Device gpu(int rank) { return Device{DeviceKind::kCuda, rank}; }
@@ -81,21 +63,11 @@ inline Device gpu(int rank) { return Device{DeviceKind::kCuda, rank}; }
 // Runs `scenario` on every member of a fresh n-member mesh; one outcome per rank.
 class FakeDeviceMeshTest : public ::testing::Test {
  protected:
-  FakeDeviceMeshTest() : runtime_(RuntimeOptions{.workers = 8}) { fake_engine(); }
+  FakeDeviceMeshTest() { fake_engine(); }
 
-  std::vector<Outcome> run(int n, Scenario scenario) {
-    auto mesh = ActorMesh<ScenarioMember>::Spawn(runtime_, *Shape::Create({{"ranks", static_cast<size_t>(n)}}),
-                                                 MeshOptions{.name = "gpu" + std::to_string(meshes_++)});
-    EXPECT_TRUE(mesh.ok()) << mesh.status();
-    if (!mesh.ok()) return {};
-    auto values = mesh->call(RunScenario{std::move(scenario)}).get(absl::Seconds(60));
-    EXPECT_TRUE(values.ok()) << values.status();
-    mesh->stop();
-    return values.ok() ? values->values() : std::vector<Outcome>{};
-  }
+  std::vector<Outcome> run(int n, Scenario scenario) { return meshes_.run(n, std::move(scenario)); }
 
-  Runtime runtime_;
-  int meshes_ = 0;
+  testing::ScenarioMeshes<double> meshes_{"gpu", 8};
 };
 
 // Copies a device tensor to the host (through a stream of its device) and

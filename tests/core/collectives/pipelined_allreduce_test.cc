@@ -25,6 +25,7 @@
 #include "castmesh/communicator.h"
 #include "castmesh/proc_mesh.h"
 #include "core/collectives/algorithms.h"
+#include "core/testing/scenario_mesh.h"
 
 namespace {
 
@@ -75,45 +76,16 @@ void append_digits(const void* in, void* inout, size_t count, DType) {
 int64_t digit(int rank, size_t i) { return 1 + (rank + static_cast<int64_t>(i)) % 9; }
 
 // What an in-process member did: an error, or a summary of its result.
-struct Outcome {
-  std::string error;
-  std::vector<int64_t> values;
-};
-using Scenario = std::function<Outcome(Communicator&)>;
-struct RunScenario {
-  Scenario scenario;
-};
-
-class Member : public Actor {
- public:
-  Outcome run(const RunScenario& m) {
-    absl::StatusOr<Communicator> comm = Communicator::current();
-    if (!comm.ok()) return Outcome{comm.status().ToString(), {}};
-    return m.scenario(*comm);
-  }
-  using Handlers = castmesh::Handlers<&Member::run>;
-};
-
-Outcome fail(const absl::Status& st) { return Outcome{st.ToString(), {}}; }
+using Outcome = testing::ScenarioOutcome<int64_t>;
+using Scenario = testing::ScenarioFn<int64_t>;
+Outcome fail(const absl::Status& st) { return testing::scenario_error<int64_t>(st); }
 
 class PipelinedAllreduceTest : public ::testing::Test {
  protected:
   // More workers than the largest mesh (8): members block in collectives.
-  PipelinedAllreduceTest() : runtime_(RuntimeOptions{.workers = 10}) {}
+  std::vector<Outcome> run(int n, Scenario scenario) { return meshes_.run(n, std::move(scenario)); }
 
-  std::vector<Outcome> run(int n, Scenario scenario) {
-    auto mesh = ActorMesh<Member>::Spawn(runtime_, *Shape::Create({{"ranks", static_cast<size_t>(n)}}),
-                                         MeshOptions{.name = "pipelined" + std::to_string(meshes_++)});
-    EXPECT_TRUE(mesh.ok()) << mesh.status();
-    if (!mesh.ok()) return {};
-    auto values = mesh->call(RunScenario{std::move(scenario)}).get(absl::Seconds(60));
-    EXPECT_TRUE(values.ok()) << values.status();
-    mesh->stop();
-    return values.ok() ? values->values() : std::vector<Outcome>{};
-  }
-
-  Runtime runtime_;
-  int meshes_ = 0;
+  testing::ScenarioMeshes<int64_t> meshes_{"pipelined", 10};
 };
 
 // Counts on both sides of every edge the algorithm cuts at: nothing, one
