@@ -417,7 +417,8 @@ int comm_end(void* comm_handle, bool abort);
 
 // Maps the segment `id` names and waits (bounded) for every rank to join it.
 int join_segment(Comm* comm, int nranks, const void* id) {
-  const std::string name(static_cast<const char*>(id) + sizeof(kShmIdPrefix) - 1);
+  const char* text = static_cast<const char*>(id) + sizeof(kShmIdPrefix) - 1;
+  const std::string name(text, strnlen(text, CASTMESH_TE_UNIQUE_ID_BYTES - (sizeof(kShmIdPrefix) - 1)));
   if (nranks > kShmMaxRanks) return fail(kInvalidArgument, "the cross-process fake NCCL has at most 8 ranks");
   auto seg = std::make_unique<ShmSegment>();
   seg->nranks = nranks;
