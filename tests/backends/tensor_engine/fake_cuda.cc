@@ -105,7 +105,7 @@ struct Event {
 std::mutex g_memory_mu;
 std::set<void*>& g_device_memory ABSL_GUARDED_BY(g_memory_mu) = *new std::set<void*>;
 std::set<void*>& g_pinned_memory ABSL_GUARDED_BY(g_memory_mu) = *new std::set<void*>;
-thread_local void* t_last_stream = nullptr;
+CASTMESH_FAKE_THREAD_LOCAL void* t_last_stream = nullptr;
 
 int set_device(int device) { return device >= 0 && device < kDevices ? kCudaSuccess : kCudaInvalidDevice; }
 

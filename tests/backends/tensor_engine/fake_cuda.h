@@ -22,6 +22,14 @@
 #include "castmesh/backend_abi.h"
 #include "te_ops.h"
 
+// Thread-locals of the fakes. They are built into a plugin that is dlopen'd,
+// where plain thread_local is dynamic TLS; LeakSanitizer's exit-time scan of
+// the dynamic TLS of threads still running (the core's detached watchdog)
+// crashed its tracer ("Tracer caught signal 11", in most ASan runs of
+// AsyncErrorFailsPendingWorkAndAbortsTheCommunicator). Initial-exec puts
+// these few bytes in glibc's static TLS surplus instead.
+#define CASTMESH_FAKE_THREAD_LOCAL thread_local __attribute__((tls_model("initial-exec")))
+
 namespace castmesh::fakes {
 
 class FakeCuda {

@@ -123,14 +123,14 @@ std::mutex g_registry_mu;
 std::map<std::string, std::shared_ptr<Clique>> g_cliques ABSL_GUARDED_BY(g_registry_mu);
 std::atomic<uint64_t> g_next_id{1};
 std::atomic<int64_t> g_live_comms{0};
-thread_local std::string t_last_error;
-thread_local int t_group_depth = 0;
+CASTMESH_FAKE_THREAD_LOCAL std::string t_last_error;
+CASTMESH_FAKE_THREAD_LOCAL int t_group_depth = 0;
 struct Pending {
   Comm* comm;
   void* stream;
   Op op;
 };
-thread_local std::vector<Pending> t_pending;
+CASTMESH_FAKE_THREAD_LOCAL std::vector<Pending> t_pending;
 
 int fail(int result, std::string why) {
   t_last_error = std::move(why);

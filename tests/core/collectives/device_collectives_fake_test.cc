@@ -303,7 +303,12 @@ TEST_F(FakeDeviceMeshTest, AsyncErrorFailsPendingWorkAndAbortsTheCommunicator) {
     if (absl::Status st = c.barrier(); !st.ok()) return fail(st);
     if (c.rank() == 0) {
       absl::Status st = c.iallreduce(*buf, *buf, ReduceOp::kSum).wait(absl::Seconds(30)).status();
-      got.push_back(st.code() == absl::StatusCode::kUnavailable ? 1 : 0);
+      // Unavailable when the watchdog fails it in flight; FailedPrecondition
+      // when the watchdog, polling the first allreduce's comm, aborted it
+      // before this call (about 1 ASan run in 13). Either names the cause.
+      got.push_back(st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kFailedPrecondition
+                        ? 1
+                        : 0);
       got.push_back(std::string(st.message()).find("peer died") != std::string::npos ? 1 : 0);
       st = c.allreduce(*buf, *buf, ReduceOp::kSum);
       got.push_back(st.code() == absl::StatusCode::kFailedPrecondition ? 1 : 0);
