@@ -446,7 +446,11 @@ Links::Consumed Links::consume(Peer& p) {
 
 bool Links::poll() {
   bool any = false;
-  for (const auto& p : *readers()) any |= consume(*p) == Consumed::kHandled;
+  // The snapshot must outlive the loop: in `for (... : *readers())` the
+  // shared_ptr temporary dies before the first iteration, so a lost peer's
+  // new list could free the vector being read (TSan caught it).
+  const std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> peers = readers();
+  for (const auto& p : *peers) any |= consume(*p) == Consumed::kHandled;
   return any;
 }
 
