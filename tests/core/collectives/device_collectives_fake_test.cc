@@ -18,6 +18,7 @@ namespace {
 
 using testing::fail;
 using testing::fake_engine;
+using testing::Gate;
 using testing::FakeDeviceMeshTest;
 using testing::gpu;
 using testing::on_device;
@@ -28,23 +29,6 @@ void expect_ok(const std::vector<Outcome>& outcomes, size_t n) {
   ASSERT_EQ(outcomes.size(), n);
   for (size_t r = 0; r < n; ++r) EXPECT_EQ(outcomes[r].error, "") << "rank " << r;
 }
-
-// A gate a fake kernel waits on: the stream stays busy until it opens.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  void release() {
-    std::lock_guard<std::mutex> lock(mu);
-    open = true;
-    cv.notify_all();
-  }
-  static void wait(void* arg) {
-    Gate* g = static_cast<Gate*>(arg);
-    std::unique_lock<std::mutex> lock(g->mu);
-    g->cv.wait(lock, [g] { return g->open; });
-  }
-};
 
 // A fake kernel that fills a float buffer with rank + 1 + i.
 struct Fill {

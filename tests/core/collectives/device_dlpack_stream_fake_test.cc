@@ -17,25 +17,9 @@ namespace castmesh {
 namespace {
 
 using testing::fake_engine;
+using testing::Gate;
 using testing::gpu;
 using testing::on_device;
-
-// A gate a fake kernel waits on: the stream stays busy until it opens.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  void release() {
-    std::lock_guard<std::mutex> lock(mu);
-    open = true;
-    cv.notify_all();
-  }
-  static void wait(void* arg) {
-    Gate* g = static_cast<Gate*>(arg);
-    std::unique_lock<std::mutex> lock(g->mu);
-    g->cv.wait(lock, [g] { return g->open; });
-  }
-};
 
 TEST(FakeDLPackStreams, AWrappedStreamIsTheSameStreamAndIsNotDestroyedWithTheWrap) {
   fake_engine();

@@ -7,8 +7,10 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,6 +58,24 @@ inline const FakeEngineHooks& fake_engine() {
 using Outcome = testing::ScenarioOutcome<double>;
 using Scenario = testing::ScenarioFn<double>;
 inline Outcome fail(const absl::Status& st) { return testing::scenario_error<double>(st); }
+
+// A gate a fake kernel waits on: the stream stays busy until it opens.
+// Test threads release it; the fake stream's thread waits.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  static void wait(void* arg) {
+    Gate* g = static_cast<Gate*>(arg);
+    std::unique_lock<std::mutex> lock(g->mu);
+    g->cv.wait(lock, [g] { return g->open; });
+  }
+};
 
 // The device of rank `rank`: one fake GPU per rank.
 inline Device gpu(int rank) { return Device{DeviceKind::kCuda, rank}; }
