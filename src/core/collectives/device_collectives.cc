@@ -277,6 +277,12 @@ bool DeviceComm::watch() {
   if (left.empty() || comm == nullptr) return !left.empty();
   castmesh_error_v1 error{};
   if (int32_t code = engine_->table->comm_async_error(comm, &error); code != CASTMESH_STATUS_OK) {
+    // Work that ran meanwhile (the poll above is older than the error read)
+    // is not failed by it: the error then surfaces on the next call's work,
+    // whatever the timing, instead of aborting the communicator between calls.
+    if (std::all_of(left.begin(), left.end(), [](const std::shared_ptr<DeviceWork>& w) { return w->poll(); })) {
+      return false;
+    }
     fail(absl::UnavailableError(absl::StrCat("the device communicator of ", name_,
                                              " failed (a peer died or the network failed): ", error.message,
                                              "; it was aborted")));
