@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
 
 namespace castmesh::collectives {
@@ -366,6 +367,81 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   return sends.wait_all();
 }
 
+// Two ranks, large messages: each rank reads the peer's whole input (in
+// segments, all offered at once) and combines every segment itself, rank
+// 0's data on the left, so both compute the same bits (non-commutative ops
+// included). Against the ring's reduce-scatter + allgather this moves the
+// same bytes and combines twice as many, but a rank never waits for its
+// peer's arithmetic, only for its offers: the ring's allgather waits for the
+// peer's reduced half, and on a loaded host each such wait risks a
+// descheduled peer (measured in bench/RESULTS.md, issue 12, 1 MiB).
+// Segments land in `out` and are combined there; in place (`in` == `out`)
+// they land in a scratch ring, and segment k of `out` is written only
+// after the peer has read segment k of `in` (its send completed).
+// Steps start at 1, so a peer that runs another algorithm (a count
+// mismatch across a threshold) matches a step and reports the mismatch.
+absl::Status two_rank_exchange_allreduce(const Steps& s, const CollectiveCall& call, const void* in, void* out,
+                                         size_t count, const Reduction& op) {
+  const size_t item = dtype_size(op.dtype());
+  const int peer = 1 - s.rank();
+  const size_t max_segments = 0xfff000;
+  const size_t nseg = std::clamp<size_t>((count * item + kAllreduceSegmentBytes - 1) / kAllreduceSegmentBytes, 1,
+                                         std::min(count, max_segments));
+  const SegmentPlan plan{count, 1, nseg};
+  auto step = [](size_t j) { return static_cast<uint32_t>(j + 1); };
+  const bool in_place = in == out;
+  const detail::CommGroup::Layout& layout = call.group->layout();
+  const bool offered = layout.procs[peer] != layout.self_proc && single_copy_towards(layout.procs[peer]) &&
+                       (count / nseg) * item >= kSingleCopyMinBytes;
+  // Offers wait for their receive at no cost, so a few posted ahead
+  // suffice; a travelling body that finds none is copied once more.
+  const size_t window = offered ? std::min(kAllreduceWindow, nseg) : nseg;
+  const size_t slot_elems = count / nseg + 1;
+  constexpr size_t kKeptScratchBytes = size_t{4} << 20;
+  thread_local std::vector<char> kept_scratch;
+  std::vector<char> own_scratch;
+  char* scratch = nullptr;
+  if (in_place) {
+    const size_t scratch_bytes = window * slot_elems * item;
+    std::vector<char>& buffer = scratch_bytes <= kKeptScratchBytes ? kept_scratch : own_scratch;
+    if (buffer.size() < scratch_bytes) buffer.resize(scratch_bytes);
+    scratch = buffer.data();
+  }
+  auto landing = [&](size_t j) {
+    return in_place ? at(scratch, (j % window) * slot_elems * item) : at(out, plan.range(0, j).first * item);
+  };
+  const bool sends_hold_buffers = layout.procs[peer] != layout.self_proc && !single_copy_towards(layout.procs[peer]);
+  SendsInFlight sends(call.group, peer, sends_hold_buffers);
+  std::vector<std::shared_ptr<detail::RequestState>> send_requests(nseg);
+  PostedReceives recvs(call.group);
+  auto post = [&](size_t j) {
+    auto [sb, se] = plan.range(0, j);
+    recvs.add(j, s.post(peer, step(j), landing(j), (se - sb) * item));
+  };
+  for (size_t j = 0; j < window; ++j) post(j);
+  for (size_t j = 0; j < nseg; ++j) {
+    auto [sb, se] = plan.range(0, j);
+    send_requests[j] = s.start_send(peer, step(j), at(in, sb * item), (se - sb) * item);
+    sends.add(send_requests[j]);
+  }
+  for (size_t j = 0; j < nseg; ++j) {
+    auto [sb, se] = plan.range(0, j);
+    CASTMESH_RETURN_IF_ERROR(recvs.wait(j, sends));
+    const char* theirs = landing(j);
+    const char* mine = at(in, sb * item);
+    char* dst = at(out, sb * item);
+    if (in_place) CASTMESH_RETURN_IF_ERROR(Steps::wait(send_requests[j]));
+    if (s.rank() == 0) {
+      op.combine3(mine, theirs, dst, se - sb);
+    } else {
+      op.combine3(theirs, mine, dst, se - sb);
+    }
+    op.finalize(dst, se - sb, 2);
+    if (j + window < nseg) post(j + window);
+  }
+  return sends.wait_all();
+}
+
 // Binomial tree towards rank 0 over absolute ranks: rank r's accumulator
 // covers ranks [r, r + 2^k) in order, so order-sensitive ops are exact.
 absl::Status binomial_reduce_to_zero(const Steps& s, void* acc, size_t count, const Reduction& op) {
@@ -406,7 +482,13 @@ absl::Status run_allreduce(const CollectiveCall& call, const void* in, void* out
   const size_t bytes = count * dtype_size(op.dtype());
   if (s.size() > 1 && bytes > kSmallMessageBytes && count >= static_cast<size_t>(s.size()) &&
       (op.commutative() || s.size() == 2)) {
-    // Finalizes each segment itself and reads `in` directly (no copy first).
+    // Both finalize each segment themselves and read `in` directly (no copy first).
+    // Records that arrive while this thread combines wait for it, not for a
+    // drain thread that would take a core from the ranks.
+    const ShmPollScope rings_held;
+    if (s.size() == 2 && bytes <= kTwoRankExchangeMaxBytes) {
+      return two_rank_exchange_allreduce(s, call, in, out, count, op);
+    }
     return pipelined_ring_allreduce(s, call, in, out, count, op);
   }
   if (in != out && bytes > 0) std::memcpy(out, in, bytes);

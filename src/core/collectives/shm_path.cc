@@ -226,6 +226,10 @@ class Links {
   // RequestState's wait spinner.
   bool wait(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);
   ShmPathStats stats();
+  // The started inbound rings, each marked polled once more (ShmPollScope).
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> hold_polled();
+  // Ends hold_polled(), then reads what came meanwhile.
+  void release_polled(const std::vector<std::shared_ptr<Peer>>& peers);
 
  private:
   std::shared_ptr<Peer> find(const ProcId& peer);
@@ -366,6 +370,9 @@ absl::Status Links::send_started(Peer& p, const std::string& header, std::string
       return gone();
     }
     // Full: the consumer's drain thread empties it. Back off politely.
+    // Meanwhile read our own rings: this thread may hold them polled
+    // (ShmPollScope), and the peer may be waiting for space in one of them.
+    Links::instance().poll();
     if (nap < absl::Microseconds(50)) {
       std::this_thread::yield();
     } else {
@@ -710,6 +717,17 @@ void Links::on_peer_alive(const ProcId& peer) {
   if (it != peers_.end() && it->second->lost.load()) peers_.erase(it);
 }
 
+std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> Links::hold_polled() {
+  auto peers = readers();
+  for (const auto& p : *peers) p->inbound->start_polling();
+  return peers;
+}
+
+void Links::release_polled(const std::vector<std::shared_ptr<Peer>>& peers) {
+  for (const auto& p : peers) p->inbound->stop_polling();
+  poll();  // a record published while the rings were held rang nobody
+}
+
 ShmPathStats Links::stats() {
   ShmPathStats s;
   s.frames_in = g_frames_in.load();
@@ -744,6 +762,11 @@ void on_shm_peer_alive(const ProcId& peer) { Links::instance().on_peer_alive(pee
 
 ShmProgressScope::ShmProgressScope() : saved_(t_progress_context) { t_progress_context = true; }
 ShmProgressScope::~ShmProgressScope() { t_progress_context = saved_; }
+
+ShmPollScope::ShmPollScope() : rings_(Links::instance().hold_polled()) {}
+ShmPollScope::~ShmPollScope() {
+  Links::instance().release_polled(*std::static_pointer_cast<const std::vector<std::shared_ptr<Peer>>>(rings_));
+}
 
 ShmPathStats shm_path_stats() { return Links::instance().stats(); }
 

@@ -78,6 +78,24 @@ class ShmProgressScope {
   bool saved_;
 };
 
+// Held by a thread for the whole of a large collective (core/collectives/
+// algorithms.cc) that alternates between waiting on this process's inbound
+// rings and computing: the rings count as polled for its lifetime, so
+// producers do not wake the drain threads for records that arrive while it
+// computes, and the drain threads leave those records to it (its next wait
+// reads them; the destructor reads what is left). A drain thread woken
+// mid-collective would take a core from the ranks themselves.
+class ShmPollScope {
+ public:
+  ShmPollScope();
+  ~ShmPollScope();
+  ShmPollScope(const ShmPollScope&) = delete;
+  ShmPollScope& operator=(const ShmPollScope&) = delete;
+
+ private:
+  std::shared_ptr<const void> rings_;  // the inbound rings marked polled
+};
+
 // Link handshake frames from `peer` (Exchange::on_frame, on `host`'s I/O thread).
 void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,
                        const wire::v1::CollectiveHeader& header);

@@ -6,7 +6,10 @@
 // non-commutative op, which takes this path at 2 ranks only), and worker
 // procs (the single-copy path between processes of one host; a rank
 // SIGKILLed while the others are inside pipelined allreduces fails them,
-// naming it).
+// naming it). At 2 ranks up to kTwoRankExchangeMaxBytes the exchange runs
+// instead of the ring (each rank reads the peer's whole input and combines
+// all of it): the same edges, its thresholds on both sides, a count
+// mismatch across them, and a rank killed inside it.
 #include <signal.h>
 #include <unistd.h>
 
@@ -53,6 +56,7 @@ namespace {
 
 constexpr size_t kSegmentElems64 = collectives::kAllreduceSegmentBytes / sizeof(int64_t);
 constexpr size_t kSmallElems64 = collectives::kSmallMessageBytes / sizeof(int64_t);
+constexpr size_t kExchangeElems64 = collectives::kTwoRankExchangeMaxBytes / sizeof(int64_t);
 
 // Rank r's element i: exact in int64 and in float (small integers).
 int64_t contribution(int rank, size_t i) { return rank * 1000 + static_cast<int64_t>(i % 977); }
@@ -97,6 +101,10 @@ std::vector<size_t> edge_counts(int n) {
                                 kSegmentElems64 * un + 1, kSegmentElems64 * 3 * un + 7};
   if (n > 1) counts.push_back(un - 1);
   if (n == 2 || n == 3 || n == 8) counts.push_back((size_t{1} << 20) + 3);
+  if (n == 2) {  // the two-rank exchange's last count, and the ring's first
+    counts.push_back(kExchangeElems64);
+    counts.push_back(kExchangeElems64 + 1);
+  }
   return counts;
 }
 
@@ -139,7 +147,7 @@ TEST_F(PipelinedAllreduceTest, SumMatchesSerialReferenceAtEveryEdge) {
 // missing one would show).
 TEST_F(PipelinedAllreduceTest, AvgIsFinishedOncePerSegmentAndSameBitsEverywhere) {
   for (int n : {2, 3, 6}) {
-    const size_t count = kSegmentElems64 * 2 * n + 5;
+    const size_t count = kSegmentElems64 * 2 * n + 5;  // at 2 ranks: the exchange
     auto outcomes = run(n, [count](Communicator& c) {
       std::vector<float> v(count);
       for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(contribution(c.rank(), i));
@@ -161,13 +169,17 @@ TEST_F(PipelinedAllreduceTest, AvgIsFinishedOncePerSegmentAndSameBitsEverywhere)
   }
 }
 
-// A non-commutative op over a large buffer: at 2 ranks the pipelined ring
-// (rank 0's half and rank 1's half each combined once, rank 0 on the
-// left), elsewhere recursive doubling; the rank order holds everywhere.
+// A non-commutative op over a large buffer: at 2 ranks the exchange (both
+// ranks combine every segment, rank 0's data on the left) up to its
+// threshold and the pipelined ring above it (rank 0's half and rank 1's
+// half each combined once, rank 0 on the left), elsewhere recursive
+// doubling; the rank order holds everywhere.
 TEST_F(PipelinedAllreduceTest, NonCommutativeOpKeepsRankOrderOnLargeBuffers) {
   CustomReduceOp append{"append", append_digits, /*commutative=*/false};
   for (int n : {2, 3, 4}) {
-    for (size_t count : {kSmallElems64 + 1, kSegmentElems64 * 2 * n + 3}) {
+    std::vector<size_t> counts = {kSmallElems64 + 1, kSegmentElems64 * 2 * n + 3};
+    if (n == 2) counts.insert(counts.end(), {kExchangeElems64, kExchangeElems64 + 1});
+    for (size_t count : counts) {
       for (bool in_place : {true, false}) {
         auto outcomes = run(n, [append, count, in_place](Communicator& c) {
           std::vector<int64_t> in(count), out(count, -1);
@@ -208,6 +220,27 @@ TEST_F(PipelinedAllreduceTest, MismatchedLargeCountsFailEveryRank) {
   for (int r = 0; r < 3; ++r) EXPECT_NE(outcomes[r].error.find("mismatched"), std::string::npos) << outcomes[r].error;
 }
 
+// Two ranks whose counts fall on either side of an algorithm threshold
+// (recursive doubling | exchange | ring) run different algorithms: the
+// steps they share still meet, so both fail naming the mismatch instead of
+// waiting for messages the other never sends.
+TEST_F(PipelinedAllreduceTest, TwoRanksMismatchedAcrossAThresholdFailBoth) {
+  for (size_t below : {kSmallElems64, kExchangeElems64}) {
+    auto outcomes = run(2, [below](Communicator& c) {
+      const size_t count = below + static_cast<size_t>(c.rank());
+      std::vector<int64_t> v(count, 1);
+      TensorView t = TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(count)});
+      if (absl::Status st = c.allreduce(t, t, ReduceOp::kSum); !st.ok()) return fail(st);
+      return Outcome{"", {}};
+    });
+    ASSERT_EQ(outcomes.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(outcomes[r].error.find("mismatched"), std::string::npos) << "below=" << below << ": "
+                                                                          << outcomes[r].error;
+    }
+  }
+}
+
 // ---- across worker procs ----
 
 constexpr int64_t kProcSums = 1;
@@ -234,7 +267,7 @@ class ProcMember : public Actor {
   // Large sums through single copy, segment and block remainders, in place
   // and not.
   static absl::Status sums(Communicator& c) {
-    for (size_t count : {kSmallElems64 + 1, kSegmentElems64 * 5 + 3, (size_t{1} << 20) + 3}) {
+    for (size_t count : {kSmallElems64 + 1, kSegmentElems64 * 5 + 3, kExchangeElems64, (size_t{1} << 20) + 3}) {
       for (bool in_place : {true, false}) {
         std::vector<int64_t> in(count), out(count, -1);
         for (size_t i = 0; i < count; ++i) in[i] = contribution(c.rank(), i);
@@ -339,13 +372,14 @@ TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
 // the others must fail, not hang (a survivor whose own neighbours are alive
 // learns it from its sends to rank 1, or from rank 1's loss being known).
 // `sockets`: between the procs over their sockets instead of single copy.
-void expect_killed_rank_fails_the_others(bool sockets) {
+// At 3 procs the ring runs (4 MiB per call), at 2 the exchange.
+void expect_killed_rank_fails_the_others(bool sockets, int n = 3) {
   if (sockets) {
     ::setenv("CASTMESH_SHM", "0", 1);
     ::setenv("CASTMESH_SINGLE_COPY", "0", 1);
   }
   Runtime runtime;
-  auto procs = LocalAllocator().allocate(runtime, 3);
+  auto procs = LocalAllocator().allocate(runtime, n);
   ASSERT_TRUE(procs.ok()) << procs.status();
   MeshOptions options{.name = "pipelined"};
   options.on_failure = [](const MeshEvent&) { return MeshFailureAction::kContinue; };
@@ -353,7 +387,7 @@ void expect_killed_rank_fails_the_others(bool sockets) {
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   auto stream = mesh->stream(ProcScenario{kProcRankOneKilled});
   int answered = 0;
-  for (size_t i = 0; i < 3; ++i) {
+  for (int i = 0; i < n; ++i) {
     auto next = stream.next(absl::Seconds(60));  // a bound against a hang, not a timing check
     ASSERT_TRUE(next.ok()) << next.status();
     const auto& [point, reply] = *next;
@@ -371,7 +405,7 @@ void expect_killed_rank_fails_the_others(bool sockets) {
     }
     ++answered;
   }
-  EXPECT_EQ(answered, 2);
+  EXPECT_EQ(answered, n - 1);
   (void)procs->stop();
 }
 
@@ -381,6 +415,14 @@ TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {
 
 TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceOverSocketsFailsTheOthersNamingIt) {
   expect_killed_rank_fails_the_others(/*sockets=*/true);
+}
+
+TEST(PipelinedAllreduceProcs, RankKilledMidTwoRankExchangeFailsThePeer) {
+  expect_killed_rank_fails_the_others(/*sockets=*/false, /*n=*/2);
+}
+
+TEST(PipelinedAllreduceProcs, RankKilledMidTwoRankExchangeOverSocketsFailsThePeerNamingIt) {
+  expect_killed_rank_fails_the_others(/*sockets=*/true, /*n=*/2);
 }
 
 }  // namespace
