@@ -20,7 +20,8 @@ class Steps {
   int size() const { return size_; }
 
   absl::Status send(int dest, uint32_t step, const void* data, size_t bytes) const {
-    return wait(start_send(dest, step, data, bytes));
+    return call_.group->send(Channel::kCollective, dest, collective_tag(call_.sequence, step), data, bytes,
+                             call_.signature, call_.sequence);
   }
   // A send that may still be in flight (single copy: until the receiver read it).
   std::shared_ptr<detail::RequestState> start_send(int dest, uint32_t step, const void* data, size_t bytes) const {

@@ -39,23 +39,54 @@ std::atomic<uint64_t> next_token{1};  // process-wide: (proc, token) names a sin
 
 absl::Status CommGroup::send(Channel channel, int dest, int64_t tag, const void* data, size_t bytes,
                              const std::string& signature, uint64_t sequence) {
-  return start_send(channel, dest, tag, data, bytes, signature, sequence)->wait(absl::InfiniteDuration()).status();
+  if (auto st = send_at_once(channel, dest, tag, data, bytes, signature, sequence)) return *st;
+  return start_send_frame(channel, dest, tag, data, bytes, signature, sequence)
+      ->wait(absl::InfiniteDuration())
+      .status();
 }
 
 std::shared_ptr<RequestState> CommGroup::start_send(Channel channel, int dest, int64_t tag, const void* data,
                                                     size_t bytes, const std::string& signature, uint64_t sequence) {
-  const MessageStatus sent{rank(), static_cast<int>(tag), bytes};
-  if (dest < 0 || dest >= size()) {
-    return RequestState::Done(
-        absl::InvalidArgumentError(absl::StrCat("destination rank ", dest, " is not in 0..", size() - 1)));
+  if (auto st = send_at_once(channel, dest, tag, data, bytes, signature, sequence)) {
+    if (!st->ok()) return RequestState::Done(*std::move(st));
+    return RequestState::Done(MessageStatus{rank(), static_cast<int>(tag), bytes});
   }
-  if (absl::Status dead = mailbox_->source_error(dest); !dead.ok()) return RequestState::Done(dead);
+  return start_send_frame(channel, dest, tag, data, bytes, signature, sequence);
+}
+
+std::optional<absl::Status> CommGroup::send_at_once(Channel channel, int dest, int64_t tag, const void* data,
+                                                    size_t bytes, const std::string& signature, uint64_t sequence) {
+  if (dest < 0 || dest >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat("destination rank ", dest, " is not in 0..", size() - 1));
+  }
+  if (absl::Status dead = mailbox_->source_error(dest); !dead.ok()) return dead;
   const ProcId& proc = layout_.procs[dest];
   if (proc == layout_.self_proc) {
     collectives::MessageKey key{channel, rank(), tag, signature, nullptr};
     Exchange::instance().mailbox(layout_.id, dest)->deliver(std::move(key), static_cast<const char*>(data), bytes);
-    return RequestState::Done(sent);
+    return absl::OkStatus();
   }
+  if (bytes >= collectives::kSingleCopyMinBytes) return std::nullopt;
+  const collectives::CompactMessage message{layout_.id,
+                                            static_cast<uint32_t>(rank()),
+                                            static_cast<uint32_t>(dest),
+                                            channel == Channel::kCollective,
+                                            tag,
+                                            sequence,
+                                            signature};
+  std::optional<absl::Status> sent =
+      collectives::try_send_compact(proc, message, std::string_view(static_cast<const char*>(data), bytes));
+  if (sent && !sent->ok()) {
+    return absl::Status(sent->code(), absl::StrCat("sending to rank ", dest, " (proc ", proc, "): ", sent->message()));
+  }
+  return sent;
+}
+
+std::shared_ptr<RequestState> CommGroup::start_send_frame(Channel channel, int dest, int64_t tag, const void* data,
+                                                          size_t bytes, const std::string& signature,
+                                                          uint64_t sequence) {
+  const MessageStatus sent{rank(), static_cast<int>(tag), bytes};
+  const ProcId& proc = layout_.procs[dest];
   if (bytes >= collectives::kSingleCopyMinBytes && collectives::single_copy_towards(proc)) {
     return start_single_copy(PendingSend{dest, channel, tag, signature, sequence, data, bytes, nullptr});
   }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,7 +66,8 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   // unchanged until the request completes.
   std::shared_ptr<RequestState> start_send(collectives::Channel channel, int dest, int64_t tag, const void* data,
                                            size_t bytes, const std::string& signature = {}, uint64_t sequence = 0);
-  // start_send, then waits for it.
+  // start_send, then waits for it (a send that completes at once allocates
+  // no request).
   absl::Status send(collectives::Channel channel, int dest, int64_t tag, const void* data, size_t bytes,
                     const std::string& signature = {}, uint64_t sequence = 0);
   // The receiver of single-copy message `token` has read it, or (fallback)
@@ -107,6 +109,15 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   absl::Status send_frame(int dest, wire::v1::CollectiveHeader& header, const void* body, size_t bytes,
                           std::shared_ptr<const void> body_owner = nullptr);
   std::shared_ptr<RequestState> start_single_copy(PendingSend send);
+  // The sends that complete before they return (bad rank, dead rank, this
+  // process, a small message on a started ring): their result; nullopt for
+  // the others.
+  std::optional<absl::Status> send_at_once(collectives::Channel channel, int dest, int64_t tag, const void* data,
+                                           size_t bytes, const std::string& signature, uint64_t sequence);
+  // The rest of start_send: single copy, or a frame.
+  std::shared_ptr<RequestState> start_send_frame(collectives::Channel channel, int dest, int64_t tag,
+                                                 const void* data, size_t bytes, const std::string& signature,
+                                                 uint64_t sequence);
 
   Layout layout_;
   std::shared_ptr<collectives::RankMailbox> mailbox_;

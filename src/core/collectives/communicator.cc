@@ -193,12 +193,17 @@ absl::Status check_elements(const TensorView& t, absl::string_view what, size_t 
   return absl::InvalidArgumentError(absl::StrCat(what, " has ", t.numel(), " elements, expected ", expected));
 }
 
+// One StrCat per call (it sizes the string once): every collective call
+// formats one, so it is on the small-message latency path.
 std::string signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root = -1) {
-  std::string s = absl::StrCat(name, "(");
-  if (!op.empty()) absl::StrAppend(&s, op, ", ");
-  absl::StrAppend(&s, std::string(dtype_name(dtype)), ", count=", count);
-  if (root >= 0) absl::StrAppend(&s, ", root=", root);
-  return s + ")";
+  const std::string_view type = dtype_name(dtype);
+  const absl::string_view t(type.data(), type.size());
+  if (op.empty()) {
+    if (root >= 0) return absl::StrCat(name, "(", t, ", count=", count, ", root=", root, ")");
+    return absl::StrCat(name, "(", t, ", count=", count, ")");
+  }
+  if (root >= 0) return absl::StrCat(name, "(", op, ", ", t, ", count=", count, ", root=", root, ")");
+  return absl::StrCat(name, "(", op, ", ", t, ", count=", count, ")");
 }
 
 // One collective: numbered now (the same number on every rank), checked,
@@ -214,7 +219,10 @@ absl::Status finish(const CollectiveCall& call, absl::Status st) {
   return st;
 }
 
-absl::Status run_blocking(CommGroup& group, std::string sig, const absl::Status& checked, const Body& body) {
+// A template rather than a Body: a blocking call's lambda (captures by
+// reference) then costs no std::function allocation.
+template <typename F>
+absl::Status run_blocking(CommGroup& group, std::string sig, const absl::Status& checked, const F& body) {
   CollectiveCall call = begin(group, std::move(sig));
   return finish(call, checked.ok() ? body(call) : checked);
 }
@@ -412,8 +420,14 @@ absl::Status Communicator::allreduce(const TensorView& in, const TensorView& out
   if (collectives::on_device(in, out)) {
     return collectives::device_allreduce(*group_, in, out, op, device).wait().status();
   }
-  Prepared p = prepare_allreduce(in, out, op);
-  return run_blocking(*group_, p.sig, p.checked, p.body);
+  // Not through prepare_allreduce: no TensorView copies or std::function
+  // on the blocking path (small allreduces are latency-bound).
+  const size_t n = static_cast<size_t>(in.numel());
+  const ReductionArgs args = check_reduction(in, out, op, true, 1);
+  return run_blocking(*group_, signature("allreduce", op.name(), in.dtype(), n), args.checked,
+                      [&](const CollectiveCall& call) {
+                        return collectives::run_allreduce(call, in.data(), out.data(), n, *args.op);
+                      });
 }
 Request Communicator::iallreduce(const TensorView& in, const TensorView& out, const ReduceSpec& op,
                                  const DeviceOptions& device) const {

@@ -9,6 +9,7 @@
 #include "core/collectives/comm_group.h"
 #include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
+#include "core/collectives/thread_cache.h"
 #include "core/platform/process_memory.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
@@ -103,7 +104,45 @@ void Exchange::watch(const std::string& comm, int rank, std::vector<ProcId> proc
 void Exchange::forget(const std::string& comm, int rank) {
   detail::MutexLock lock(mu_);
   auto it = entries_.find(std::make_pair(comm, rank));
-  if (it != entries_.end() && it->second.group.expired()) entries_.erase(it);
+  if (it != entries_.end() && it->second.group.expired()) {
+    entries_.erase(it);
+    forgotten_.fetch_add(1, std::memory_order_release);
+  }
+}
+
+namespace {
+struct CachedMailbox {
+  std::string comm;
+  int rank;
+  std::shared_ptr<RankMailbox> box;
+};
+struct MailboxCache {
+  std::vector<CachedMailbox> entries;
+  uint64_t seen = 0;  // Exchange::forgotten_ when filled
+};
+}  // namespace
+
+std::shared_ptr<RankMailbox> Exchange::cached_mailbox(std::string_view comm, int rank) {
+  MailboxCache* cache = ThreadCache<MailboxCache>::get();
+  if (cache == nullptr) return mailbox(std::string(comm), rank);
+  if (const uint64_t now = forgotten_.load(std::memory_order_acquire); now != cache->seen) {
+    cache->entries.clear();
+    cache->seen = now;
+  }
+  for (const CachedMailbox& c : cache->entries) {
+    if (c.rank == rank && c.comm == comm) return c.box;
+  }
+  std::string key(comm);
+  std::shared_ptr<RankMailbox> box = mailbox(key, rank);
+  if (cache->entries.size() >= 16) cache->entries.erase(cache->entries.begin());
+  cache->entries.push_back(CachedMailbox{std::move(key), rank, box});
+  return box;
+}
+
+void Exchange::on_compact(const CompactMessage& m, const char* body, size_t size) {
+  const Channel channel = m.collective ? Channel::kCollective : Channel::kP2P;
+  cached_mailbox(m.comm, static_cast<int>(m.dest))
+      ->deliver_view(channel, static_cast<int>(m.source), m.tag, m.signature, body, size);
 }
 
 namespace {

@@ -9,9 +9,12 @@
 // caller threads.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,6 +32,8 @@ class ProcHost;
 }
 
 namespace castmesh::collectives {
+
+struct CompactMessage;
 
 // The ProcHost data message type of communicator frames.
 inline constexpr char kCollectiveDataType[] = "castmesh.collectives.v1";
@@ -61,6 +66,9 @@ class Exchange {
   // handshake frames need it), or nullptr for a ring record.
   void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
                 const char* body, size_t size, wire::Payload owner, proc::ProcHost* delivering = nullptr);
+  // A compact ring record (core/collectives/shm_path.h): a data message whose
+  // body `body[0, size)` is read before this returns. On a ring consumer.
+  void on_compact(const CompactMessage& message, const char* body, size_t size);
   // A sink for the body of a frame whose header arrived from `peer`, when a
   // posted receive matches it (RankMailbox::sink_for); else nullptr.
   std::shared_ptr<transport::PayloadSink> sink_for_frame(const ProcId& peer, const std::string& header,
@@ -83,6 +91,10 @@ class Exchange {
     std::shared_ptr<detail::CommGroup> pinned;
   };
   Entry& entry(const std::string& comm, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // mailbox() through a small per-thread cache, for the ring consumers: no
+  // lock, no hashing on the hot path. Entries are dropped when forget()
+  // removes any mailbox.
+  std::shared_ptr<RankMailbox> cached_mailbox(std::string_view comm, int rank);
   std::shared_ptr<detail::CommGroup> live_group(const std::string& comm, int rank);
   void deliver_fallback_body(const ProcId& peer, uint64_t token, const char* body, size_t size);
 
@@ -92,6 +104,8 @@ class Exchange {
   };
 
   detail::Mutex mu_;
+  // Bumped by forget() when it removes a mailbox (cached_mailbox's caches).
+  std::atomic<uint64_t> forgotten_{0};
   absl::flat_hash_map<std::pair<std::string, int>, Entry> entries_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ProcId, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::pair<ProcId, uint64_t>, Parked> parked_ ABSL_GUARDED_BY(mu_);

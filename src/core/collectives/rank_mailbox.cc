@@ -9,26 +9,35 @@
 
 namespace castmesh::collectives {
 
+namespace {
+bool matches_fields(const PostedRecv& recv, Channel channel, int source, int64_t tag) {
+  if (recv.channel != channel) return false;
+  if (recv.source != kAnySource && recv.source != source) return false;
+  return recv.tag == kAnyTag || recv.tag == tag;
+}
+}  // namespace
+
 bool RankMailbox::matches(const PostedRecv& recv, const MessageKey& key) {
-  if (recv.channel != key.channel) return false;
-  if (recv.source != kAnySource && recv.source != key.source) return false;
-  return recv.tag == kAnyTag || recv.tag == key.tag;
+  return matches_fields(recv, key.channel, key.source, key.tag);
 }
 
 uint64_t RankMailbox::sequence_of(const PostedRecv& recv) { return static_cast<uint64_t>(recv.tag) >> 24; }
 
 namespace {
-absl::Status fill_error(const PostedRecv& recv, const MessageKey& key, size_t size) {
-  if (recv.channel == Channel::kCollective && recv.signature != key.signature) {
-    return absl::FailedPreconditionError(absl::StrCat("mismatched collective: rank ", key.source, " called ",
-                                                      key.signature, ", this rank called ", recv.signature));
+absl::Status fill_error(const PostedRecv& recv, int source, int64_t tag, std::string_view signature, size_t size) {
+  if (recv.channel == Channel::kCollective && recv.signature != signature) {
+    return absl::FailedPreconditionError(absl::StrCat("mismatched collective: rank ", source, " called ",
+                                                      absl::string_view(signature.data(), signature.size()),
+                                                      ", this rank called ", recv.signature));
   }
   if (size > recv.capacity) {
-    return absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", key.source, " (tag ",
-                                              key.tag, ") does not fit the receive buffer of ", recv.capacity,
-                                              " bytes"));
+    return absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", source, " (tag ", tag,
+                                              ") does not fit the receive buffer of ", recv.capacity, " bytes"));
   }
   return absl::OkStatus();
+}
+absl::Status fill_error(const PostedRecv& recv, const MessageKey& key, size_t size) {
+  return fill_error(recv, key.source, key.tag, key.signature, size);
 }
 }  // namespace
 
@@ -142,6 +151,33 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
   fill(*matched, key, data, size);
 }
 
+void RankMailbox::deliver_view(Channel channel, int source, int64_t tag, std::string_view signature,
+                               const char* data, size_t size) {
+  std::optional<PostedRecv> matched;
+  {
+    detail::MutexLock lock(mu_);
+    for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+      if (matches_fields(*it, channel, source, tag)) {
+        matched = std::move(*it);
+        posted_.erase(it);
+        break;
+      }
+    }
+    if (!matched) {
+      MessageKey key{channel, source, tag, std::string(signature), nullptr};
+      unexpected_.push_back(Queued{std::move(key), wire::Payload::copy_of(std::string_view(data, size))});
+      changed_.notify_all();
+      return;
+    }
+  }
+  if (absl::Status error = fill_error(*matched, source, tag, signature, size); !error.ok()) {
+    matched->request->complete(std::move(error));
+    return;
+  }
+  if (size > 0) std::memcpy(matched->buffer, data, size);
+  matched->request->complete(MessageStatus{source, channel == Channel::kP2P ? static_cast<int>(tag) : 0, size});
+}
+
 void RankMailbox::post(PostedRecv recv) {
   std::optional<Queued> queued;
   {
@@ -220,7 +256,10 @@ std::vector<std::pair<PostedRecv, absl::Status>> take_failed(std::deque<PostedRe
 }  // namespace
 
 void RankMailbox::fail_source(int rank, const absl::Status& why) {
-  record_failure([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { dead_sources_.emplace(rank, why); });
+  record_failure([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    dead_sources_.emplace(rank, why);
+    any_source_failure_.store(true, std::memory_order_release);
+  });
 }
 
 void RankMailbox::abort_collective(uint64_t sequence, const absl::Status& why) {
@@ -246,6 +285,7 @@ absl::Status RankMailbox::collective_error(uint64_t sequence) {
 }
 
 absl::Status RankMailbox::source_error(int rank) {
+  if (!any_source_failure_.load(std::memory_order_acquire)) return absl::OkStatus();
   detail::MutexLock lock(mu_);
   if (!closed_.ok()) return closed_;
   auto it = dead_sources_.find(rank);
@@ -255,6 +295,7 @@ absl::Status RankMailbox::source_error(int rank) {
 void RankMailbox::close(const absl::Status& why) {
   record_failure([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (closed_.ok()) closed_ = why;
+    any_source_failure_.store(true, std::memory_order_release);
   });
 }
 

@@ -15,6 +15,7 @@
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -76,6 +78,12 @@ class RankMailbox {
   // A message for this rank. `data[0, size)` is read before deliver returns
   // unless `payload` owns it (then it may be kept).
   void deliver(MessageKey key, const char* data, size_t size, wire::Payload payload = {});
+  // deliver() of a message without a remote body whose key fields are views
+  // (a compact ring record): nothing is copied or allocated unless the
+  // message has to wait in the unexpected queue. `data` is read before this
+  // returns. Any delivering thread.
+  void deliver_view(Channel channel, int source, int64_t tag, std::string_view signature, const char* data,
+                    size_t size);
   // A message of `size` bytes whose header arrived and whose body has not:
   // when a posted receive matches it now (it is taken, in arrival order as
   // deliver would), a sink that reads the body straight into that
@@ -123,6 +131,9 @@ class RankMailbox {
   void record_failure(const std::function<void()>& record);
 
   detail::Mutex mu_;
+  // Set (under mu_, never cleared) once a source died or the mailbox closed:
+  // until then source_error() needs no lock.
+  std::atomic<bool> any_source_failure_{false};
   // Signalled when a message is queued or a failure recorded (probe waits).
   detail::CondVar changed_;
   std::deque<PostedRecv> posted_ ABSL_GUARDED_BY(mu_);

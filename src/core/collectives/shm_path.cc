@@ -15,6 +15,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
 #include "core/collectives/request_state.h"
+#include "core/collectives/thread_cache.h"
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
@@ -32,6 +33,23 @@ using shm_link::ShmRing;
 constexpr uint32_t kFrame = 1;      // meta: header; body: the whole body
 constexpr uint32_t kFirstPart = 2;  // meta: u64 total body size + header; body: the first chunk
 constexpr uint32_t kMorePart = 3;   // body: the next chunk
+constexpr uint32_t kCompact = 4;    // meta: CompactHeader, comm, signature; body: the whole body
+// LINK_ACCEPT's link_features: the receiver reads kCompact records.
+constexpr uint32_t kFeatureCompact = 1;
+
+// The fixed part of a kCompact record's meta (both ends are on one host and
+// run one build of this file, checked by the link handshake's features).
+struct CompactHeader {
+  uint32_t comm_size;
+  uint32_t signature_size;
+  uint32_t source;
+  uint32_t dest;
+  int64_t tag;
+  uint64_t sequence;
+  uint32_t collective;  // 0 or 1
+  uint32_t reserved;    // 0
+};
+static_assert(sizeof(CompactHeader) == 40);
 constexpr size_t kChunk = kShmRingBytes / 4;
 constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fits max_payload()
 // How long a waiting caller spins on the rings before it sleeps. Longer
@@ -132,20 +150,33 @@ absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::st
                                          : wire::Payload::copy_of(body));
 }
 
-// One frame on its way into a ring, possibly in several records.
+// One frame (or compact record) on its way into a ring, possibly in
+// several records.
 struct Outgoing {
-  std::string header;
+  Outgoing(uint32_t k, std::string_view h, std::string_view b) : kind(k), header(h), body(b) {}
+  uint32_t kind = kFrame;  // kFrame (split into parts when large) or kCompact
+  std::string_view header;
   std::string_view body;
-  std::string owned;  // the body's bytes when queued
   size_t offset = 0;
   bool started = false;
+  std::string owned_header, owned_body;  // the bytes, once queued
 };
+
+// Queues `out` at the back (or front) of `backlog` with its own copy of its
+// bytes (made in place: a moved std::string may move its bytes).
+void queue_owned(std::deque<Outgoing>& backlog, Outgoing&& out, bool front) {
+  Outgoing& q = front ? backlog.emplace_front(std::move(out)) : backlog.emplace_back(std::move(out));
+  q.owned_header.assign(q.header.data(), q.header.size());
+  q.owned_body.assign(q.body.data(), q.body.size());
+  q.header = q.owned_header;
+  q.body = q.owned_body;
+}
 
 // Writes as much of `out` as the ring takes now; true when all of it went.
 bool write_some(ShmRing& ring, Outgoing& out) {
   if (!out.started) {
     if (out.header.size() + out.body.size() <= kChunk) {
-      if (!ring.try_write(kFrame, out.header, out.body)) return false;
+      if (!ring.try_write(out.kind, out.header, out.body)) return false;
       out.offset = out.body.size();
       out.started = true;
       return true;
@@ -153,7 +184,7 @@ bool write_some(ShmRing& ring, Outgoing& out) {
     std::string meta(8, '\0');
     const uint64_t total = out.body.size();
     std::memcpy(meta.data(), &total, 8);
-    meta += out.header;
+    meta.append(out.header);
     const size_t n = std::min(out.body.size(), kChunk);
     if (!ring.try_write(kFirstPart, meta, out.body.substr(0, n))) return false;
     out.offset = n;
@@ -175,6 +206,7 @@ struct Peer {
   const ProcId id;
   std::atomic<bool> lost{false};
   std::atomic<bool> broken{false};  // the inbound ring held garbage: never read again
+  std::atomic<bool> compact_ok{false};  // the receiver reads kCompact records (set before kStarted)
 
   // Outbound. Caller threads serialise on send_mu; whoever writes into the
   // ring (a caller, or a progress context flushing the backlog) holds
@@ -217,6 +249,7 @@ class Links {
 
   absl::Status send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
                     std::shared_ptr<const void> owner);
+  std::optional<absl::Status> try_send_compact(const ProcId& peer, const CompactMessage& m, std::string_view body);
   void on_link_frame(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h);
   void on_peer_lost(const ProcId& peer, const absl::Status& why);
   void on_peer_alive(const ProcId& peer);
@@ -234,7 +267,10 @@ class Links {
  private:
   std::shared_ptr<Peer> find(const ProcId& peer);
   std::shared_ptr<Peer> get(const ProcId& peer);
-  absl::Status send_started(Peer& p, const std::string& header, std::string_view body);
+  absl::Status send_started(Peer& p, Outgoing out);
+  // The peer's link state, through a small per-thread cache (no lock, no
+  // hashing on the hot path).
+  std::shared_ptr<Peer> cached(const ProcId& peer);
   static bool flush_backlog(Peer& p);
   // What one look at a peer's inbound ring did.
   enum class Consumed { kNothing, kHandled, kBusy /* another thread holds it */ };
@@ -243,7 +279,7 @@ class Links {
   void drain_loop(const std::shared_ptr<Peer>& p);
   void offer(proc::ProcHost& host, Peer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.send_mu);
   void on_offer(proc::ProcHost& host, const ProcId& peer, const std::string& name);
-  void on_accept(proc::ProcHost& host, const ProcId& peer, const std::string& error);
+  void on_accept(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h);
   void on_start(const ProcId& peer);
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
   // The sleeping half of wait(): false when this system cannot sleep on
@@ -283,13 +319,15 @@ absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, const std::st
   if (!enabled() || !platform::proc_on_this_host(peer)) return socket_send(host, peer, header, body, std::move(owner));
   std::shared_ptr<Peer> p = get(peer);
   if (p->lost.load(std::memory_order_acquire)) return socket_send(host, peer, header, body, std::move(owner));
-  if (p->out_state.load(std::memory_order_acquire) == OutState::kStarted) return send_started(*p, header, body);
+  if (p->out_state.load(std::memory_order_acquire) == OutState::kStarted) {
+    return send_started(*p, Outgoing(kFrame, header, body));
+  }
   detail::MutexLock lock(p->send_mu);
   // Under send_mu until LINK_START has gone, so no socket frame follows it.
   switch (p->out_state.load(std::memory_order_acquire)) {
     case OutState::kStarted:
       lock.unlock();
-      return send_started(*p, header, body);
+      return send_started(*p, Outgoing(kFrame, header, body));
     case OutState::kNone:
       offer(host, *p);
       break;
@@ -319,11 +357,66 @@ void Links::offer(proc::ProcHost& host, Peer& p) {
   }
 }
 
-absl::Status Links::send_started(Peer& p, const std::string& header, std::string_view body) {
-  if (header.size() > kMaxHeader) {
-    return absl::InvalidArgumentError(absl::StrCat("a collectives frame header of ", header.size(), " bytes"));
+struct CachedPeer {
+  ProcId id;
+  std::shared_ptr<Peer> p;
+};
+struct PeerCache {
+  std::vector<CachedPeer> entries;  // a rank talks to a handful of procs
+};
+struct CompactScratch {
+  std::string meta;  // kept between calls: no allocation per message
+};
+
+std::shared_ptr<Peer> Links::cached(const ProcId& peer) {
+  PeerCache* cache = ThreadCache<PeerCache>::get();
+  if (cache == nullptr) return get(peer);
+  for (CachedPeer& e : cache->entries) {
+    if (e.id == peer) {
+      // A lost peer's entry may be replaced once it answers again.
+      if (e.p->lost.load(std::memory_order_acquire)) e.p = get(peer);
+      return e.p;
+    }
   }
-  Outgoing out{header, body, {}, 0, false};
+  std::shared_ptr<Peer> p = get(peer);
+  if (cache->entries.size() >= 16) cache->entries.erase(cache->entries.begin());
+  cache->entries.push_back(CachedPeer{peer, p});
+  return p;
+}
+
+std::optional<absl::Status> Links::try_send_compact(const ProcId& peer, const CompactMessage& m,
+                                                    std::string_view body) {
+  if (t_progress_context || !enabled()) return std::nullopt;
+  const size_t meta_size = sizeof(CompactHeader) + m.comm.size() + m.signature.size();
+  if (meta_size > kMaxHeader || meta_size + body.size() > kChunk) return std::nullopt;
+  std::shared_ptr<Peer> p = cached(peer);
+  if (p->lost.load(std::memory_order_acquire) || !p->compact_ok.load(std::memory_order_acquire) ||
+      p->out_state.load(std::memory_order_acquire) != OutState::kStarted) {
+    return std::nullopt;
+  }
+  CompactScratch* scratch = ThreadCache<CompactScratch>::get();
+  std::string exiting;
+  std::string& meta = scratch != nullptr ? scratch->meta : exiting;
+  meta.resize(meta_size);
+  const CompactHeader h{static_cast<uint32_t>(m.comm.size()),
+                        static_cast<uint32_t>(m.signature.size()),
+                        m.source,
+                        m.dest,
+                        m.tag,
+                        m.sequence,
+                        m.collective ? 1u : 0u,
+                        0};
+  char* at = meta.data();
+  std::memcpy(at, &h, sizeof h);
+  if (!m.comm.empty()) std::memcpy(at + sizeof h, m.comm.data(), m.comm.size());
+  if (!m.signature.empty()) std::memcpy(at + sizeof h + m.comm.size(), m.signature.data(), m.signature.size());
+  return send_started(*p, Outgoing(kCompact, meta, body));
+}
+
+absl::Status Links::send_started(Peer& p, Outgoing out) {
+  if (out.header.size() > kMaxHeader) {
+    return absl::InvalidArgumentError(absl::StrCat("a collectives frame header of ", out.header.size(), " bytes"));
+  }
   auto gone = [&p] {
     return absl::UnavailableError(absl::StrCat("proc ", p.id, " is gone (its shared-memory link is down)"));
   };
@@ -339,20 +432,13 @@ absl::Status Links::send_started(Peer& p, const std::string& header, std::string
       }
       // A partly written frame stays at the front: nothing may pass it.
       detail::MutexLock lock(p.backlog_mu);
-      out.owned.assign(out.body.data(), out.body.size());
-      out.body = out.owned;
-      if (out.started) {
-        p.backlog.push_front(std::move(out));
-      } else {
-        p.backlog.push_back(std::move(out));
-      }
+      const bool front = out.started;
+      queue_owned(p.backlog, std::move(out), front);
       p.has_backlog.store(true, std::memory_order_release);
       p.producing.clear(std::memory_order_release);
     } else {
       detail::MutexLock lock(p.backlog_mu);
-      out.owned.assign(out.body.data(), out.body.size());
-      out.body = out.owned;
-      p.backlog.push_back(std::move(out));
+      queue_owned(p.backlog, std::move(out), /*front=*/false);
       p.has_backlog.store(true, std::memory_order_release);
     }
     g_frames_out.fetch_add(1, std::memory_order_relaxed);
@@ -414,7 +500,29 @@ Links::Consumed Links::consume(Peer& p) {
     if (!rec->has_value()) break;
     const ShmRing::Record& r = **rec;
     any = true;
-    if (r.kind == kFrame) {
+    if (r.kind == kCompact) {
+      CompactHeader h;
+      if (r.meta.size() < sizeof h) {
+        broken = absl::DataLossError(absl::StrCat("shared-memory link from proc ", p.id, ": a short compact record"));
+        break;
+      }
+      std::memcpy(&h, r.meta.data(), sizeof h);
+      if (uint64_t{h.comm_size} + h.signature_size != r.meta.size() - sizeof h || h.collective > 1) {
+        broken = absl::DataLossError(absl::StrCat("shared-memory link from proc ", p.id, ": a malformed compact record"));
+        break;
+      }
+      CompactMessage m;
+      m.comm = r.meta.substr(sizeof h, h.comm_size);
+      m.signature = r.meta.substr(sizeof h + h.comm_size);
+      m.source = h.source;
+      m.dest = h.dest;
+      m.collective = h.collective == 1;
+      m.tag = h.tag;
+      m.sequence = h.sequence;
+      Exchange::instance().on_compact(m, r.body.data(), r.body.size());
+      g_frames_in.fetch_add(1, std::memory_order_relaxed);
+      if (t_drain_thread) g_frames_by_drain.fetch_add(1, std::memory_order_relaxed);
+    } else if (r.kind == kFrame) {
       Exchange::instance().on_frame(p.host, p.id, r.meta, r.body.data(), r.body.size(), {});
       g_frames_in.fetch_add(1, std::memory_order_relaxed);
       if (t_drain_thread) g_frames_by_drain.fetch_add(1, std::memory_order_relaxed);
@@ -431,7 +539,7 @@ Links::Consumed Links::consume(Peer& p) {
                                                 r.kind));
       break;
     }
-    if (r.kind != kFrame && p.part_body.size() == p.part_total) {
+    if ((r.kind == kFirstPart || r.kind == kMorePart) && p.part_body.size() == p.part_total) {
       wire::Payload owner = wire::Payload::adopt(std::move(p.part_body));
       const char* data = owner.data();
       const size_t size = owner.size();
@@ -602,7 +710,7 @@ void Links::on_link_frame(proc::ProcHost& host, const ProcId& peer,
     case v1::CollectiveHeader::CHANNEL_LINK_OFFER:
       return on_offer(host, peer, h.link());
     case v1::CollectiveHeader::CHANNEL_LINK_ACCEPT:
-      return on_accept(host, peer, h.signature());
+      return on_accept(host, peer, h);
     case v1::CollectiveHeader::CHANNEL_LINK_START:
       return on_start(peer);
     default:
@@ -636,10 +744,12 @@ void Links::on_offer(proc::ProcHost& host, const ProcId& peer, const std::string
   v1::CollectiveHeader answer;
   answer.set_channel(v1::CollectiveHeader::CHANNEL_LINK_ACCEPT);
   answer.set_signature(error);
+  if (error.empty()) answer.set_link_features(kFeatureCompact);
   (void)socket_send(host, peer, answer.SerializeAsString(), {});
 }
 
-void Links::on_accept(proc::ProcHost& host, const ProcId& peer, const std::string& error) {
+void Links::on_accept(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h) {
+  const std::string& error = h.signature();
   std::shared_ptr<Peer> p = find(peer);
   if (p == nullptr) return;
   detail::MutexLock lock(p->send_mu);
@@ -660,6 +770,7 @@ void Links::on_accept(proc::ProcHost& host, const ProcId& peer, const std::strin
     p->out_state.store(OutState::kRefused);
     return;
   }
+  p->compact_ok.store((h.link_features() & kFeatureCompact) != 0, std::memory_order_release);
   p->out_state.store(OutState::kStarted, std::memory_order_release);
   start_drain(p);  // flushes what progress contexts queue
 }
@@ -748,6 +859,11 @@ ShmPathStats Links::stats() {
 absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
                                    std::string_view body, std::shared_ptr<const void> body_owner) {
   return Links::instance().send(host, peer, header, body, std::move(body_owner));
+}
+
+std::optional<absl::Status> try_send_compact(const ProcId& peer, const CompactMessage& message,
+                                             std::string_view body) {
+  return Links::instance().try_send_compact(peer, message, body);
 }
 
 void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,

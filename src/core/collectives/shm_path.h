@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,28 @@ inline constexpr size_t kShmRingBytes = size_t{1} << 20;
 // released once the transport is done with it (a ring copies it at once).
 absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
                                    std::string_view body, std::shared_ptr<const void> body_owner = nullptr);
+
+// A data message (a point-to-point message or a collective step without
+// single copy) as a compact ring record carries it: these fields in a fixed
+// binary header, then `comm` and `signature`, then the body.
+struct CompactMessage {
+  std::string_view comm;
+  uint32_t source = 0;
+  uint32_t dest = 0;
+  bool collective = false;
+  int64_t tag = 0;
+  uint64_t sequence = 0;
+  std::string_view signature;
+};
+
+// Sends `message` + `body` to proc `peer` as one compact ring record, from a
+// caller thread: no protobuf header, nothing allocated. nullopt when it did
+// not (no started link to `peer` yet, a receiver that reads only frames, a
+// progress context, a record larger than a ring chunk): the caller then
+// sends it as a frame (send_collective_frame), which keeps the order since a
+// started link carries every later frame too.
+std::optional<absl::Status> try_send_compact(const ProcId& peer, const CompactMessage& message,
+                                             std::string_view body);
 
 // Marks the calling thread, for its lifetime, as a progress context (an I/O
 // thread delivering frames): its sends to a full ring are queued, never

@@ -1,7 +1,8 @@
 // The same-host shared-memory path (core/collectives/shm_path.h) across real
 // worker procs (this binary re-executed): once the links are up, collectives
 // and point-to-point messages (any-source, several tags, non-overtaking)
-// travel through the rings (the path's counters say so), large bodies too
+// travel through the rings (the path's counters say so), a mismatched
+// collective fails on every rank naming both calls, large bodies too
 // (single copy offers through the ring, or, with single copy off, bodies
 // streamed in chunks), and a SIGKILLed proc fails the others' pending
 // operations, naming its rank, even a sender that filled the ring. A
@@ -137,6 +138,16 @@ class ShmMember : public castmesh::Actor {
       }
       got.push_back("p2p-ordered");
     }
+    // A mismatched collective through the rings (compact records carry the
+    // signature): every rank fails, naming both calls.
+    std::vector<int64_t> bad(c.rank() == 0 ? 3 : 4, 1);
+    const absl::Status mismatch = c.allreduce(view(bad), view(bad), ReduceOp::kSum);
+    if (mismatch.ok() || mismatch.message().find("mismatched collective") == std::string::npos ||
+        mismatch.message().find("count=3") == std::string::npos ||
+        mismatch.message().find("count=4") == std::string::npos) {
+      return absl::InternalError(absl::StrCat("mismatched allreduce: ", mismatch.ToString()));
+    }
+    got.push_back("mismatch-named");
     if (absl::Status st = c.barrier(); !st.ok()) return st;
     const auto stats = shm_path_stats();
     out = absl::StrCat(absl::StrJoin(got, ","), " links_in=", stats.links_in, " ring_frames=",
@@ -207,7 +218,8 @@ void run_traffic(int procs_n) {
   const std::string sums = absl::StrCat(p * (p - 1) / 2 + p * 2, ",", p * (p - 1) / 2 + p * (n - 1));
   for (int r = 0; r < procs_n; ++r) {
     const std::string& reply = replies->values()[r];
-    ASSERT_EQ(reply.rfind("OK " + sums + (r == 0 ? ",p2p-ordered" : "") + " ", 0), 0u) << "rank " << r << ": " << reply;
+    ASSERT_EQ(reply.rfind("OK " + sums + (r == 0 ? ",p2p-ordered" : "") + ",mismatch-named ", 0), 0u)
+        << "rank " << r << ": " << reply;
     EXPECT_NE(reply.find(absl::StrCat("links_in=", procs_n - 1)), std::string::npos) << reply;
     EXPECT_EQ(reply.find("ring_frames=0"), std::string::npos) << "rank " << r << " got nothing through a ring: "
                                                               << reply;
