@@ -1,7 +1,8 @@
 // RDMA buffers: one-sided reads and writes of memory another proc
 // registered, with the same calls on every machine.
 //
-// The owner registers a contiguous host TensorView; the RdmaBuffer handle is
+// The owner registers a contiguous TensorView (host memory, or CUDA/ROCm
+// memory served through host staging, docs/rdma.md); the RdmaBuffer handle is
 // a small value that is copied, serialized, and sent inside any message
 // (C++ or Python) to any proc. Any proc holding it reads the buffer's bytes
 // into its own memory (read_into) or writes its bytes into the buffer
@@ -74,7 +75,12 @@ std::string_view rdma_transport_name(RdmaTransport transport);
 struct RdmaResult {
   size_t bytes = 0;                                // bytes moved
   RdmaTransport transport = RdmaTransport::kSocket;  // the path that moved them
+  bool staged = false;  // device memory (either side) went through host memory (docs/rdma.md)
 };
+
+// The transport's name, with "+host_staging" when the bytes were staged
+// ("socket+host_staging"): what Python's RdmaResult.transport says.
+std::string rdma_result_transport(const RdmaResult& result);
 
 // Where in the buffer an operation applies, and for how long it may take.
 struct RdmaOptions {
@@ -94,8 +100,10 @@ class RdmaBuffer {
   // An empty handle (every operation fails with kFailedPrecondition).
   RdmaBuffer();
 
-  // Registers `view` (host memory, C-contiguous, not read-only when
-  // `access` includes kWrite) as a buffer of this proc. The view's owner
+  // Registers `view` (C-contiguous, not read-only when `access` includes
+  // kWrite) as a buffer of this proc. Device memory (CUDA/ROCm) needs the
+  // tensor_engine backend and is served through host staging; device work
+  // writing it must have completed before peers read it. The view's owner
   // is kept alive until the buffer is released and no operation on it is
   // in flight; memory without an owner must outlive that. `runtime`
   // (nullptr: Runtime::current()) names the owner proc.
@@ -114,19 +122,24 @@ class RdmaBuffer {
   const ProcId& owner() const;
   // What other procs may do with it.
   RdmaAccess access() const;
-  // The transports the owner offers, best first.
+  // The transports the owner offers, best first. A buffer over device
+  // memory offers only those in which the owner's CPU stages the bytes.
   std::vector<RdmaTransport> transports() const;
+  // Where the owner's memory lives (cpu, or cuda:N / rocm:N: staged).
+  Device device() const;
   // False for a default-constructed handle.
   bool valid() const { return handle_ != nullptr; }
 
   // Copies `length` bytes (default dst.nbytes()) of the buffer from
-  // `offset` into `dst` (host, C-contiguous, writable, at least that big).
+  // `offset` into `dst` (C-contiguous, writable, at least that big; device
+  // memory goes through host staging and holds the bytes when this resolves).
   // Errors before any byte moves: kOutOfRange (range past the end),
   // kInvalidArgument (bad destination), kPermissionDenied (not readable),
   // kFailedPrecondition (released or unknown buffer). Later:
   // kDeadlineExceeded, kUnavailable (owner lost).
   Future<RdmaResult> read_into(const TensorView& dst, RdmaOptions options = {}) const;
   // Copies all of `src` into the buffer at `offset`; errors as read_into.
+  // Device memory is copied to the host (synchronised) before bytes are sent.
   Future<RdmaResult> write_from(const TensorView& src, RdmaOptions options = {}) const;
 
   // Releases the registration (from any proc; idempotent). Operations that

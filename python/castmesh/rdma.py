@@ -35,7 +35,9 @@ class RdmaResult(NamedTuple):
     """What one finished operation moved, and over which transport."""
 
     bytes: int
-    transport: str  # "same_process", "single_copy", "shared_segment", "socket" or "ibverbs"
+    # "same_process", "single_copy", "shared_segment", "socket" or "ibverbs"; with "+host_staging"
+    # when device (CUDA/ROCm) memory on either side went through host memory (docs/rdma.md)
+    transport: str
 
 
 def _future(pending: Any, one: bool) -> "Future[Any]":

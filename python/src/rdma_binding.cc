@@ -55,7 +55,7 @@ class RdmaPending {
     });
   }
 
-  // The results: [(bytes, transport name)], raising the operation's error,
+  // The results: [(bytes, transport name)] (device memory: "<name>+host_staging"), raising the operation's error,
   // or TimeoutError when not done within `timeout` seconds.
   py::list wait(std::optional<double> timeout) {
     std::optional<absl::StatusOr<Results>> result;
@@ -77,7 +77,7 @@ class RdmaPending {
     Results results = value(*std::move(result));
     py::list out;
     for (const RdmaResult& r : results) {
-      out.append(py::make_tuple(r.bytes, std::string(rdma_transport_name(r.transport))));
+      out.append(py::make_tuple(r.bytes, rdma_result_transport(r)));  // "socket+host_staging" when staged
     }
     return out;
   }

@@ -282,3 +282,69 @@ def test_fake_backend_collectives_name_their_stream_to_a_device_producer(tmp_pat
     named, default, out = eval(done.stdout.strip().splitlines()[-1])
     assert named and default
     assert out == [1, 2, 3]
+
+
+_RDMA_ACTOR_MODULE = textwrap.dedent("""
+    import array
+    import castmesh
+    from castmesh import Actor, endpoint
+    from castmesh import tensor_engine as te
+    from castmesh.rdma import RdmaBuffer
+
+
+    class DeviceOwner(Actor):
+        @endpoint
+        def publish(self, n):
+            s = te.Stream("cuda:0")
+            self.x = te.empty((n,), "uint8", "cuda:0")
+            te.copy(self.x, array.array("B", [i % 251 for i in range(n)]), s)
+            s.synchronize()
+            return RdmaBuffer(self.x)
+
+""")
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not FAKE_DIR or not os.path.isdir(FAKE_DIR), reason="fake tensor_engine plugin not built")
+def test_fake_backend_rdma_buffers_over_device_memory(tmp_path):
+    """castmesh.rdma over (fake) CUDA memory: an actor's device buffer read into host and device memory of the
+    controller and written from device memory, each result saying the bytes were staged through the host."""
+    (tmp_path / "te_rdma_mod.py").write_text(_RDMA_ACTOR_MODULE)
+    script = textwrap.dedent("""
+        import array
+        import castmesh
+        from castmesh import this_host
+        from castmesh import tensor_engine as te
+        from te_rdma_mod import DeviceOwner
+        n = 100000
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        owner = procs.spawn("owner", DeviceOwner)
+        buf = list(owner.publish.call(n).get().values())[0]
+        host = bytearray(n)
+        r = buf.read_into(host).get(timeout=60)
+        ok_host = list(host[:5]) == [0, 1, 2, 3, 4] and host[n - 1] == (n - 1) % 251
+        dst = te.empty((n,), "uint8", "cuda:1")
+        r2 = buf.read_into(dst, offset=0).get(timeout=60)
+        back = castmesh.zeros((n,), "uint8")
+        s = te.Stream("cuda:1")
+        te.copy(back, dst, s)
+        s.synchronize()
+        ok_device = bytes(memoryview(back)) == bytes(host)
+        src = te.empty((10,), "uint8", "cuda:1")
+        te.copy(src, array.array("B", [200] * 10), s)
+        s.synchronize()
+        w = buf.write_from(src, offset=50).get(timeout=60)
+        again = bytearray(20)
+        buf.read_into(again, offset=45).get(timeout=60)
+        print(repr((r.transport, r2.transport, w.transport, ok_host, ok_device, list(again))))
+        procs.stop().get()
+    """)
+    env = dict(os.environ, CASTMESH_BACKEND_PATH=FAKE_DIR,
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stdout + done.stderr
+    read_host, read_device, wrote, ok_host, ok_device, again = eval(done.stdout.strip().splitlines()[-1])
+    assert read_host.endswith("+host_staging") and read_device.endswith("+host_staging"), (read_host, read_device)
+    assert wrote.endswith("+host_staging"), wrote
+    assert ok_host and ok_device
+    assert again == [45 % 251, 46, 47, 48, 49] + [200] * 10 + [60, 61, 62, 63, 64]

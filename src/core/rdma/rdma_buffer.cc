@@ -17,12 +17,14 @@
 #include "core/platform/platform.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/device_staging.h"
 #include "core/rdma/ibverbs_path.h"
 #include "core/rdma/one_sided.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
 #include "core/rdma/service.h"
 #include "core/rdma/transfers.h"
+#include "core/tensor/device_engine.h"
 
 namespace castmesh {
 
@@ -39,6 +41,7 @@ struct RdmaHandle {
   uint64_t nic_address = 0;  // ibverbs: 0 when the owner registered no NIC range
   uint32_t rkey = 0;
   rdma::OneSidedRef one_sided;  // same-host one-sided copies (generation 0: none)
+  Device device;                // the owner's memory: CUDA/ROCm memory is staged by the owner
 };
 }  // namespace detail
 
@@ -57,6 +60,11 @@ constexpr size_t kOneSidedInCallerBytes = size_t{4} << 20;
 
 bool offers(const detail::RdmaHandle& handle, RdmaTransport transport) {
   return std::find(handle.transports.begin(), handle.transports.end(), transport) != handle.transports.end();
+}
+
+// Whether the owner's memory is CUDA/ROCm memory (it stages every operation).
+bool owner_on_device(const detail::RdmaHandle& handle) {
+  return castmesh::detail::is_engine_device(handle.device);
 }
 
 bool same_process(const detail::RdmaHandle& handle) {
@@ -121,12 +129,14 @@ absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle,
                                                     " offers no transport this proc has for its RDMA buffer"));
 }
 
-// The local side of an operation: host, contiguous, big enough, writable for reads.
+// The local side of an operation: host (or device memory, staged), contiguous,
+// big enough, writable for reads.
 absl::Status check_local(const TensorView& view, bool destination, size_t length) {
   const char* role = destination ? "destination" : "source";
-  if (!view.device().is_host_accessible()) {
+  if (!view.device().is_host_accessible() && !rdma::is_device_memory(view)) {
     return absl::InvalidArgumentError(absl::StrCat("the ", role, " is ", view.device().to_string(),
-                                                   " memory; RDMA buffers move host memory (stage it to the CPU)"));
+                                                   " memory; RDMA buffers move host, CUDA or ROCm memory (stage it "
+                                                   "to the CPU)"));
   }
   if (!view.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat("the ", role, " ", view.to_string(), " is not contiguous"));
@@ -148,7 +158,14 @@ Future<RdmaResult> same_process_copy(const detail::RdmaHandle& handle, char* loc
                                      size_t length) {
   auto opened = rdma::Registry::instance().open(handle.id, write, offset, length);
   if (!opened.ok()) return make_failed_future<RdmaResult>(opened.status());
-  char* remote = (*opened)->base + offset;
+  const rdma::Registration& registration = **opened;
+  if (rdma::is_device_memory(registration.view)) {
+    absl::Status copied = write ? rdma::copy_in(registration, offset, local, length)
+                                : rdma::copy_out(registration, offset, local, length);
+    if (!copied.ok()) return make_failed_future<RdmaResult>(copied);
+    return make_ready_future(RdmaResult{length, RdmaTransport::kSameProcess, true});
+  }
+  char* remote = registration.base + offset;
   if (length > 0) write ? std::memmove(remote, local, length) : std::memmove(local, remote, length);
   return make_ready_future(RdmaResult{length, RdmaTransport::kSameProcess});
 }
@@ -190,6 +207,13 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
       !ok.ok()) {
     return make_failed_future<RdmaResult>(ok);
   }
+  if (rdma::is_device_memory(local)) {
+    return rdma::staged(local, write, length, [handle, write, options, length](const TensorView& host) {
+      RdmaOptions on_host = options;
+      on_host.length = length;
+      return operate(handle, host, write, on_host);
+    });
+  }
   char* bytes = static_cast<char*>(local.data());
   if (same_process(*handle)) return same_process_copy(*handle, bytes, write, options.offset, length);
   absl::StatusOr<RdmaTransport> transport = choose_transport(*handle, length);
@@ -219,14 +243,21 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   transfer->one_sided = one_sided && rdma::one_sided_enabled();  // re-read: a refusal just now turns it off
   transfer->one_sided_slot = handle->one_sided.slot;
   transfer->one_sided_generation = handle->one_sided.generation;
-  return start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
+  Future<RdmaResult> started = start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
+  if (!owner_on_device(*handle)) return started;
+  return std::move(started).then([](RdmaResult r) {
+    r.staged = true;  // the owner staged its device memory
+    return r;
+  });
 }
 
-std::vector<RdmaTransport> transports_of_this_proc(bool nic) {
+// Device memory: only the transports in which the owner's CPU stages the
+// bytes (a peer's process_vm_readv and the NIC cannot reach it).
+std::vector<RdmaTransport> transports_of_this_proc(bool nic, bool device) {
   std::vector<RdmaTransport> offered;
   if (nic) offered.push_back(RdmaTransport::kIbverbs);
   offered.push_back(RdmaTransport::kSameProcess);
-  if (CASTMESH_LINUX_FACILITIES) offered.push_back(RdmaTransport::kSingleCopy);
+  if (CASTMESH_LINUX_FACILITIES && !device) offered.push_back(RdmaTransport::kSingleCopy);
   offered.push_back(RdmaTransport::kSharedSegment);  // POSIX shm_open: every build
   offered.push_back(RdmaTransport::kSocket);
   return offered;
@@ -259,15 +290,24 @@ std::string_view rdma_transport_name(RdmaTransport transport) {
   return "unknown";
 }
 
+std::string rdma_result_transport(const RdmaResult& result) {
+  return std::string(rdma_transport_name(result.transport)) + (result.staged ? "+host_staging" : "");
+}
+
 RdmaBuffer::RdmaBuffer() = default;
 
 absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, RdmaAccess access, Runtime* runtime) {
   const auto bits = static_cast<uint32_t>(access);
   if (bits == 0 || bits > 3) return absl::InvalidArgumentError(absl::StrCat("unknown RdmaAccess ", bits));
-  if (!view.device().is_host_accessible()) {
+  const bool device = rdma::is_device_memory(view);
+  if (device) {
+    absl::Status usable =
+        rdma::check_device_backend(view, absl::StrCat("an RDMA buffer over ", view.device().to_string(), " memory"));
+    if (!usable.ok()) return usable;
+  } else if (!view.device().is_host_accessible()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot register ", view.device().to_string(),
-                                                   " memory: RDMA buffers over device memory need the tensor_engine "
-                                                   "backend; register a host copy"));
+                                                   " memory: RDMA buffers hold host, CUDA or ROCm memory; register a "
+                                                   "host copy"));
   }
   if (!view.is_contiguous()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot register ", view.to_string(), ": not contiguous"));
@@ -283,7 +323,8 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   // The NIC registration (ibverbs) when this process has a NIC; without
   // one (or when the NIC refuses the range) the buffer offers the others.
   rdma::NicRange nic;
-  if (view.nbytes() > 0 && rdma::IbverbsPath::instance().usable()) {
+  // (GPUDirect RDMA is not implemented: device memory is never given to the NIC.)
+  if (view.nbytes() > 0 && !device && rdma::IbverbsPath::instance().usable()) {
     absl::StatusOr<rdma::NicRange> registered =
         rdma::IbverbsPath::instance().register_range(view.data(), view.nbytes(), access);
     if (registered.ok()) {
@@ -303,10 +344,11 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   handle->access = access;
   handle->pid = ::getpid();
   handle->host_identity = platform::host_identity();
-  handle->transports = transports_of_this_proc(registration->nic != nullptr);
+  handle->transports = transports_of_this_proc(registration->nic != nullptr, device);
   handle->nic_address = registration->nic_address;
   handle->rkey = registration->rkey;
-  handle->one_sided = rdma::one_sided_publish(*registration);
+  if (!device) handle->one_sided = rdma::one_sided_publish(*registration);
+  handle->device = view.device();
   return RdmaBuffer(std::move(handle));
 }
 
@@ -324,6 +366,8 @@ std::string RdmaBuffer::serialize() const {
   wire.set_rkey(handle_->rkey);
   wire.set_one_sided_slot(handle_->one_sided.slot);
   wire.set_one_sided_generation(handle_->one_sided.generation);
+  wire.set_device_type(static_cast<int32_t>(handle_->device.kind));
+  wire.set_device_index(handle_->device.index);
   return wire.SerializeAsString();
 }
 
@@ -344,6 +388,8 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
   handle->nic_address = wire.nic_address();
   handle->rkey = wire.rkey();
   handle->one_sided = rdma::OneSidedRef{wire.one_sided_slot(), wire.one_sided_generation()};
+  // An unset (0) device is an older peer's host buffer.
+  if (wire.device_type() != 0) handle->device = Device{static_cast<DeviceKind>(wire.device_type()), wire.device_index()};
   for (uint32_t t : wire.transports()) {
     // Transports of a newer peer that this build does not know are skipped.
     if (t >= static_cast<uint32_t>(RdmaTransport::kIbverbs) &&
@@ -366,6 +412,8 @@ RdmaAccess RdmaBuffer::access() const { return handle_ ? handle_->access : RdmaA
 std::vector<RdmaTransport> RdmaBuffer::transports() const {
   return handle_ ? handle_->transports : std::vector<RdmaTransport>{};
 }
+
+Device RdmaBuffer::device() const { return handle_ ? handle_->device : Device{}; }
 
 Future<RdmaResult> RdmaBuffer::read_into(const TensorView& dst, RdmaOptions options) const {
   return operate(handle_, dst, /*write=*/false, options);

@@ -14,6 +14,7 @@
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/device_staging.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/service.h"
 #include "core/rdma/shared_segment.h"
@@ -428,9 +429,13 @@ void copy_read_slots(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& pe
       read->free_slots.pop_back();
     }
     const uint64_t n = std::min(mapping->slot_bytes(), offset + length - at);
-    if (n > 0) std::memcpy(mapping->slot(slot), registration->base + at, n);
+    absl::Status copied = copy_out(*registration, at, mapping->slot(slot), n);  // staged for device memory
     std::shared_ptr<proc::ProcHost> host = weak.lock();  // per chunk: a long copy must not keep a closing host
     if (host == nullptr) break;
+    if (!copied.ok()) {
+      send_failure(*host, peer, op, copied, v1::RdmaHeader::FAILED);
+      break;
+    }
     v1::RdmaHeader data = header_of(v1::RdmaHeader::SEGMENT_DATA, op);
     data.set_offset(at);
     data.set_chunk_length(n);

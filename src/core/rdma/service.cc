@@ -15,6 +15,7 @@
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/rdma/device_staging.h"
 #include "core/rdma/ibverbs_path.h"
 #include "core/rdma/one_sided.h"
 #include "core/rdma/read_sink.h"
@@ -64,19 +65,22 @@ absl::Status status_of(const v1::RdmaHeader& header) {
 
 // Sends [offset, offset+length) of `registration` as READ_DATA chunks,
 // straight from its memory (each chunk keeps the registration alive until
-// the transport has written it).
+// the transport has written it), or staged in pinned host memory (device memory).
 void send_read_chunks(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer, uint64_t op,
                       const std::shared_ptr<const Registration>& registration, uint64_t offset, uint64_t length,
                       uint64_t chunk) {
+  ReadStager stager(registration);
   uint64_t at = offset;
   do {
+    const uint64_t n = std::min(chunk, offset + length - at);
+    absl::StatusOr<wire::Payload> body = stager.chunk(at, n);  // may wait for an earlier staged chunk to go
     // Locked per chunk: a long send must not keep a closing proc's host alive.
     std::shared_ptr<proc::ProcHost> host = weak.lock();
     if (host == nullptr) return;
-    const uint64_t n = std::min(chunk, offset + length - at);
+    if (!body.ok()) return send_failure(*host, peer, op, body.status());
     v1::RdmaHeader data = header_of(v1::RdmaHeader::READ_DATA, op);
     data.set_offset(at);
-    absl::Status sent = send(*host, peer, data, wire::Payload::share(registration, registration->base + at, n));
+    absl::Status sent = send(*host, peer, data, *std::move(body));
     if (!sent.ok()) return send_failure(*host, peer, op, sent);
     at += n;
   } while (at < offset + length);
@@ -106,7 +110,8 @@ class IncomingWrites {
                                                         " lies outside the write's range"));
     }
     if (!failure && write.registration != nullptr && size > 0) {
-      std::memcpy(write.registration->base + header.offset(), body, size);
+      absl::Status copied = copy_in(*write.registration, header.offset(), body, size);
+      if (!copied.ok()) failure = copied;
     }
     write.received += size;
     std::optional<v1::RdmaHeader> answer;
@@ -145,7 +150,9 @@ void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, co
   auto opened = Registry::instance().open(header.buffer(), /*write=*/false, header.offset(), header.length());
   if (!opened.ok()) return send_failure(host, peer, header.op(), opened.status());
   const uint64_t chunk = std::clamp<uint64_t>(header.chunk(), kMinChunk, kMaxChunk);
-  run_job(header.length(), [weak, peer, op = header.op(), registration = *std::move(opened),
+  // Staging device memory may wait for chunks to be sent: never on an I/O thread.
+  const bool staged = is_device_memory((*opened)->view);
+  run_job(staged ? kOwnThreadBytes : header.length(), [weak, peer, op = header.op(), registration = *std::move(opened),
                             offset = header.offset(), length = header.length(), chunk] {
     send_read_chunks(weak, peer, op, registration, offset, length, chunk);
   });
@@ -154,6 +161,11 @@ void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, co
 void on_lease(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header) {
   auto opened = Registry::instance().open(header.buffer(), header.write(), header.offset(), header.length());
   if (!opened.ok()) return send_failure(host, peer, header.op(), opened.status());
+  if (is_device_memory((*opened)->view)) {  // its handle never offers single copy
+    return send_failure(host, peer, header.op(),
+                        absl::InvalidArgumentError(absl::StrCat("RDMA buffer ", header.buffer(),
+                                                                " is device memory: no single copy (it is staged)")));
+  }
   v1::RdmaHeader granted = header_of(v1::RdmaHeader::LEASE_GRANTED, header.op());
   granted.set_address(reinterpret_cast<uint64_t>((*opened)->base + header.offset()));
   granted.set_pid(::getpid());

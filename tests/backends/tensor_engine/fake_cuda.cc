@@ -1,5 +1,6 @@
 #include "fake_cuda.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -197,8 +198,11 @@ int stream_wait_event(void* stream, void* event) {
   });
   return kCudaSuccess;
 }
+std::atomic<int64_t> g_copies[4];  // by castmesh_te_copy_kind_v1
+
 int memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream) {
   if (kind < 1 || kind > 3) return kCudaInvalidValue;
+  g_copies[kind].fetch_add(1);
   if (kind == CASTMESH_TE_COPY_HOST_TO_DEVICE) {
     // CUDA stages a pageable host source before returning, so the caller may
     // reuse it at once; the fake takes the same snapshot.
@@ -243,6 +247,8 @@ void* FakeCuda::last_stream_created() { return t_last_stream; }
 void FakeCuda::launch(void* stream, std::function<void()> work) {
   as_stream(stream)->enqueue(std::move(work));
 }
+int64_t FakeCuda::copies(int kind) { return kind >= 1 && kind <= 3 ? g_copies[kind].load() : 0; }
+
 int64_t FakeCuda::live_device_allocations() {
   std::lock_guard<std::mutex> lock(g_memory_mu);
   return static_cast<int64_t>(g_device_memory.size());

@@ -43,6 +43,8 @@ class FakeCuda {
   static void launch(void* stream, std::function<void()> work);
   // Device allocations alive now (to check frees).
   static int64_t live_device_allocations();
+  // Copies of `kind` (castmesh_te_copy_kind_v1) enqueued so far in this process.
+  static int64_t copies(int kind);
 };
 
 class FakeNccl {

@@ -28,6 +28,7 @@ struct FakeEngineHooks {
   void (*kill_rank)(int) = nullptr;
   int64_t (*live_device_allocations)() = nullptr;
   int64_t (*live_comms)() = nullptr;
+  int64_t (*copies)(int kind) = nullptr;  // copies of a castmesh_te_copy_kind_v1 so far
 };
 
 // Loads the fake plugin through the core's loader (once per process) and
@@ -48,8 +49,9 @@ inline const FakeEngineHooks& fake_engine() {
     h.live_device_allocations =
         reinterpret_cast<decltype(h.live_device_allocations)>(dlsym(lib, "castmesh_fake_te_live_device_allocations"));
     h.live_comms = reinterpret_cast<decltype(h.live_comms)>(dlsym(lib, "castmesh_fake_te_live_comms"));
+    h.copies = reinterpret_cast<decltype(h.copies)>(dlsym(lib, "castmesh_fake_te_copies"));
     EXPECT_TRUE(h.launch != nullptr && h.kill_rank != nullptr && h.live_device_allocations != nullptr &&
-                h.live_comms != nullptr);
+                h.live_comms != nullptr && h.copies != nullptr);
     return h;
   }();
   return hooks;

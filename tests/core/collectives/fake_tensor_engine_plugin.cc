@@ -99,6 +99,9 @@ CASTMESH_BACKEND_EXPORT int64_t castmesh_fake_te_live_device_allocations() {
   return FakeCuda::live_device_allocations();
 }
 
+// Copies of `kind` (castmesh_te_copy_kind_v1) the fake ran so far in this process.
+CASTMESH_BACKEND_EXPORT int64_t castmesh_fake_te_copies(int kind) { return FakeCuda::copies(kind); }
+
 // Holds the fake stream whose native handle is `native` (what
 // castmesh.tensor_engine.Stream.native_handle gives, for tests that reach the
 // hooks through ctypes) with a kernel that waits until

@@ -36,6 +36,7 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/rdma.h"
 #include "rdma_test_bytes.h"
+#include "rdma_test_procs.h"
 #include "core/platform/platform.h"
 
 namespace {
@@ -326,41 +327,10 @@ TEST_F(RdmaLocal, BatchRejectsOverlappingWritesAndCompletesOnce) {
 
 // ---- across procs ----
 
-// Sets an environment variable for one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-
- private:
-  const char* name_;
-};
+using castmesh::rdma_test::ScopedEnv;
+using castmesh::rdma_test::stop_process;
 
 constexpr size_t kChunk = 4096;
-
-// Stops process `pid` and waits until every thread of it is stopped (the
-// signal takes effect asynchronously; a thread running on another core
-// could still answer one more message).
-bool all_threads_stopped(int64_t pid) {
-  std::error_code error;
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), error)) {
-    std::ifstream stat(task.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');
-    if (paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] != 'T') return false;
-  }
-  return !error;
-}
-
-void stop_process(int64_t pid) {
-  ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGSTOP), 0);
-  for (int i = 0; i < 500; ++i) {
-    if (all_threads_stopped(pid)) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  FAIL() << "process " << pid << " did not stop";
-}
 
 // Whether process `pid` has exited (a zombie or reaped).
 bool process_gone(int64_t pid) {

@@ -21,6 +21,7 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/rdma.h"
 #include "rdma_test_bytes.h"  // tests/core/rdma/
+#include "rdma_test_procs.h"
 
 namespace {
 
@@ -67,16 +68,7 @@ CASTMESH_REGISTER_ACTOR(FakeNicOwner);
 
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using castmesh::rdma_test::ScopedEnv;
 
 // Two owner procs with the fake NIC (owners_[0], owners_[1]) and one whose
 // NIC cannot be opened (owners_[2]).
