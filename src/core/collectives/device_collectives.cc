@@ -22,12 +22,14 @@ namespace detail {
 // ---- DeviceWork ----
 
 DeviceWork::DeviceWork(const DeviceEngine* engine, Device device, std::string what, absl::Time deadline,
-                       castmesh_te_event_v1* event, std::vector<TensorView> keep, DeviceStream stream)
+                       castmesh_te_event_v1* event, std::vector<TensorView> keep, DeviceStream stream,
+                       DeviceCall call)
     : engine_(engine),
       device_(device),
       what_(std::move(what)),
       deadline_(deadline),
       event_(event),
+      call_(std::move(call)),
       state_(std::make_shared<RequestState>()),
       keep_(std::move(keep)),
       stream_(std::move(stream)) {}
@@ -102,6 +104,23 @@ absl::Status DeviceWork::order_before(const DeviceStream& stream) {
 
 void DeviceWork::fail(const absl::Status& why) { state_->complete(why); }
 
+bool DeviceWork::confirmed() const { return call_.descriptor == nullptr || call_.descriptor->done(); }
+
+absl::Status DeviceWork::conflict(bool* found_here) const {
+  *found_here = false;
+  if (call_.descriptor != nullptr && call_.descriptor->done()) {
+    absl::StatusOr<MessageStatus> got = *call_.descriptor->test();
+    if (!got.ok()) {
+      std::shared_ptr<CommGroup> group = call_.group.lock();
+      // Aborted by another rank (its error is recorded): nothing to tell.
+      *found_here = group == nullptr || group->mailbox().collective_error(call_.sequence).ok();
+      return got.status();
+    }
+  }
+  std::shared_ptr<CommGroup> group = call_.group.lock();
+  return group == nullptr ? absl::OkStatus() : group->mailbox().collective_error(call_.sequence);
+}
+
 namespace {
 
 // The device communicator of one group on this rank.
@@ -126,13 +145,18 @@ class DeviceComm : public std::enable_shared_from_this<DeviceComm> {
 
   // Enqueues one collective (`enqueue` makes the backend calls) and the
   // event after it; the request completes when the event does.
-  Request launch(std::string what, std::vector<TensorView> keep, const DeviceOptions& options, const Enqueue& enqueue);
+  // A failure before the enqueue aborts collective `call` on every rank.
+  Request launch(std::string what, std::vector<TensorView> keep, const DeviceOptions& options, const Enqueue& enqueue,
+                 DeviceCall call);
   // One watchdog pass; true while work is pending.
   bool watch();
 
  private:
   // Fails every pending request with `why`, then aborts the communicator.
   void fail(const absl::Status& why);
+  // When another rank called something else at the number of one of
+  // `works`, fails the communicator saying so (true).
+  bool fail_mismatched(const std::vector<std::shared_ptr<DeviceWork>>& works);
 
   const DeviceEngine* engine_;
   const Device device_;
@@ -214,23 +238,30 @@ class DeviceRegistry {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A device collective that failed on this rank before its enqueue: the
+// other ranks may have enqueued theirs, which would wait for this rank until
+// the deadline, so the collective is aborted on every rank.
+Request given_up(const DeviceCall& call, absl::Status why) {
+  if (std::shared_ptr<CommGroup> group = call.group.lock()) group->abort(call.sequence, why);
+  return Request(RequestState::Done(std::move(why)));
+}
+
 Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const DeviceOptions& options,
-                           const Enqueue& enqueue) {
+                           const Enqueue& enqueue, DeviceCall call) {
   const DeviceStream& stream = options.stream.valid() ? options.stream : own_stream_;
   if (stream.device() != device_) {
-    return Request(RequestState::Done(absl::InvalidArgumentError(
-        absl::StrCat(what, ": the buffers are on ", device_.to_string(), " but the stream is on ",
-                     stream.device().to_string(), "; create the stream on the buffers' device"))));
+    return given_up(call, absl::InvalidArgumentError(
+                              absl::StrCat(what, ": the buffers are on ", device_.to_string(), " but the stream is on ",
+                                           stream.device().to_string(), "; create the stream on the buffers' device")));
   }
   if (options.timeout <= absl::ZeroDuration()) {
-    return Request(
-        RequestState::Done(absl::InvalidArgumentError(absl::StrCat(what, ": DeviceOptions.timeout must be positive"))));
+    return given_up(call, absl::InvalidArgumentError(absl::StrCat(what, ": DeviceOptions.timeout must be positive")));
   }
   const castmesh_tensor_engine_table_v1& table = *engine_->table;
   castmesh_error_v1 error{};
   castmesh_te_event_v1* event = nullptr;
   if (int32_t code = table.event_create(device_.index, &event, &error); code != CASTMESH_STATUS_OK) {
-    return Request(RequestState::Done(backend_status(code, error, absl::StrCat(what, ": event_create"))));
+    return given_up(call, backend_status(code, error, absl::StrCat(what, ": event_create")));
   }
   std::shared_ptr<DeviceWork> work;
   {
@@ -245,10 +276,10 @@ Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const
     if (st.ok()) st = backend_status(table.event_record(event, stream.handle(), &error), error, "event_record");
     if (!st.ok()) {
       table.event_destroy(event, &error);
-      return Request(RequestState::Done(st));
+      return given_up(call, st);
     }
     work = std::make_shared<DeviceWork>(engine_, device_, std::move(what), absl::Now() + options.timeout, event,
-                                        std::move(keep), stream);
+                                        std::move(keep), stream, std::move(call));
     pending_.push_back(work);
   }
   DeviceRegistry::get().watch(shared_from_this());
@@ -258,14 +289,21 @@ Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const
 bool DeviceComm::watch() {
   std::vector<std::shared_ptr<DeviceWork>> works;
   castmesh_te_comm_v1* comm = nullptr;
+  bool failed = false;
   {
     MutexLock lock(mu_);
     works = pending_;
     comm = comm_;
+    failed = !failure_.ok();
   }
+  // running: not yet run on the device; left: running, or run while the
+  // previous rank's descriptor is still on its way (kept until it is here).
+  std::vector<std::shared_ptr<DeviceWork>> running;
   std::vector<std::shared_ptr<DeviceWork>> left;
   for (const std::shared_ptr<DeviceWork>& work : works) {
-    if (!work->poll()) left.push_back(work);
+    const bool ran = work->poll();
+    if (!ran) running.push_back(work);
+    if (!ran || (!failed && !work->confirmed())) left.push_back(work);
   }
   {
     MutexLock lock(mu_);
@@ -274,14 +312,15 @@ bool DeviceComm::watch() {
              std::find(works.begin(), works.end(), w) != works.end();
     });
   }
-  if (left.empty() || comm == nullptr) return !left.empty();
+  if (!failed && fail_mismatched(left)) return true;
+  if (running.empty() || comm == nullptr) return !left.empty();
   castmesh_error_v1 error{};
   if (int32_t code = engine_->table->comm_async_error(comm, &error); code != CASTMESH_STATUS_OK) {
     // Work that ran meanwhile (the poll above is older than the error read)
     // is not failed by it: the error then surfaces on the next call's work,
     // whatever the timing, instead of aborting the communicator between calls.
-    if (std::all_of(left.begin(), left.end(), [](const std::shared_ptr<DeviceWork>& w) { return w->poll(); })) {
-      return false;
+    if (std::all_of(running.begin(), running.end(), [](const std::shared_ptr<DeviceWork>& w) { return w->poll(); })) {
+      return !left.empty();
     }
     fail(absl::UnavailableError(absl::StrCat("the device communicator of ", name_,
                                              " failed (a peer died or the network failed): ", error.message,
@@ -289,7 +328,7 @@ bool DeviceComm::watch() {
     return true;
   }
   const absl::Time now = absl::Now();
-  for (const std::shared_ptr<DeviceWork>& work : left) {
+  for (const std::shared_ptr<DeviceWork>& work : running) {
     if (now < work->deadline()) continue;
     fail(absl::DeadlineExceededError(
         absl::StrCat(work->what(),
@@ -299,6 +338,24 @@ bool DeviceComm::watch() {
     break;
   }
   return true;
+}
+
+bool DeviceComm::fail_mismatched(const std::vector<std::shared_ptr<DeviceWork>>& works) {
+  for (const std::shared_ptr<DeviceWork>& work : works) {
+    bool found_here = false;
+    absl::Status why = work->conflict(&found_here);
+    if (why.ok()) continue;
+    // The other ranks learn it from the abort (their device calls fail here
+    // too, their host calls in their mailboxes).
+    if (found_here) {
+      if (std::shared_ptr<CommGroup> group = work->call().group.lock()) group->abort(work->call().sequence, why);
+    }
+    fail(absl::Status(why.code(), absl::StrCat(why.message(), "; the device communicator of ", name_,
+                                               " was aborted (call the same collective on every rank, with device "
+                                               "buffers on every rank or host buffers on every rank)")));
+    return true;
+  }
+  return false;
 }
 
 void DeviceComm::fail(const absl::Status& why) {
@@ -355,27 +412,23 @@ absl::Status check_devices(const CommGroup& group, const std::vector<InitRecord>
   return absl::OkStatus();
 }
 
-// The signature of the first device collective's host exchange. A rank that
-// called a host collective at that point meets it in the "mismatched
-// collective" error, which this text explains.
-constexpr char kFirstDeviceCall[] =
-    "a first device collective (CUDA/ROCm buffers; makes the device communicator: pass device buffers on every "
-    "rank, or host buffers on every rank)";
-
 // Every rank's InitRecord, through a host allgather that cannot hang: it runs
-// on a thread of its own and is given up after `timeout`. Ranks that passed
+// on a thread of its own and is given up after `timeout`. It is the host part
+// of device collective `call` (its number and its signature: a rank that
+// called something else meets it as a mismatched collective). Ranks that passed
 // host buffers to this collective run a host algorithm with the same number
 // instead; some of them may never send what this rank waits for. On a failure
 // or the timeout the collective is aborted on every rank, which also ends the
 // host algorithm's receives on the ranks that wait for this one.
 absl::StatusOr<std::vector<InitRecord>> exchange_records(CommGroup& group, const InitRecord& mine,
-                                                         absl::Duration timeout) {
+                                                         absl::Duration timeout, uint64_t sequence,
+                                                         const std::string& signature) {
   struct Exchanged {
     InitRecord mine;
     std::vector<InitRecord> all;
   };
   auto buffers = std::make_shared<Exchanged>(Exchanged{mine, std::vector<InitRecord>(group.size())});
-  const collectives::CollectiveCall call{&group, group.next_sequence(), kFirstDeviceCall};
+  const collectives::CollectiveCall call{&group, sequence, signature};
   Request request = group.run_async([call, buffers] {
     return collectives::run_allgather(call, &buffers->mine, buffers->all.data(), sizeof(InitRecord));
   });
@@ -402,7 +455,8 @@ absl::StatusOr<std::vector<InitRecord>> exchange_records(CommGroup& group, const
 }
 
 absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const DeviceEngine* engine, Device device,
-                                                      const absl::Status& checked, absl::Duration timeout) {
+                                                      const absl::Status& checked, absl::Duration timeout,
+                                                      uint64_t sequence, const std::string& what) {
   const castmesh_tensor_engine_table_v1& table = *engine->table;
   InitRecord mine;
   if (checked.ok()) {
@@ -417,7 +471,7 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
     mine.status = table.comm_unique_id(&mine.id, &error);
     if (mine.status != CASTMESH_STATUS_OK) set_message(mine, error.message);
   }
-  absl::StatusOr<std::vector<InitRecord>> exchanged = exchange_records(group, mine, timeout);
+  absl::StatusOr<std::vector<InitRecord>> exchanged = exchange_records(group, mine, timeout, sequence, what);
   if (!exchanged.ok()) return exchanged.status();
   const std::vector<InitRecord>& all = *exchanged;
   // Every rank saw the same records, so every rank takes the same decision.
@@ -453,7 +507,8 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
 // (collective: every rank calls it at the same point; `checked` is this
 // rank's argument check, shared so a refused call fails on every rank).
 absl::StatusOr<std::shared_ptr<DeviceComm>> comm_for(CommGroup& group, const DeviceEngine* engine, Device device,
-                                                     const absl::Status& checked, absl::Duration timeout) {
+                                                     const absl::Status& checked, absl::Duration timeout,
+                                                     const DeviceCall& call, const std::string& what) {
   std::shared_ptr<DeviceRegistry::Slot> slot = DeviceRegistry::get().slot(group);
   MutexLock lock(slot->mu);
   if (slot->comm != nullptr) {
@@ -466,7 +521,7 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> comm_for(CommGroup& group, const Dev
     }
     return slot->comm;
   }
-  absl::StatusOr<std::shared_ptr<DeviceComm>> made = make_comm(group, engine, device, checked, timeout);
+  absl::StatusOr<std::shared_ptr<DeviceComm>> made = make_comm(group, engine, device, checked, timeout, call.sequence, what);
   if (!made.ok()) return made.status();
   slot->comm = *made;
   return slot->comm;
@@ -481,8 +536,6 @@ namespace {
 using detail::DeviceComm;
 using detail::DeviceEngine;
 using detail::RequestState;
-
-Request failed(absl::Status st) { return Request(RequestState::Done(std::move(st))); }
 
 std::optional<int32_t> te_dtype(DType dtype) {
   switch (dtype) {
@@ -575,19 +628,40 @@ absl::Status check_root(int root, int size) {
   return absl::InvalidArgumentError(absl::StrCat("root ", root, " is not a rank (0..", size - 1, ")"));
 }
 
-// One device collective: the engine, this rank's check, the communicator
-// (made at the first call with every rank's check), then the enqueue.
+// Takes the collective's number and announces it: posts the receive of the
+// previous rank's descriptor and sends this rank's to the next rank (empty
+// messages whose signature is `what`; neither is waited for here), so a rank
+// that called something else at that number finds out without a round trip.
+detail::DeviceCall announce(detail::CommGroup& group, const std::string& what) {
+  detail::DeviceCall call{group.weak_from_this(), group.next_sequence(), nullptr};
+  const int n = group.size();
+  if (n == 1) return call;
+  static const char kNoBody = 0;
+  const int64_t tag = collective_tag(call.sequence, kDescriptorStep);
+  call.descriptor = group.post_recv(Channel::kCollective, (group.rank() + n - 1) % n, tag, nullptr, 0, what);
+  (void)group.start_send(Channel::kCollective, (group.rank() + 1) % n, tag, &kNoBody, 0, what, call.sequence);
+  return call;
+}
+
+// One device collective: its number and descriptors, the engine, this rank's
+// check, the communicator (made at the first call with every rank's check),
+// then the enqueue. A failure here fails the collective on every rank.
 Request run(detail::CommGroup& group, std::string what, const Device& device, absl::Status checked,
             std::vector<TensorView> keep, const DeviceOptions& options, const DeviceComm::Enqueue& enqueue) {
+  detail::DeviceCall call = announce(group, what);
   absl::StatusOr<const DeviceEngine*> engine = detail::device_engine_for(device, what);
-  if (!engine.ok()) return failed(engine.status());
+  if (!engine.ok()) return detail::given_up(call, engine.status());
   if (checked.ok() && options.timeout <= absl::ZeroDuration()) {
     checked = absl::InvalidArgumentError("DeviceOptions.timeout must be positive");
   }
   const absl::Duration timeout = options.timeout > absl::ZeroDuration() ? options.timeout : absl::Seconds(1);
-  absl::StatusOr<std::shared_ptr<DeviceComm>> comm = detail::comm_for(group, *engine, device, checked, timeout);
-  if (!comm.ok()) return failed(absl::Status(comm.status().code(), absl::StrCat(what, ": ", comm.status().message())));
-  return (*comm)->launch(std::move(what), std::move(keep), options, enqueue);
+  absl::StatusOr<std::shared_ptr<DeviceComm>> comm =
+      detail::comm_for(group, *engine, device, checked, timeout, call, what);
+  if (!comm.ok()) {
+    return detail::given_up(call,
+                            absl::Status(comm.status().code(), absl::StrCat(what, ": ", comm.status().message())));
+  }
+  return (*comm)->launch(std::move(what), std::move(keep), options, enqueue, std::move(call));
 }
 
 std::string describe(absl::string_view name, absl::string_view op, const TensorView& t, int root = -1) {

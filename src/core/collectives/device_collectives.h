@@ -14,6 +14,14 @@
 // naming the cause, then aborts the device communicator (later device
 // collectives on it fail; host collectives keep working).
 //
+// Mismatches: each device collective takes the next collective number, as a
+// host collective does, and sends a descriptor (its signature, no body) to
+// the next rank, fire-and-forget, while it receives the previous rank's. A
+// rank that called something else at that number meets the descriptor in
+// its mailbox (rank_mailbox.h, kDescriptorStep): a host collective's receive
+// fails there, a device call's descriptor receive fails here; either way the
+// collective is aborted on every rank and the device communicators with it.
+//
 // Thread-safe.
 #pragma once
 
@@ -35,13 +43,23 @@ namespace castmesh::detail {
 class CommGroup;
 class RequestState;
 
+// One device collective as the host channel sees it: its collective number
+// (taken like a host collective's, so host and device calls share one
+// numbering) and the receive of the previous rank's descriptor of it (null
+// with one rank). Made by the caller's thread; read by the watchdog.
+struct DeviceCall {
+  std::weak_ptr<CommGroup> group;
+  uint64_t sequence = 0;
+  std::shared_ptr<RequestState> descriptor;
+};
+
 // One collective enqueued on a device stream: the event recorded after it,
 // the buffers (and stream) it keeps alive until the event completed, and the
 // request the caller holds. Shared by the Request and the watchdog.
 class DeviceWork {
  public:
   DeviceWork(const DeviceEngine* engine, Device device, std::string what, absl::Time deadline,
-             castmesh_te_event_v1* event, std::vector<TensorView> keep, DeviceStream stream);
+             castmesh_te_event_v1* event, std::vector<TensorView> keep, DeviceStream stream, DeviceCall call);
   ~DeviceWork();
   DeviceWork(const DeviceWork&) = delete;
   DeviceWork& operator=(const DeviceWork&) = delete;
@@ -55,6 +73,14 @@ class DeviceWork {
   absl::Status order_before(const DeviceStream& stream);
   // Fails the request with `why` (ignored once complete).
   void fail(const absl::Status& why);
+  // Whether the previous rank's descriptor has arrived (or none is expected).
+  bool confirmed() const;
+  // Why another rank calls something else at this collective number: the
+  // previous rank's descriptor disagreed (`found_here` set: this rank must
+  // tell the others), or a rank aborted the collective. OK otherwise.
+  // Watchdog thread.
+  absl::Status conflict(bool* found_here) const;
+  const DeviceCall& call() const { return call_; }
 
   const std::shared_ptr<RequestState>& state() const { return state_; }
   const std::string& what() const { return what_; }
@@ -66,6 +92,7 @@ class DeviceWork {
   std::string what_;
   absl::Time deadline_;
   castmesh_te_event_v1* event_;
+  const DeviceCall call_;
   std::shared_ptr<RequestState> state_;
   Mutex mu_;
   bool ran_ ABSL_GUARDED_BY(mu_) = false;

@@ -24,12 +24,23 @@ bool RankMailbox::matches(const PostedRecv& recv, const MessageKey& key) {
 uint64_t RankMailbox::sequence_of(const PostedRecv& recv) { return static_cast<uint64_t>(recv.tag) >> 24; }
 
 namespace {
+absl::Status mismatch(const PostedRecv& recv, int source, std::string_view signature) {
+  return absl::FailedPreconditionError(absl::StrCat("mismatched collective: rank ", source, " called ",
+                                                    absl::string_view(signature.data(), signature.size()),
+                                                    ", this rank called ", recv.signature));
+}
+
+// A descriptor (kDescriptorStep) and a message or receive of the same
+// collective that disagree about what was called.
+bool conflicts(const PostedRecv& recv, Channel channel, int64_t tag, std::string_view signature) {
+  if (recv.channel != Channel::kCollective || channel != Channel::kCollective) return false;
+  if ((recv.tag >> 24) != (tag >> 24)) return false;
+  const bool descriptor = (recv.tag & 0xffffff) == kDescriptorStep || (tag & 0xffffff) == kDescriptorStep;
+  return descriptor && recv.signature != signature;
+}
+
 absl::Status fill_error(const PostedRecv& recv, int source, int64_t tag, std::string_view signature, size_t size) {
-  if (recv.channel == Channel::kCollective && recv.signature != signature) {
-    return absl::FailedPreconditionError(absl::StrCat("mismatched collective: rank ", source, " called ",
-                                                      absl::string_view(signature.data(), signature.size()),
-                                                      ", this rank called ", recv.signature));
-  }
+  if (recv.channel == Channel::kCollective && recv.signature != signature) return mismatch(recv, source, signature);
   if (size > recv.capacity) {
     return absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", source, " (tag ", tag,
                                               ") does not fit the receive buffer of ", recv.capacity, " bytes"));
@@ -130,10 +141,14 @@ std::shared_ptr<transport::PayloadSink> RankMailbox::sink_for(const MessageKey& 
 
 void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::Payload payload) {
   std::optional<PostedRecv> matched;
+  std::optional<PostedRecv> conflicting;
+  absl::Status conflict;
   {
     detail::MutexLock lock(mu_);
     matched = take_posted(key);
     if (!matched) {
+      conflicting = take_conflicting(key.channel, key.tag, key.signature);
+      if (conflicting) conflict = mismatch(*conflicting, key.source, key.signature);
       wire::Payload bytes;
       if (key.remote != nullptr) {
         // the body stays with the sender until a receive matches
@@ -145,15 +160,31 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
       }
       unexpected_.push_back(Queued{std::move(key), std::move(bytes)});
       changed_.notify_all();
-      return;
+      if (!conflicting) return;
     }
   }
+  if (conflicting) {
+    conflicting->request->complete(std::move(conflict));
+    return;
+  }
   fill(*matched, key, data, size);
+}
+
+std::optional<PostedRecv> RankMailbox::take_conflicting(Channel channel, int64_t tag, std::string_view signature) {
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if (conflicts(*it, channel, tag, signature)) {
+      PostedRecv recv = std::move(*it);
+      posted_.erase(it);
+      return recv;
+    }
+  }
+  return std::nullopt;
 }
 
 void RankMailbox::deliver_view(Channel channel, int source, int64_t tag, std::string_view signature,
                                const char* data, size_t size) {
   std::optional<PostedRecv> matched;
+  std::optional<PostedRecv> conflicting;
   {
     detail::MutexLock lock(mu_);
     for (auto it = posted_.begin(); it != posted_.end(); ++it) {
@@ -164,11 +195,16 @@ void RankMailbox::deliver_view(Channel channel, int source, int64_t tag, std::st
       }
     }
     if (!matched) {
+      conflicting = take_conflicting(channel, tag, signature);
       MessageKey key{channel, source, tag, std::string(signature), nullptr};
       unexpected_.push_back(Queued{std::move(key), wire::Payload::copy_of(std::string_view(data, size))});
       changed_.notify_all();
-      return;
+      if (!conflicting) return;
     }
+  }
+  if (conflicting) {
+    conflicting->request->complete(mismatch(*conflicting, source, signature));
+    return;
   }
   if (absl::Status error = fill_error(*matched, source, tag, signature, size); !error.ok()) {
     matched->request->complete(std::move(error));
@@ -180,6 +216,7 @@ void RankMailbox::deliver_view(Channel channel, int source, int64_t tag, std::st
 
 void RankMailbox::post(PostedRecv recv) {
   std::optional<Queued> queued;
+  const MessageKey* conflict = nullptr;
   {
     detail::MutexLock lock(mu_);
     for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
@@ -188,9 +225,12 @@ void RankMailbox::post(PostedRecv recv) {
         unexpected_.erase(it);
         break;
       }
+      if (conflict == nullptr && conflicts(recv, it->key.channel, it->key.tag, it->key.signature)) conflict = &it->key;
     }
     if (!queued) {
-      if (absl::Status failed = failure_for(recv); !failed.ok()) {
+      absl::Status failed = failure_for(recv);
+      if (failed.ok() && conflict != nullptr) failed = mismatch(recv, conflict->source, conflict->signature);
+      if (!failed.ok()) {
         recv.request->complete(failed);
         return;
       }

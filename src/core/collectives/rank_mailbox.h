@@ -126,6 +126,10 @@ class RankMailbox {
   absl::Status failure_for(const PostedRecv& recv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes and returns the oldest posted receive matching `key`, if any.
   std::optional<PostedRecv> take_posted(const MessageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes and returns the oldest posted receive that `key` conflicts with
+  // (a descriptor of the same collective with another signature), if any.
+  std::optional<PostedRecv> take_conflicting(Channel channel, int64_t tag, std::string_view signature)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `record` (which notes a failure) under the lock, then fails every
   // posted receive that the failure now covers.
   void record_failure(const std::function<void()>& record);
@@ -142,6 +146,14 @@ class RankMailbox {
   std::map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
 };
+
+// The tag step of a collective's descriptor: a message, sent besides the
+// algorithm's own (device collectives send one to the next rank, see
+// device_collectives.h), whose signature says what its sender called at that
+// sequence. A descriptor that meets a message or receive of the same
+// sequence with another signature, whatever its step or source, fails that
+// receive as a mismatched collective. No algorithm uses this step.
+inline constexpr uint32_t kDescriptorStep = 0xffffff;
 
 // The tag of step `step` of collective `sequence`.
 inline int64_t collective_tag(uint64_t sequence, uint32_t step) {

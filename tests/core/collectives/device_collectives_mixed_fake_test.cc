@@ -1,8 +1,11 @@
-// The first device collective of a communicator where ranks disagree about
-// where the buffers are (some pass device buffers, others host buffers), or
-// two ranks of one process share a device: every rank ends with an error
-// (or, for a host rank whose part only sends, completes), never a hang. Over
-// the FAKE CUDA+NCCL plugin; ranks are members of an in-process mesh.
+// Device collectives where ranks disagree: some pass device buffers, others
+// host buffers, at the first device collective of a communicator or once its
+// device communicator exists; different device collectives at one collective
+// number; two ranks of one process on one device. Every rank ends with an
+// error naming both sides (or, for a host rank whose part only sends,
+// completes), found by the descriptors device calls send (no timeout
+// involved), never a hang. Over the FAKE CUDA+NCCL plugin; ranks are members
+// of an in-process mesh.
 #include <string>
 
 #include "castmesh/communicator.h"
@@ -13,13 +16,16 @@ namespace castmesh {
 namespace {
 
 using testing::fail;
+using testing::fake_engine;
 using testing::FakeDeviceMeshTest;
+using testing::Gate;
 using testing::gpu;
 using testing::on_device;
 using testing::Outcome;
 
-// The device options of these tests: a short give-up time for the first
-// call's exchange (a peer that never sends ends it; no assertion on time).
+// The device options of the first-call tests: a short give-up time for the
+// first call's exchange, so a missed mismatch fails the test (with another
+// message) instead of hanging it.
 DeviceOptions soon() {
   DeviceOptions options;
   options.timeout = absl::Seconds(3);
@@ -49,11 +55,18 @@ Outcome then_barrier(const absl::Status& st, Communicator& c) {
   return out;
 }
 
-bool mentions(const std::string& error, const char* text) { return error.find(text) != std::string::npos; }
+bool mentions(const std::string& error, const std::string& text) { return error.find(text) != std::string::npos; }
+
+// The error names the mismatch and both calls ("rank 0 called device
+// allreduce(...), this rank called allreduce(...)", either way round).
+bool names_both(const std::string& error, const std::string& device_call, const std::string& host_call) {
+  return mentions(error, "mismatched collective") && mentions(error, "called device " + device_call) &&
+         mentions(error, "called " + host_call);
+}
 
 // Two ranks: the host allreduce's messages and the device exchange's never
-// match (other steps), so the device rank gives up after its timeout and
-// aborts the collective, which ends the host rank's wait too.
+// match (other steps); the device rank's descriptor fails the host rank's
+// receive, whose abort ends the device rank's exchange.
 TEST_F(FakeDeviceMeshTest, MixedHostAndDeviceAllreduceFailsOnBothRanks) {
   auto outcomes = run(2, [](Communicator& c) {
     Buffer b;
@@ -61,8 +74,10 @@ TEST_F(FakeDeviceMeshTest, MixedHostAndDeviceAllreduceFailsOnBothRanks) {
     return then_barrier(c.allreduce(b.view, b.view, ReduceOp::kSum, soon()), c);
   });
   ASSERT_EQ(outcomes.size(), 2u);
-  for (const Outcome& o : outcomes) EXPECT_TRUE(mentions(o.error, "first device collective")) << o.error;
-  for (const Outcome& o : outcomes) EXPECT_EQ(o.values, std::vector<double>{1});
+  for (const Outcome& o : outcomes) {
+    EXPECT_TRUE(names_both(o.error, "allreduce(sum, float32, count=4)", "allreduce(sum, float32, count=4)")) << o.error;
+    EXPECT_EQ(o.values, std::vector<double>{1});
+  }
 }
 
 // Four ranks, a broadcast from a device rank: the host ranks only receive,
@@ -75,7 +90,8 @@ TEST_F(FakeDeviceMeshTest, MixedBroadcastFromADeviceRankFailsEverywhere) {
   });
   ASSERT_EQ(outcomes.size(), 4u);
   for (size_t r = 0; r < 4; ++r) {
-    EXPECT_TRUE(mentions(outcomes[r].error, "device collective")) << "rank " << r << ": " << outcomes[r].error;
+    EXPECT_TRUE(names_both(outcomes[r].error, "broadcast(float32, count=4, root=0)", "broadcast(float32, count=4, root=0)"))
+        << "rank " << r << ": " << outcomes[r].error;
     EXPECT_EQ(outcomes[r].values, std::vector<double>{1}) << "rank " << r;
   }
 }
@@ -91,7 +107,9 @@ TEST_F(FakeDeviceMeshTest, MixedBroadcastFromAHostRankFailsOnEveryOtherRank) {
   ASSERT_EQ(outcomes.size(), 4u);
   for (size_t r = 0; r < 4; ++r) {
     if (r != 1) {
-      EXPECT_TRUE(mentions(outcomes[r].error, "device collective")) << "rank " << r << ": " << outcomes[r].error;
+      EXPECT_TRUE(names_both(outcomes[r].error, "broadcast(float32, count=4, root=1)",
+                             "broadcast(float32, count=4, root=1)"))
+          << "rank " << r << ": " << outcomes[r].error;
     }
     EXPECT_EQ(outcomes[r].values, std::vector<double>{1}) << "rank " << r;
   }
@@ -113,8 +131,65 @@ TEST_F(FakeDeviceMeshTest, OneHostRankAmongDeviceRanksFailsEveryRank) {
   });
   ASSERT_EQ(outcomes.size(), 4u);
   for (size_t r = 0; r < 4; ++r) {
-    EXPECT_TRUE(mentions(outcomes[r].error, "device collective")) << "rank " << r << ": " << outcomes[r].error;
+    EXPECT_TRUE(names_both(outcomes[r].error, "allgather(float32, count=4)", "allgather(float32, count=4)"))
+        << "rank " << r << ": " << outcomes[r].error;
     EXPECT_EQ(outcomes[r].values, std::vector<double>{1}) << "rank " << r;
+  }
+}
+
+// Once the device communicator exists, one rank passes host buffers: its
+// host allreduce meets the device ranks' descriptors, and the device ranks'
+// NCCL work (which would wait for it until DeviceOptions.timeout, 10 minutes
+// here) fails through the abort. Every rank names both calls; the device
+// communicator is aborted; host collectives go on.
+TEST_F(FakeDeviceMeshTest, HostBuffersOnOneRankOnceTheDeviceCommunicatorExistsFailEveryRank) {
+  for (int n : {2, 3}) {
+    auto outcomes = run(n, [](Communicator& c) {
+      Buffer first;
+      if (absl::Status st = make(first, true, c.rank()); !st.ok()) return fail(st);
+      if (absl::Status st = c.allreduce(first.view, first.view, ReduceOp::kSum); !st.ok()) return fail(st);
+      Buffer b;
+      if (absl::Status st = make(b, c.rank() != 1, c.rank()); !st.ok()) return fail(st);
+      Outcome out = then_barrier(c.allreduce(b.view, b.view, ReduceOp::kSum), c);
+      if (c.rank() != 1) {  // this rank's device communicator was aborted
+        const absl::Status later = c.allreduce(first.view, first.view, ReduceOp::kSum);
+        out.values.push_back(later.code() == absl::StatusCode::kFailedPrecondition ? 1 : 0);
+      }
+      return out;
+    });
+    ASSERT_EQ(outcomes.size(), static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      EXPECT_TRUE(names_both(outcomes[r].error, "allreduce(sum, float32, count=4)", "allreduce(sum, float32, count=4)"))
+          << "n " << n << " rank " << r << ": " << outcomes[r].error;
+      EXPECT_EQ(outcomes[r].values, (r == 1 ? std::vector<double>{1} : std::vector<double>{1, 1})) << "rank " << r;
+    }
+  }
+}
+
+// Two different device collectives at one collective number (sum on rank 0,
+// max on rank 1): each rank's stream is held, so neither NCCL call can run
+// before the descriptors are compared; both fail naming both calls.
+TEST_F(FakeDeviceMeshTest, DifferentDeviceCollectivesAtOneNumberFailBothRanks) {
+  auto outcomes = run(2, [](Communicator& c) {
+    Buffer b;
+    if (absl::Status st = make(b, true, c.rank()); !st.ok()) return fail(st);
+    if (absl::Status st = c.allreduce(b.view, b.view, ReduceOp::kSum); !st.ok()) return fail(st);
+    auto stream = DeviceStream::Create(gpu(c.rank()));
+    if (!stream.ok()) return fail(stream.status());
+    Gate gate;
+    fake_engine().launch(stream->handle(), &Gate::wait, &gate);
+    Request r = c.iallreduce(b.view, b.view, c.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax,
+                             DeviceOptions{.stream = *stream});
+    absl::Status st = r.wait(absl::Seconds(30)).status();
+    gate.release();
+    return then_barrier(st, c);
+  });
+  ASSERT_EQ(outcomes.size(), 2u);
+  for (const Outcome& o : outcomes) {
+    EXPECT_TRUE(mentions(o.error, "mismatched collective") && mentions(o.error, "device allreduce(sum, float32") &&
+                mentions(o.error, "device allreduce(max, float32"))
+        << o.error;
+    EXPECT_EQ(o.values, std::vector<double>{1});
   }
 }
 
