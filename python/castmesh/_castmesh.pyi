@@ -237,7 +237,8 @@ def world_communicator(rendezvous: str = "", secret: str = "", timeout: float = 
 
 # --- RDMA buffers (python/src/rdma_binding.cc) ---
 class RdmaPending:
-    def wait(self, timeout: Optional[float] = None) -> List[Tuple[int, str]]: ...
+    def wait(self, timeout: Optional[float] = None) -> List[Any]: ...  # [castmesh.rdma.RdmaResult]
+    def wait_one(self, timeout: Optional[float] = None) -> Any: ...  # castmesh.rdma.RdmaResult
     def on_done(self, callback: Callable[[], None]) -> None: ...
 
 class RdmaHandle:

@@ -41,11 +41,8 @@ class RdmaResult(NamedTuple):
 
 
 def _future(pending: Any, one: bool) -> "Future[Any]":
-    def wait(timeout: Optional[float]) -> Any:
-        results = [RdmaResult(*r) for r in pending.wait(timeout)]
-        return results[0] if one else results
-
-    return Future(wait, pending.on_done)
+    # The binding builds the RdmaResults itself (no Python code per result).
+    return Future(pending.wait_one if one else pending.wait, pending.on_done)
 
 
 def _rebuild(serialized: bytes) -> "RdmaBuffer":

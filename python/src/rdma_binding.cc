@@ -43,6 +43,10 @@ class RdmaPending {
   using Results = std::vector<RdmaResult>;
 
   explicit RdmaPending(Future<Results> future) : state_(std::make_shared<State>()) {
+    if (future.ready()) {  // finished in the call (a same-host one-sided copy): nothing to arm
+      state_->result = future.get();
+      return;
+    }
     std::move(future).on_ready([state = state_](absl::StatusOr<Results> result) {
       std::vector<std::function<void()>> callbacks;
       {
@@ -55,31 +59,20 @@ class RdmaPending {
     });
   }
 
-  // The results: [(bytes, transport name)] (device memory: "<name>+host_staging"), raising the operation's error,
-  // or TimeoutError when not done within `timeout` seconds.
+  // The results: [castmesh.rdma.RdmaResult] (device memory: transport
+  // "<name>+host_staging"), raising the operation's error, or TimeoutError
+  // when not done within `timeout` seconds.
   py::list wait(std::optional<double> timeout) {
-    std::optional<absl::StatusOr<Results>> result;
-    {
-      py::gil_scoped_release release;
-      std::unique_lock lock(state_->mu);
-      auto done = [this] { return state_->result.has_value(); };
-      if (timeout) {
-        state_->cv.wait_for(lock, std::chrono::duration<double>(std::max(0.0, *timeout)), done);
-      } else {
-        state_->cv.wait(lock, done);
-      }
-      result = state_->result;
-    }
-    if (!result) {
-      PyErr_SetString(PyExc_TimeoutError, "the RDMA operation has not finished yet");
-      throw py::error_already_set();
-    }
-    Results results = value(*std::move(result));
     py::list out;
-    for (const RdmaResult& r : results) {
-      out.append(py::make_tuple(r.bytes, rdma_result_transport(r)));  // "socket+host_staging" when staged
-    }
+    for (const RdmaResult& r : results(timeout)) out.append(result_object(r));
     return out;
+  }
+
+  // wait() of a single operation: its RdmaResult.
+  py::object wait_one(std::optional<double> timeout) {
+    Results done = results(timeout);
+    if (done.size() != 1) throw py::value_error("wait_one() of an RDMA batch; use wait()");
+    return result_object(done.front());
   }
 
   // Calls `callback()` once done: now if it is, else from the completing thread.
@@ -109,6 +102,45 @@ class RdmaPending {
   }
 
  private:
+  Results results(std::optional<double> timeout) {
+    std::optional<absl::StatusOr<Results>> result = done_result();
+    if (!result) {
+      py::gil_scoped_release release;
+      std::unique_lock lock(state_->mu);
+      auto done = [this] { return state_->result.has_value(); };
+      if (timeout) {
+        state_->cv.wait_for(lock, std::chrono::duration<double>(std::max(0.0, *timeout)), done);
+      } else {
+        state_->cv.wait(lock, done);
+      }
+      result = state_->result;
+    }
+    if (!result) {
+      PyErr_SetString(PyExc_TimeoutError, "the RDMA operation has not finished yet");
+      throw py::error_already_set();
+    }
+    return value(*std::move(result));
+  }
+
+  // castmesh.rdma.RdmaResult(bytes, transport), made as tuple.__new__ makes
+  // it: the NamedTuple's Python-level __new__ was a sixth of a 4 KiB
+  // read_into(...).get() from Python. With the GIL.
+  static py::object result_object(const RdmaResult& r) {
+    static PyObject* type = nullptr;  // leaked: used until exit; the GIL orders the first calls
+    if (type == nullptr) type = py::object(py::module_::import("castmesh.rdma").attr("RdmaResult")).release().ptr();
+    py::tuple args = py::make_tuple(py::make_tuple(r.bytes, rdma_result_transport(r)));
+    PyObject* made = PyTuple_Type.tp_new(reinterpret_cast<PyTypeObject*>(type), args.ptr(), nullptr);
+    if (made == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(made);
+  }
+
+  // The result if it is there, without releasing the GIL: the completing
+  // thread holds `mu` only to store it and never takes the GIL under it.
+  std::optional<absl::StatusOr<Results>> done_result() const {
+    std::lock_guard lock(state_->mu);
+    return state_->result;
+  }
+
   struct State {
     std::mutex mu;
     std::condition_variable cv;
@@ -119,6 +151,11 @@ class RdmaPending {
 };
 
 Future<RdmaPending::Results> as_list(Future<RdmaResult> one) {
+  if (one.ready()) {  // the common same-host case: no continuation to chain
+    absl::StatusOr<RdmaResult> r = one.get();
+    if (!r.ok()) return make_failed_future<RdmaPending::Results>(r.status());
+    return make_ready_future(RdmaPending::Results{*r});
+  }
   return std::move(one).then([](RdmaResult r) { return RdmaPending::Results{r}; });
 }
 
@@ -165,6 +202,7 @@ RdmaPending submit_batch(const py::list& ops, std::optional<double> timeout) {
 void bind_rdma(py::module_& m) {
   py::class_<RdmaPending>(m, "RdmaPending", "An RDMA operation in flight (castmesh.rdma wraps it in a Future).")
       .def("wait", &RdmaPending::wait, py::arg("timeout") = py::none())
+      .def("wait_one", &RdmaPending::wait_one, py::arg("timeout") = py::none())
       .def("on_done", &RdmaPending::on_done, py::arg("callback"));
 
   py::class_<RdmaBuffer>(m, "RdmaHandle", "castmesh::RdmaBuffer: a handle on memory a proc registered.")

@@ -16,7 +16,7 @@ import pytest
 
 import castmesh
 from castmesh import Actor, endpoint, this_host
-from castmesh.rdma import RdmaBatch, RdmaBuffer, RdmaError
+from castmesh.rdma import RdmaBatch, RdmaBuffer, RdmaError, RdmaResult
 
 np = pytest.importorskip("numpy")
 
@@ -90,6 +90,7 @@ def test_controller_reads_and_writes_a_trainers_buffer(trainer, n):
     assert buf.size() == n * 4
     local = np.empty(n, dtype=np.float32)
     result = buf.read_into(local).get(timeout=60)
+    assert type(result) is RdmaResult and result == (n * 4, result.transport)  # built by the binding
     assert result.bytes == n * 4
     assert result.transport in ("single_copy", "shared_segment", "socket")
     np.testing.assert_array_equal(local, np.arange(n, dtype=np.float32) * 0.5)
@@ -132,6 +133,7 @@ def test_batch_mixes_reads_and_writes_and_refuses_overlapping_writes(trainer):
                .write_from(buf, np.full(2, 7.0, dtype=np.float32), offset=90 * 4)
                .submit().get(timeout=60))
     assert [r.bytes for r in results] == [40, 20, 8]
+    assert all(type(r) is RdmaResult for r in results)
     assert a.tolist() == list(range(10)) and b.tolist() == [50.0, 51.0, 52.0, 53.0, 54.0]
     batch = RdmaBatch().write_from(buf, np.zeros(4, dtype=np.float32), offset=0)
     batch.write_from(buf, np.zeros(4, dtype=np.float32), offset=8)
