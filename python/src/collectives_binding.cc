@@ -54,7 +54,8 @@ TensorView out_view(const py::object& obj, DeviceOptions& options) {
 std::pair<TensorView, TensorView> in_out_views(const py::object& in, const py::object& out, DeviceOptions& options) {
   if (!in.is_none() && in.is(out)) {
     TensorView both = out_view(out, options);
-    return {both, both};
+    TensorView copy = both;
+    return {std::move(copy), std::move(both)};
   }
   TensorView i = in_view(in, options);
   return {std::move(i), out_view(out, options)};
