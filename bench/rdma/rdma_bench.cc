@@ -12,8 +12,13 @@
 // cross-memory attach gets) and the proc socket (also
 // CASTMESH_RDMA_SHARED_SEGMENT=0), chunk size default.
 //
-// usage: rdma_bench [--sizes=4K,1M,64M,1G] [--quick]
+// usage: rdma_bench [--sizes=4K,1M,64M,1G] [--quick] [--device]
 // Prints one table; every castmesh transfer's bytes are checked.
+// --device: the owner's buffer and this proc's destination and source are
+// CUDA/ROCm memory (device 0; the tensor_engine backend must load), so both
+// sides stage through host memory (docs/rdma.md "Device memory"); the
+// single-copy columns then show the shared segment, which device buffers use
+// instead.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +36,7 @@
 #include "castmesh/castmesh.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/rdma.h"
+#include "castmesh/tensor_engine.h"
 
 namespace {
 
@@ -41,13 +47,32 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Owns one buffer per size, byte i = i * 7.
+const castmesh::Device kGpu{castmesh::DeviceKind::kCuda, 0};
+
+// Copies `from` into `to` (one of them device memory) and waits.
+absl::Status copy_now(const TensorView& to, const TensorView& from, castmesh::Device device) {
+  absl::StatusOr<castmesh::DeviceStream> stream = castmesh::DeviceStream::Create(device);
+  if (!stream.ok()) return stream.status();
+  if (absl::Status st = castmesh::device_copy(to, from, *stream); !st.ok()) return st;
+  return stream->synchronize();
+}
+
+// Owns one buffer per size, byte i = i * 7; a negative size: -size bytes of device memory.
 class Owner : public castmesh::Actor {
  public:
   absl::StatusOr<RdmaBuffer> make(int64_t size) {
-    memory_.push_back(TensorView::Allocate(DType::kUInt8, {size}));
-    auto* p = static_cast<uint8_t*>(memory_.back().data());
+    const bool device = size < 0;
+    size = std::abs(size);
+    TensorView host = TensorView::Allocate(DType::kUInt8, {size});
+    auto* p = static_cast<uint8_t*>(host.data());
     for (int64_t i = 0; i < size; ++i) p[i] = static_cast<uint8_t>(i * 7);
+    if (device) {
+      absl::StatusOr<TensorView> on_device = castmesh::device_empty(DType::kUInt8, {size}, kGpu);
+      if (!on_device.ok()) return on_device.status();
+      if (absl::Status st = copy_now(*on_device, host, kGpu); !st.ok()) return st;
+      host = *on_device;
+    }
+    memory_.push_back(host);
     return RdmaBuffer::register_memory(memory_.back());
   }
   using Handlers = castmesh::Handlers<&Owner::make>;
@@ -159,7 +184,12 @@ double castmesh_op(const RdmaBuffer& buffer, TensorView& local, bool write) {
   return s;
 }
 
-void check_read(const TensorView& local) {
+void check_read(TensorView local) {
+  if (local.device() == kGpu) {
+    TensorView host = TensorView::Allocate(DType::kUInt8, {local.numel()});
+    if (!copy_now(host, local, kGpu).ok()) std::exit(1);
+    local = host;
+  }
   const auto* p = static_cast<const uint8_t*>(local.data());
   for (int64_t i = 0; i < local.numel(); i += 4093) {
     if (p[i] != static_cast<uint8_t>(i * 7)) {
@@ -195,10 +225,12 @@ int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // the worker proc never returns from here
   std::string size_text = "4K,1M,64M,1G";
   bool quick = false;
+  bool device = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.rfind("--sizes=", 0) == 0) size_text = arg.substr(8);
     else if (arg == "--quick") quick = true;
+    else if (arg == "--device") device = true;
   }
   const std::vector<size_t> sizes = parse_sizes(size_text);
   const size_t max_size = *std::max_element(sizes.begin(), sizes.end());
@@ -213,13 +245,15 @@ int main(int argc, char** argv) {
   auto owners = procs->spawn<Owner>("owner");
   if (!owners.ok()) return 1;
 
-  std::printf("RdmaBuffer between two procs of this host (best of N; GB/s = 1e9 bytes/s)\n");
+  std::printf("RdmaBuffer between two procs of this host (best of N; GB/s = 1e9 bytes/s)%s\n",
+              device ? ", device memory on both sides (cuda:0, staged; 'sc' columns: the shared segment)" : "");
   std::printf("%8s | %9s %9s | %9s %9s %6s | %9s %9s %6s | %9s %9s %6s | %s\n", "size", "memcpy", "raw sock",
               "sc read", "sc write", "/memcpy", "seg read", "seg write", "/memcpy", "sock read", "sockwrite", "/raw",
               "latency (4K: us)");
   for (size_t size : sizes) {
     const int reps = quick ? 2 : size <= 4096 ? 2000 : size <= (1 << 20) ? 100 : size <= (64 << 20) ? 8 : 3;
-    auto made = owners->at(0).ask(static_cast<int64_t>(size)).get(absl::Seconds(120));
+    auto made = owners->at(0).ask(device ? -static_cast<int64_t>(size) : static_cast<int64_t>(size))
+                    .get(absl::Seconds(120));
     if (!made.ok()) {
       std::fprintf(stderr, "make: %s\n", made.status().ToString().c_str());
       return 1;
@@ -228,15 +262,26 @@ int main(int argc, char** argv) {
     TensorView src = TensorView::Allocate(DType::kUInt8, {static_cast<int64_t>(size)});
     std::memset(local.data(), 1, size);
     std::memset(src.data(), 2, size);
-    auto* dst = static_cast<char*>(local.data());
+    const TensorView host_local = local;  // the raw socket's destination, also in --device runs
+    auto* dst = static_cast<char*>(host_local.data());
     const double t_memcpy = best_of(reps, [&] { return memcpy_seconds(dst, static_cast<char*>(src.data()), size); });
     const double t_raw = best_of(reps, [&] { return raw_stream(peer, dst, size); });
+    if (device) {  // the castmesh transfers move device memory from here on
+      for (TensorView* side : {&local, &src}) {
+        absl::StatusOr<TensorView> on_device = castmesh::device_empty(DType::kUInt8, {static_cast<int64_t>(size)}, kGpu);
+        if (!on_device.ok() || !copy_now(*on_device, *side, kGpu).ok()) {
+          std::fprintf(stderr, "device memory: %s\n", on_device.status().ToString().c_str());
+          return 1;
+        }
+        *side = *on_device;
+      }
+    }
     double t[3][2];  // [path: single copy, shared segment, socket][write?]
     for (int write = 0; write < 2; ++write) {  // every read before the writes change the bytes
       for (int path = 0; path < 3; ++path) {
         ::setenv("CASTMESH_RDMA_SINGLE_COPY", path == 0 ? "1" : "0", 1);
         ::setenv("CASTMESH_RDMA_SHARED_SEGMENT", path == 2 ? "0" : "1", 1);
-        std::memset(local.data(), 1, size);
+        if (!device) std::memset(local.data(), 1, size);
         t[path][write] = best_of(reps, [&] { return castmesh_op(*made, write ? src : local, write); });
         if (!write) check_read(local);
       }

@@ -224,14 +224,18 @@ Future<RdmaResult> staged(const TensorView& local, bool write, size_t length, co
   Future<RdmaResult> result(state);
   host_op(*host).on_ready([state, local, staging = *host, mark](absl::StatusOr<RdmaResult> done) {
     if (!done.ok()) {  // the destination is never touched
-      state->set(std::move(done));
+      state->set(absl::StatusOr<RdmaResult>(done.status()));
       return state->unref();
     }
     // A large copy must not hold the thread that completed the transfer (an I/O thread).
     run_job(done->bytes, [state, local, staging, mark, r = *done] {
       absl::Status st = copy_synchronously(local.device(), static_cast<char*>(local.data()),
                                            static_cast<char*>(staging.data()), r.bytes, /*to_device=*/true);
-      state->set(st.ok() ? absl::StatusOr<RdmaResult>(mark(r)) : absl::StatusOr<RdmaResult>(st));
+      if (st.ok()) {
+        state->set(absl::StatusOr<RdmaResult>(mark(r)));
+      } else {
+        state->set(absl::StatusOr<RdmaResult>(st));
+      }
       state->unref();
     });
   });

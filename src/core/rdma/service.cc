@@ -150,9 +150,10 @@ void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, co
   auto opened = Registry::instance().open(header.buffer(), /*write=*/false, header.offset(), header.length());
   if (!opened.ok()) return send_failure(host, peer, header.op(), opened.status());
   const uint64_t chunk = std::clamp<uint64_t>(header.chunk(), kMinChunk, kMaxChunk);
-  // Staging device memory may wait for chunks to be sent: never on an I/O thread.
-  const bool staged = is_device_memory((*opened)->view);
-  run_job(staged ? kOwnThreadBytes : header.length(), [weak, peer, op = header.op(), registration = *std::move(opened),
+  // Staging device memory waits for sent chunks past kStagedChunksPerRead:
+  // never on an I/O thread. Fewer chunks are staged here (no thread to start).
+  const bool may_wait = is_device_memory((*opened)->view) && header.length() > chunk * kStagedChunksPerRead;
+  run_job(may_wait ? kOwnThreadBytes : header.length(), [weak, peer, op = header.op(), registration = *std::move(opened),
                             offset = header.offset(), length = header.length(), chunk] {
     send_read_chunks(weak, peer, op, registration, offset, length, chunk);
   });
