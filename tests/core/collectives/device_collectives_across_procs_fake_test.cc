@@ -4,7 +4,10 @@
 // core's cross-process unique-id exchange (rank 0 makes the id, the others get
 // it over the core's host messages, keyed by the communicator) is what lets
 // them meet. A proc killed during a device allreduce fails the survivors'
-// requests (the fake's async error, the core's watchdog), no hang.
+// requests (the fake's async error, the core's watchdog), no hang. A rank
+// that passes host buffers once the device communicator exists, or whose proc
+// has no tensor_engine backend, fails every rank at once naming both sides
+// (the device calls' descriptors and aborts travel between the procs).
 #include <signal.h>
 #include <unistd.h>
 
@@ -58,19 +61,29 @@ using castmesh::testing::to_host;
 constexpr int64_t kSumAndBroadcast = 1;
 constexpr int64_t kDupAndSplit = 2;
 constexpr int64_t kLastRankKilled = 3;
+constexpr int64_t kHostBuffersOnRankOne = 4;
+constexpr int64_t kNoBackendOnRankOne = 5;
 
 // A member proc: one rank on its own fake GPU. Answers "OK v1,v2,..." or "ERR <status>".
 class FakeDeviceMember : public castmesh::Actor {
  public:
   std::string run(const FakeDeviceScenario& m) {
-    setenv("CASTMESH_FAKE_TE_NCCL", "shm", 1);  // the fake NCCL meets ranks across procs
-    if (castmesh::testing::fake_engine().live_comms == nullptr) return "ERR the fake plugin did not load";
     absl::StatusOr<Communicator> comm = Communicator::current();
     if (!comm.ok()) return "ERR " + comm.status().ToString();
+    if (m.which == kNoBackendOnRankOne && comm->rank() == 1) {
+      setenv("CASTMESH_BACKEND_PATH", "/nonexistent-castmesh-backends", 1);
+      std::vector<double> got;
+      absl::Status st = without_backend(*comm, got);
+      return st.ok() ? "OK " + absl::StrJoin(got, ",") : "ERR " + st.ToString();
+    }
+    setenv("CASTMESH_FAKE_TE_NCCL", "shm", 1);  // the fake NCCL meets ranks across procs
+    if (castmesh::testing::fake_engine().live_comms == nullptr) return "ERR the fake plugin did not load";
     std::vector<double> got;
-    absl::Status st = m.which == kSumAndBroadcast ? sum_and_broadcast(*comm, got)
-                      : m.which == kDupAndSplit   ? dup_and_split(*comm, got)
-                                                  : last_rank_killed(*comm, got);
+    absl::Status st = m.which == kSumAndBroadcast       ? sum_and_broadcast(*comm, got)
+                      : m.which == kDupAndSplit         ? dup_and_split(*comm, got)
+                      : m.which == kHostBuffersOnRankOne ? host_buffers_on_rank_one(*comm, got)
+                      : m.which == kNoBackendOnRankOne   ? with_backend(*comm, got)
+                                                         : last_rank_killed(*comm, got);
     if (!st.ok()) return "ERR " + st.ToString();
     return "OK " + absl::StrJoin(got, ",");
   }
@@ -118,6 +131,45 @@ class FakeDeviceMember : public castmesh::Actor {
     for (const TensorView* t : {&*a, &*b, &*h}) {
       if (absl::Status st = append(*t, got); !st.ok()) return st;
     }
+    return absl::OkStatus();
+  }
+
+  // Appends 1 when `st` failed naming `a` and `b`, else 0; then whether a
+  // host barrier still works.
+  static void record(Communicator& c, const absl::Status& st, const std::string& a, const std::string& b,
+                     std::vector<double>& got) {
+    const std::string text(st.message());
+    got.push_back(!st.ok() && text.find(a) != std::string::npos && text.find(b) != std::string::npos ? 1 : 0);
+    got.push_back(c.barrier().ok() ? 1 : 0);
+  }
+
+  // The device communicator exists; then rank 1 passes host buffers where
+  // the others pass device buffers (default DeviceOptions: 10 min deadline).
+  static absl::Status host_buffers_on_rank_one(Communicator& c, std::vector<double>& got) {
+    auto a = on_device<float>({1}, DType::kFloat32, gpu(c.rank()));
+    if (!a.ok()) return a.status();
+    if (absl::Status st = c.allreduce(*a, *a, ReduceOp::kSum); !st.ok()) return st;
+    float host = 1;
+    TensorView buf = c.rank() == 1 ? TensorView::Contiguous(&host, DType::kFloat32, {1}) : *a;
+    record(c, c.allreduce(buf, buf, ReduceOp::kSum), "called device allreduce(sum, float32, count=1)",
+           "called allreduce(sum, float32, count=1)", got);
+    return absl::OkStatus();
+  }
+
+  // Rank 1's proc has no tensor_engine backend but is handed CUDA memory (as
+  // a DLPack import would be): it fails at once and so do the others' first
+  // device collective, naming rank 1 (default DeviceOptions: 10 min deadline).
+  static absl::Status without_backend(Communicator& c, std::vector<double>& got) {
+    float fake_device_memory = 1;
+    absl::StatusOr<TensorView> t = TensorView::Create(&fake_device_memory, DType::kFloat32, {1}, {1}, gpu(1));
+    if (!t.ok()) return t.status();
+    record(c, c.allreduce(*t, *t, ReduceOp::kSum), "device allreduce", "tensor_engine", got);
+    return absl::OkStatus();
+  }
+  static absl::Status with_backend(Communicator& c, std::vector<double>& got) {
+    auto a = on_device<float>({1}, DType::kFloat32, gpu(c.rank()));
+    if (!a.ok()) return a.status();
+    record(c, c.allreduce(*a, *a, ReduceOp::kSum), "rank 1", "tensor_engine", got);
     return absl::OkStatus();
   }
 
@@ -196,6 +248,22 @@ TEST(DeviceCollectivesAcrossProcsFake, DupAndSplitDoNotMixTheirIds) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(replies->values()[r], absl::StrCat("OK 160,65536,", r % 2 == 0 ? 3 : 4)) << "rank " << r;
   }
+}
+
+TEST(DeviceCollectivesAcrossProcsFake, HostBuffersOnOneProcOnceTheDeviceCommunicatorExistsFailEveryRank) {
+  FakeDeviceProcs p(3);
+  ASSERT_TRUE(p.mesh.has_value());
+  auto replies = p.mesh->call(FakeDeviceScenario{kHostBuffersOnRankOne}).get(absl::Seconds(60));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
+}
+
+TEST(DeviceCollectivesAcrossProcsFake, AProcWithoutTheBackendFailsEveryRankAtOnce) {
+  FakeDeviceProcs p(3);
+  ASSERT_TRUE(p.mesh.has_value());
+  auto replies = p.mesh->call(FakeDeviceScenario{kNoBackendOnRankOne}).get(absl::Seconds(60));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
 }
 
 TEST(DeviceCollectivesAcrossProcsFake, ProcKilledDuringAllreduceFailsTheSurvivorsRequests) {
