@@ -39,6 +39,7 @@ else
   echo "gpu-check: pybind11 not importable by ${PYTHON}: the Python checks are skipped (pip install pybind11)"
   pybind=(-DCASTMESH_BUILD_PYTHON=OFF)
 fi
+mkdir -p "${BUILD}"
 cmake -S "${ROOT}" -B "${BUILD}" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
   -DCASTMESH_WITH_TENSOR_ENGINE=cuda -DCUDAToolkit_ROOT="${CUDA_ROOT}" -DCASTMESH_WITH_RDMA=OFF \
   -DCASTMESH_BUILD_BENCHMARKS=ON -DCASTMESH_BUILD_TESTS=OFF -DCASTMESH_BUILD_EXAMPLES=OFF "${pybind[@]}" \

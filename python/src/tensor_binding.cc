@@ -253,14 +253,18 @@ std::optional<DType> dtype_of_format(const char* format, Py_ssize_t itemsize) {
   return std::nullopt;
 }
 
-// Views `obj` through the buffer protocol. A format castmesh has no dtype for
-// is an error, or, with `or_nothing`, nullopt (the caller tries DLPack).
+// Views `obj` through the buffer protocol. A refused buffer or a format
+// castmesh has no dtype for is an error, or, with `or_nothing`, nullopt (the
+// caller tries DLPack).
 std::optional<TensorView> view_of_buffer(py::handle obj, bool writable, bool or_nothing) {
   auto* held = new PythonHold{py::reinterpret_borrow<py::object>(obj), nullptr, Py_buffer{}};
   if (PyObject_GetBuffer(obj.ptr(), &*held->buffer, PyBUF_RECORDS_RO) != 0) {
     py::error_already_set error;  // fetched before the object is let go
     held->buffer.reset();
     delete held;
+    // Device arrays may offer a buffer that refuses CPU access (CuPy raises
+    // TypeError): the caller then tries their DLPack export.
+    if (or_nothing) return std::nullopt;
     throw error;
   }
   std::shared_ptr<void> owner = hold(held);  // from here every exit releases the buffer
@@ -573,7 +577,8 @@ TensorView tensor_from_python(py::handle obj, bool writable, DeviceStream* strea
   // Host arrays with the buffer protocol (NumPy, bytearray, memoryview) take
   // it first: the same zero-copy view from one C call, where __dlpack__ costs
   // attribute lookups, keyword calls and a capsule (about 2 us of the 3 us a
-  // 1-rank allreduce took from Python). Device arrays offer no buffer.
+  // 1-rank allreduce took from Python). Device arrays offer no buffer, or one
+  // that refuses CPU access (CuPy), and go on to DLPack.
   if (PyObject_CheckBuffer(obj.ptr())) {
     if (std::optional<TensorView> view = view_of_buffer(obj, writable, /*or_nothing=*/true)) return *std::move(view);
   }

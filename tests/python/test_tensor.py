@@ -8,6 +8,7 @@ import array
 import ctypes
 import gc
 import pickle
+import sys
 import weakref
 
 import pytest
@@ -123,6 +124,25 @@ def test_bfloat16_has_no_buffer_format_but_dlpacks():
     with pytest.raises(BufferError):
         memoryview(t)
     assert castmesh.from_dlpack(t).tolist() == [0.0, 0.0]
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python class offers the buffer protocol (__buffer__) from 3.12 on")
+def test_a_buffer_that_refuses_cpu_access_falls_back_to_dlpack():
+    # CuPy arrays have a buffer slot that raises TypeError (no CPU access);
+    # castmesh must then import them through __dlpack__ instead of failing.
+    backing = castmesh.zeros(3)
+
+    class DeviceLike:
+        def __buffer__(self, flags):
+            raise TypeError("no CPU access to this array")
+
+        def __dlpack__(self, **kwargs):
+            return backing.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return backing.__dlpack_device__()
+
+    assert castmesh.from_dlpack(DeviceLike()).data_ptr == backing.data_ptr
 
 
 def test_capsule_names_and_single_consumption():
