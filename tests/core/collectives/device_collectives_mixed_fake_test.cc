@@ -182,6 +182,9 @@ TEST_F(FakeDeviceMeshTest, DifferentDeviceCollectivesAtOneNumberFailBothRanks) {
                              DeviceOptions{.stream = *stream});
     absl::Status st = r.wait(absl::Seconds(30)).status();
     gate.release();
+    // The gate lives on this stack: the stream must be done with it (the
+    // aborted NCCL call ends) before it goes.
+    (void)stream->synchronize();
     return then_barrier(st, c);
   });
   ASSERT_EQ(outcomes.size(), 2u);
