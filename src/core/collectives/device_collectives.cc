@@ -155,7 +155,8 @@ class DeviceComm : public std::enable_shared_from_this<DeviceComm> {
   // Fails every pending request with `why`, then aborts the communicator.
   void fail(const absl::Status& why);
   // When another rank called something else at the number of one of
-  // `works`, fails the communicator saying so (true).
+  // `works`, aborted it, or (its descriptor receive failing) is gone, fails
+  // the communicator saying so (true).
   bool fail_mismatched(const std::vector<std::shared_ptr<DeviceWork>>& works);
 
   const DeviceEngine* engine_;
@@ -350,9 +351,12 @@ bool DeviceComm::fail_mismatched(const std::vector<std::shared_ptr<DeviceWork>>&
     if (found_here) {
       if (std::shared_ptr<CommGroup> group = work->call().group.lock()) group->abort(work->call().sequence, why);
     }
-    fail(absl::Status(why.code(), absl::StrCat(why.message(), "; the device communicator of ", name_,
-                                               " was aborted (call the same collective on every rank, with device "
-                                               "buffers on every rank or host buffers on every rank)")));
+    // Also a peer that is gone (its descriptor never comes): then no hint.
+    const bool mismatched = absl::StrContains(why.message(), "mismatched collective");
+    fail(absl::Status(why.code(), absl::StrCat(why.message(), "; the device communicator of ", name_, " was aborted",
+                                               mismatched ? " (call the same collective on every rank, with device "
+                                                            "buffers on every rank or host buffers on every rank)"
+                                                          : "")));
     return true;
   }
   return false;
