@@ -92,6 +92,10 @@ bool ibverbs_reaches(const detail::RdmaHandle& handle) {
 std::string why_no_ibverbs(const detail::RdmaHandle& handle) {
   rdma::IbverbsPath& path = rdma::IbverbsPath::instance();
   if (!path.usable()) return path.why_not();
+  if (owner_on_device(handle)) {
+    return absl::StrCat("proc ", handle.owner, "'s buffer is ", handle.device.to_string(),
+                        " memory, which castmesh never registers with a NIC (GPUDirect RDMA is not implemented)");
+  }
   if (!offers(handle, RdmaTransport::kIbverbs) || handle.nic_address == 0) {
     return absl::StrCat("proc ", handle.owner, " registered its buffer without an RDMA NIC");
   }
@@ -454,7 +458,8 @@ std::string RdmaBuffer::to_string() const {
   const char* access = handle_->access == RdmaAccess::kRead    ? "read"
                        : handle_->access == RdmaAccess::kWrite ? "write"
                                                                : "read_write";
-  return absl::StrCat("RdmaBuffer(", handle_->size, " bytes of ", handle_->owner, ", ", access, ")");
+  const std::string where = owner_on_device(*handle_) ? absl::StrCat(", ", handle_->device.to_string()) : "";
+  return absl::StrCat("RdmaBuffer(", handle_->size, " bytes of ", handle_->owner, ", ", access, where, ")");
 }
 
 // ---- RdmaBatch ----

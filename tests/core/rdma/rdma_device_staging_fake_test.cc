@@ -458,6 +458,18 @@ TEST_P(RdmaDeviceAcrossProcsFake, KilledDeviceOwnerFailsPendingOperationsQuickly
   EXPECT_EQ(device_mismatch(*dst, 0, 300000, 0, 9), "");
 }
 
+// A device buffer never takes ibverbs, so forbidding the fallback refuses it, before any byte moves.
+TEST_P(RdmaDeviceAcrossProcsFake, ForbiddenFallbackRefusesADeviceBuffer) {
+  RdmaBuffer buffer = make(0, 1000, true);
+  EXPECT_NE(buffer.to_string().find("cuda:0"), std::string::npos) << buffer.to_string();
+  ScopedEnv forbid("CASTMESH_RDMA_FALLBACK", "error");
+  auto dst = device_filled(1000, 9, gpu(0));
+  ASSERT_TRUE(dst.ok());
+  auto read = buffer.read_into(*dst).get(absl::Seconds(30));
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kFailedPrecondition) << read.status();
+  EXPECT_EQ(device_mismatch(*dst, 0, 1000, 0, 9), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, RdmaDeviceAcrossProcsFake,
                          ::testing::Values(Path::kDefault, Path::kSharedSegment, Path::kSocket),
                          [](const auto& info) {
