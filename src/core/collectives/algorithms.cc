@@ -7,6 +7,7 @@
 
 #include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
+#include "core/collectives/thread_cache.h"
 
 namespace castmesh::collectives {
 namespace {
@@ -115,6 +116,10 @@ absl::Status chain_broadcast(const Steps& s, void* data, size_t bytes, int root)
   return absl::OkStatus();
 }
 
+struct ScratchBuffer {
+  std::vector<char> bytes;
+};
+
 // Recursive doubling over the ranks; non-powers of two fold their extra
 // ranks into neighbours first. Partners combine (lower, higher), so both
 // compute the same bits.
@@ -124,7 +129,13 @@ absl::Status recursive_doubling_allreduce(const Steps& s, void* out, size_t coun
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
   const int rem = p - p2;
-  std::vector<char> tmp(bytes);
+  // Small ones reuse this thread's buffer (no allocation, no zeroing per
+  // call: they are latency-bound). Nothing else on the thread uses it
+  // meanwhile (a collective runs to its end on its thread).
+  ScratchBuffer* scratch = bytes <= kSmallMessageBytes ? ThreadCache<ScratchBuffer>::get() : nullptr;
+  std::vector<char> own;
+  std::vector<char>& tmp = scratch != nullptr ? scratch->bytes : own;
+  if (tmp.size() < bytes) tmp.resize(bytes);
   int vr;
   if (r < 2 * rem) {
     if (r % 2 == 0) {

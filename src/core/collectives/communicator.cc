@@ -14,6 +14,7 @@
 #include "core/collectives/comm_group.h"
 #include "core/collectives/device_collectives.h"
 #include "core/collectives/request_state.h"
+#include "core/collectives/thread_cache.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
 
@@ -193,9 +194,7 @@ absl::Status check_elements(const TensorView& t, absl::string_view what, size_t 
   return absl::InvalidArgumentError(absl::StrCat(what, " has ", t.numel(), " elements, expected ", expected));
 }
 
-// One StrCat per call (it sizes the string once): every collective call
-// formats one, so it is on the small-message latency path.
-std::string signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root = -1) {
+std::string format_signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root) {
   const std::string_view type = dtype_name(dtype);
   const absl::string_view t(type.data(), type.size());
   if (op.empty()) {
@@ -204,6 +203,32 @@ std::string signature(absl::string_view name, absl::string_view op, DType dtype,
   }
   if (root >= 0) return absl::StrCat(name, "(", op, ", ", t, ", count=", count, ", root=", root, ")");
   return absl::StrCat(name, "(", op, ", ", t, ", count=", count, ")");
+}
+
+// The last signature this thread formatted: a loop of the same call (the
+// usual case) formats it once.
+struct LastSignature {
+  std::string name, op;
+  DType dtype = DType::kInt8;
+  size_t count = 0;
+  int root = -1;
+  std::string formatted;
+};
+
+// Every collective call has one, so it is on the small-message latency path.
+std::string signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root = -1) {
+  LastSignature* last = collectives::ThreadCache<LastSignature>::get();
+  if (last == nullptr) return format_signature(name, op, dtype, count, root);
+  if (last->formatted.empty() || last->dtype != dtype || last->count != count || last->root != root ||
+      last->name != name || last->op != op) {
+    last->name.assign(name.data(), name.size());
+    last->op.assign(op.data(), op.size());
+    last->dtype = dtype;
+    last->count = count;
+    last->root = root;
+    last->formatted = format_signature(name, op, dtype, count, root);
+  }
+  return last->formatted;
 }
 
 // One collective: numbered now (the same number on every rank), checked,
