@@ -207,8 +207,16 @@ class SendsInFlight {
   SendsInFlight(detail::CommGroup* group, int dest, bool wait_on_unwind)
       : group_(group), dest_(dest), wait_on_unwind_(wait_on_unwind) {}
   ~SendsInFlight() {
-    if (!wait_on_unwind_) return;
-    for (const auto& request : requests_) (void)request->wait(absl::InfiniteDuration());
+    for (const auto& request : requests_) {
+      if (wait_on_unwind_) {
+        (void)request->wait(absl::InfiniteDuration());
+      } else {
+        // A single-copy offer: the peer may still match it and, when its read
+        // fails, ask for the bytes; they must not be read from buffers freed
+        // after this returns (a crash, seen in RankKilledMidAllreduce tests).
+        group_->abandon_send(request);
+      }
+    }
   }
   void add(std::shared_ptr<detail::RequestState> request) { requests_.push_back(std::move(request)); }
   // The error of a send that already failed, or of the destination rank

@@ -88,7 +88,7 @@ std::shared_ptr<RequestState> CommGroup::start_send_frame(Channel channel, int d
   const MessageStatus sent{rank(), static_cast<int>(tag), bytes};
   const ProcId& proc = layout_.procs[dest];
   if (bytes >= collectives::kSingleCopyMinBytes && collectives::single_copy_towards(proc)) {
-    return start_single_copy(PendingSend{dest, channel, tag, signature, sequence, data, bytes, nullptr});
+    return start_single_copy(PendingSend{dest, channel, tag, signature, sequence, data, bytes, nullptr, nullptr});
   }
   v1::CollectiveHeader header = frame_header(channel, dest, tag, signature, sequence);
   if (bytes >= collectives::kSingleCopyMinBytes) {
@@ -150,6 +150,29 @@ void CommGroup::on_send_done(uint64_t token, bool fallback) {
   } else {
     send->request->complete(st);
   }
+}
+
+void CommGroup::abandon_send(const std::shared_ptr<RequestState>& request) {
+  if (request->done()) return;
+  bool copied = false;
+  {
+    detail::MutexLock lock(sends_mu_);
+    for (auto& [token, send] : pending_sends_) {
+      if (send.request != request) continue;
+      // Kept until the receiver answers or its proc is lost: a receiver whose
+      // read failed would otherwise wait for the bytes for ever.
+      send.abandoned = std::make_shared<const std::string>(static_cast<const char*>(send.data), send.bytes);
+      send.data = send.abandoned->data();
+      copied = true;
+      break;
+    }
+  }
+  if (copied) {
+    request->complete(absl::AbortedError("a single-copy send abandoned by its failed collective"));
+    return;
+  }
+  // on_send_done took it and completes it once it no longer reads the buffer.
+  (void)request->wait(absl::InfiniteDuration());
 }
 
 void CommGroup::fail_sends_to(const ProcId& proc, const absl::Status& why) {

@@ -73,6 +73,12 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   // The receiver of single-copy message `token` has read it, or (fallback)
   // could not: then the body goes out as a frame now.
   void on_send_done(uint64_t token, bool fallback);
+  // A single-copy send whose collective failed before the receiver answered:
+  // its bytes are copied now, so a late answer asking for them (the
+  // receiver's read failed) is served from the copy, or, when an answer is
+  // being handled now, waited for; afterwards the send reads `data` no more.
+  // The sending thread, before its buffers go.
+  void abandon_send(const std::shared_ptr<RequestState>& request);
   // Proc `proc` is lost: sends waiting for a rank there fail with `why`.
   void fail_sends_to(const ProcId& proc, const absl::Status& why);
   // Posts a receive of at most `capacity` bytes into `buffer`.
@@ -99,6 +105,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
     const void* data = nullptr;
     size_t bytes = 0;
     std::shared_ptr<RequestState> request;
+    std::shared_ptr<const std::string> abandoned;  // the bytes, once abandon_send copied them
   };
   // A frame header from this rank to `dest`.
   wire::v1::CollectiveHeader frame_header(collectives::Channel channel, int dest, int64_t tag,
