@@ -445,7 +445,7 @@ absl::StatusOr<std::vector<InitRecord>> exchange_records(CommGroup& group, const
         " (DeviceOptions.timeout): a rank passed host buffers, called another collective, or hung"));
   } else if (absl::IsFailedPrecondition(st) && absl::StrContains(st.message(), "mismatched collective")) {
     st = absl::InvalidArgumentError(absl::StrCat("the first device collective of communicator ", group.id(),
-                                                 " met a rank that called something else (host buffers?): ",
+                                                 " met a rank that called something else: ",
                                                  st.message()));
   }
   if (!st.ok()) {

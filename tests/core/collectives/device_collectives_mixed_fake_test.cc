@@ -196,6 +196,24 @@ TEST_F(FakeDeviceMeshTest, DifferentDeviceCollectivesAtOneNumberFailBothRanks) {
   }
 }
 
+// The same at the first device collective: the id exchange carries the
+// call's signature, so the two calls meet there and neither makes an NCCL
+// communicator.
+TEST_F(FakeDeviceMeshTest, DifferentDeviceCollectivesAtTheFirstCallFailBothRanks) {
+  auto outcomes = run(2, [](Communicator& c) {
+    Buffer b;
+    if (absl::Status st = make(b, true, c.rank()); !st.ok()) return fail(st);
+    return then_barrier(c.allreduce(b.view, b.view, c.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax, soon()), c);
+  });
+  ASSERT_EQ(outcomes.size(), 2u);
+  for (const Outcome& o : outcomes) {
+    EXPECT_TRUE(mentions(o.error, "mismatched collective") && mentions(o.error, "device allreduce(sum, float32") &&
+                mentions(o.error, "device allreduce(max, float32"))
+        << o.error;
+    EXPECT_EQ(o.values, std::vector<double>{1});
+  }
+}
+
 // Two ranks of this process on one device: refused on every rank before
 // NCCL would see a duplicate GPU on some of them.
 TEST_F(FakeDeviceMeshTest, TwoRanksOfOneProcessOnOneDeviceAreRefusedEverywhere) {
