@@ -503,10 +503,10 @@ absl::Status run_allreduce(const CollectiveCall& call, const void* in, void* out
   if (s.size() > 1 && bytes > kSmallMessageBytes && count >= static_cast<size_t>(s.size()) &&
       (op.commutative() || s.size() == 2)) {
     // Both finalize each segment themselves and read `in` directly (no copy first).
-    // Records that arrive while this thread combines wait for it, not for a
-    // drain thread that would take a core from the ranks.
-    const ShmPollScope rings_held;
     if (s.size() == 2 && bytes <= kTwoRankExchangeMaxBytes) {
+      // Records that arrive while this thread combines wait for it, not for
+      // a drain thread that would take a core from the two ranks.
+      const ShmPollScope rings_held;
       return two_rank_exchange_allreduce(s, call, in, out, count, op);
     }
     return pipelined_ring_allreduce(s, call, in, out, count, op);

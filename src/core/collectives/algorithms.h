@@ -36,10 +36,10 @@ inline constexpr size_t kAllreduceSegmentBytes = 256 * 1024;
 // Reduce-scatter segments a rank has receives posted for at once.
 inline constexpr size_t kAllreduceWindow = 4;
 // Two ranks up to this size (above kSmallMessageBytes): each reads the
-// peer's whole input and combines all of it, instead of the ring (faster at
-// 256 KiB - 1 MiB, even at 2-4 MiB, where the ring's half as many combines
-// start to pay: bench/RESULTS.md, issue 12).
-inline constexpr size_t kTwoRankExchangeMaxBytes = size_t{4} << 20;
+// peer's whole input and combines all of it, instead of the ring. Faster at
+// 256 KiB and 1 MiB; at 4 MiB (segments beyond the posted window) it had
+// calls of ~5 ms that the ring does not have (bench/RESULTS.md, issue 12).
+inline constexpr size_t kTwoRankExchangeMaxBytes = size_t{1} << 20;
 
 absl::Status run_barrier(const CollectiveCall& call);
 absl::Status run_broadcast(const CollectiveCall& call, void* data, size_t bytes, int root);

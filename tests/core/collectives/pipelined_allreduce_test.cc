@@ -300,11 +300,11 @@ class ProcMember : public Actor {
     }
     return absl::OkStatus();
   }
-  // Every rank runs 4 MiB allreduces back to back; rank 1's proc SIGKILLs
+  // Every rank runs large allreduces back to back; rank 1's proc SIGKILLs
   // itself from another thread once it is inside them. The others must
   // fail (naming rank 1), not hang.
   static absl::Status killed_midway(Communicator& c) {
-    const size_t count = size_t{1} << 19;
+    const size_t count = c.size() == 2 ? kExchangeElems64 : size_t{1} << 19;  // 2: the exchange's largest
     std::vector<int64_t> v(count, 1);
     TensorView t = TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(count)});
     if (c.rank() == 1) {
@@ -372,7 +372,7 @@ TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
 // the others must fail, not hang (a survivor whose own neighbours are alive
 // learns it from its sends to rank 1, or from rank 1's loss being known).
 // `sockets`: between the procs over their sockets instead of single copy.
-// At 3 procs the ring runs (4 MiB per call), at 2 the exchange.
+// At 3 procs the ring runs (4 MiB per call), at 2 the exchange (1 MiB).
 void expect_killed_rank_fails_the_others(bool sockets, int n = 3) {
   if (sockets) {
     ::setenv("CASTMESH_SHM", "0", 1);
