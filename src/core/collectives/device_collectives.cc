@@ -19,25 +19,62 @@
 namespace castmesh {
 namespace detail {
 
+// ---- DeviceEventPool ----
+
+DeviceEventPool::~DeviceEventPool() {
+  castmesh_error_v1 ignored{};
+  MutexLock lock(mu_);
+  for (castmesh_te_event_v1* event : idle_) engine_->table->event_destroy(event, &ignored);
+}
+
+absl::StatusOr<castmesh_te_event_v1*> DeviceEventPool::take() {
+  {
+    MutexLock lock(mu_);
+    if (!idle_.empty()) {
+      castmesh_te_event_v1* event = idle_.back();
+      idle_.pop_back();
+      return event;
+    }
+  }
+  castmesh_te_event_v1* event = nullptr;
+  castmesh_error_v1 error{};
+  if (int32_t code = engine_->table->event_create(device_.index, &event, &error); code != CASTMESH_STATUS_OK) {
+    return backend_status(code, error, "event_create");
+  }
+  return event;
+}
+
+void DeviceEventPool::give_back(castmesh_te_event_v1* event) {
+  {
+    MutexLock lock(mu_);
+    if (idle_.size() < kMaxIdle) {
+      idle_.push_back(event);
+      return;
+    }
+  }
+  castmesh_error_v1 ignored{};
+  engine_->table->event_destroy(event, &ignored);
+}
+
 // ---- DeviceWork ----
 
 DeviceWork::DeviceWork(const DeviceEngine* engine, Device device, std::string what, absl::Time deadline,
-                       castmesh_te_event_v1* event, std::vector<TensorView> keep, DeviceStream stream,
-                       DeviceCall call)
+                       std::shared_ptr<DeviceEventPool> events, castmesh_te_event_v1* event,
+                       std::vector<TensorView> keep, DeviceStream stream, DeviceCall call)
     : engine_(engine),
       device_(device),
       what_(std::move(what)),
       deadline_(deadline),
+      events_(std::move(events)),
       event_(event),
       call_(std::move(call)),
       state_(std::make_shared<RequestState>()),
       keep_(std::move(keep)),
       stream_(std::move(stream)) {}
 
-DeviceWork::~DeviceWork() {
-  castmesh_error_v1 ignored{};
-  engine_->table->event_destroy(event_, &ignored);
-}
+// A stream that waited on the event (wait_stream) captured it then; a later
+// record of the reused event does not change what that stream waits for.
+DeviceWork::~DeviceWork() { events_->give_back(event_); }
 
 bool DeviceWork::poll() {
   {
@@ -130,7 +167,12 @@ class DeviceComm : public std::enable_shared_from_this<DeviceComm> {
 
   DeviceComm(const DeviceEngine* engine, Device device, std::string name, castmesh_te_comm_v1* comm,
              DeviceStream own_stream)
-      : engine_(engine), device_(device), name_(std::move(name)), own_stream_(std::move(own_stream)), comm_(comm) {}
+      : engine_(engine),
+        device_(device),
+        name_(std::move(name)),
+        own_stream_(std::move(own_stream)),
+        events_(std::make_shared<DeviceEventPool>(engine, device)),
+        comm_(comm) {}
 
   // Frees the backend communicator (its group is gone and no work is
   // pending: the watchdog holds communicators with pending work).
@@ -163,6 +205,7 @@ class DeviceComm : public std::enable_shared_from_this<DeviceComm> {
   const Device device_;
   const std::string name_;
   const DeviceStream own_stream_;
+  const std::shared_ptr<DeviceEventPool> events_;
   Mutex mu_;
   castmesh_te_comm_v1* comm_ ABSL_GUARDED_BY(mu_);  // null once aborted
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
@@ -203,7 +246,9 @@ class DeviceRegistry {
       started_ = true;
       std::thread([this] { run(); }).detach();  // the registry lives until exit
     }
-    cv_.notify_all();
+    // A watchdog that is not asleep polls again within a millisecond: waking
+    // it costs the caller a syscall on every collective of a busy loop.
+    if (asleep_) cv_.notify_all();
   }
 
  private:
@@ -217,7 +262,19 @@ class DeviceRegistry {
       std::vector<std::shared_ptr<DeviceComm>> comms;
       {
         MutexLock lock(mu_);
-        while (watched_.empty()) cv_.wait(lock);
+        while (watched_.empty()) {
+          // Between the calls of a busy loop it keeps polling (1 ms naps),
+          // so callers need not wake it; after kLinger without work it
+          // sleeps until woken.
+          if (absl::Now() - last_work_ < kLinger) {
+            cv_.wait_for(lock, absl::Milliseconds(1));
+            continue;
+          }
+          asleep_ = true;
+          cv_.wait(lock);
+          asleep_ = false;
+        }
+        last_work_ = absl::Now();
         comms.swap(watched_);
       }
       std::vector<std::shared_ptr<DeviceComm>> busy;
@@ -232,11 +289,15 @@ class DeviceRegistry {
     }
   }
 
+  static constexpr absl::Duration kLinger = absl::Milliseconds(20);
+
   Mutex mu_;
   CondVar cv_;
   std::map<const CommGroup*, Entry> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<DeviceComm>> watched_ ABSL_GUARDED_BY(mu_);
   bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool asleep_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_work_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 // A device collective that failed on this rank before its enqueue: the
@@ -260,10 +321,9 @@ Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const
   }
   const castmesh_tensor_engine_table_v1& table = *engine_->table;
   castmesh_error_v1 error{};
-  castmesh_te_event_v1* event = nullptr;
-  if (int32_t code = table.event_create(device_.index, &event, &error); code != CASTMESH_STATUS_OK) {
-    return given_up(call, backend_status(code, error, absl::StrCat(what, ": event_create")));
-  }
+  absl::StatusOr<castmesh_te_event_v1*> taken = events_->take();
+  if (!taken.ok()) return given_up(call, absl::Status(taken.status().code(), absl::StrCat(what, ": ", taken.status().message())));
+  castmesh_te_event_v1* event = *taken;
   std::shared_ptr<DeviceWork> work;
   {
     MutexLock lock(mu_);
@@ -276,11 +336,11 @@ Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const
     if (st.ok()) st = backend_status(enqueue(comm_, stream.handle(), &error), error, what);
     if (st.ok()) st = backend_status(table.event_record(event, stream.handle(), &error), error, "event_record");
     if (!st.ok()) {
-      table.event_destroy(event, &error);
+      events_->give_back(event);
       return given_up(call, st);
     }
-    work = std::make_shared<DeviceWork>(engine_, device_, std::move(what), absl::Now() + options.timeout, event,
-                                        std::move(keep), stream, std::move(call));
+    work = std::make_shared<DeviceWork>(engine_, device_, std::move(what), absl::Now() + options.timeout, events_,
+                                        event, std::move(keep), stream, std::move(call));
     pending_.push_back(work);
   }
   DeviceRegistry::get().watch(shared_from_this());

@@ -31,6 +31,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "castmesh/communicator.h"
@@ -53,13 +54,39 @@ struct DeviceCall {
   std::shared_ptr<RequestState> descriptor;
 };
 
+// Events of one device communicator, reused from call to call: creating and
+// destroying one per collective costs two driver calls on the hot path.
+// Idle events are destroyed with the pool (the last DeviceWork or the
+// communicator to let go of it). Thread-safe.
+class DeviceEventPool {
+ public:
+  DeviceEventPool(const DeviceEngine* engine, Device device) : engine_(engine), device_(device) {}
+  ~DeviceEventPool();
+  DeviceEventPool(const DeviceEventPool&) = delete;
+  DeviceEventPool& operator=(const DeviceEventPool&) = delete;
+
+  // An idle event, or a new one. Any thread.
+  absl::StatusOr<castmesh_te_event_v1*> take();
+  // Returns an event nothing waits on any more (its work was destroyed).
+  void give_back(castmesh_te_event_v1* event);
+
+ private:
+  static constexpr size_t kMaxIdle = 64;
+
+  const DeviceEngine* engine_;
+  const Device device_;
+  Mutex mu_;
+  std::vector<castmesh_te_event_v1*> idle_ ABSL_GUARDED_BY(mu_);
+};
+
 // One collective enqueued on a device stream: the event recorded after it,
 // the buffers (and stream) it keeps alive until the event completed, and the
 // request the caller holds. Shared by the Request and the watchdog.
 class DeviceWork {
  public:
   DeviceWork(const DeviceEngine* engine, Device device, std::string what, absl::Time deadline,
-             castmesh_te_event_v1* event, std::vector<TensorView> keep, DeviceStream stream, DeviceCall call);
+             std::shared_ptr<DeviceEventPool> events, castmesh_te_event_v1* event, std::vector<TensorView> keep,
+             DeviceStream stream, DeviceCall call);
   ~DeviceWork();
   DeviceWork(const DeviceWork&) = delete;
   DeviceWork& operator=(const DeviceWork&) = delete;
@@ -91,6 +118,7 @@ class DeviceWork {
   Device device_;
   std::string what_;
   absl::Time deadline_;
+  const std::shared_ptr<DeviceEventPool> events_;
   castmesh_te_event_v1* event_;
   const DeviceCall call_;
   std::shared_ptr<RequestState> state_;
