@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
 #include "status_binding.h"
@@ -50,16 +52,26 @@ TensorView out_view(const py::object& obj, DeviceOptions& options) {
 }
 // A reduction's input and output. castmesh.collectives passes the input as
 // the output for the in-place default: one writable import then serves both
-// (the second import was about a fifth of a 1 KiB allreduce's cost from Python).
-std::pair<TensorView, TensorView> in_out_views(const py::object& in, const py::object& out, DeviceOptions& options) {
-  if (!in.is_none() && in.is(out)) {
-    TensorView both = out_view(out, options);
-    TensorView copy = both;
-    return {std::move(copy), std::move(both)};
+// (the second import was about a fifth of a 1 KiB allreduce's cost from
+// Python), and no second view is made (each TensorView allocates its shape
+// and strides).
+class ReductionViews {
+ public:
+  ReductionViews(const py::object& in, const py::object& out, DeviceOptions& options) {
+    if (!in.is_none() && in.is(out)) {
+      out_ = out_view(out, options);
+      return;
+    }
+    in_ = in_view(in, options);
+    out_ = out_view(out, options);
   }
-  TensorView i = in_view(in, options);
-  return {std::move(i), out_view(out, options)};
-}
+  const TensorView& in() const { return in_ ? *in_ : *out_; }
+  const TensorView& out() const { return *out_; }
+
+ private:
+  std::optional<TensorView> in_;   // empty when the output is the input
+  std::optional<TensorView> out_;
+};
 
 // NumPy's view of `count` elements of `dtype` at `data` (the reduction's buffers).
 py::object numpy_view(py::module_& np, const void* data, size_t count, DType dtype, bool writable) {
@@ -188,8 +200,8 @@ void bind_collectives(py::class_<Communicator>& c) {
    }, py::arg("async_op") = false)
       .def("allreduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, bool async_op, const py::object& stream) -> py::object {
         DeviceOptions options = device_options(stream);
-        const auto views = in_out_views(in, out, options);
-        const TensorView &i = views.first, &o = views.second;
+        const ReductionViews views(in, out, options);
+        const TensorView &i = views.in(), &o = views.out();
         ReduceSpec spec = reduce_spec(op);
         if (async_op) return py::cast(comm.iallreduce(i, o, spec, options));
         check(unlocked([&] { return comm.allreduce(i, o, spec, options); }));
@@ -197,8 +209,8 @@ void bind_collectives(py::class_<Communicator>& c) {
       }, py::arg("input"), py::arg("output"), py::arg("op"), py::arg("async_op") = false, py::arg("stream") = py::none())
       .def("reduce", [](const Communicator& comm, const py::object& in, const py::object& out, const py::object& op, int root, bool async_op, const py::object& stream) -> py::object {
         DeviceOptions options = device_options(stream);
-        const auto views = in_out_views(in, out, options);
-        const TensorView &i = views.first, &o = views.second;
+        const ReductionViews views(in, out, options);
+        const TensorView &i = views.in(), &o = views.out();
         ReduceSpec spec = reduce_spec(op);
         if (async_op) return py::cast(comm.ireduce(i, o, spec, root, options));
         check(unlocked([&] { return comm.reduce(i, o, spec, root, options); }));
