@@ -229,6 +229,17 @@ class SendsInFlight {
     }
     return absl::OkStatus();
   }
+  // Waits for one of these sends to be read. Ends early, with the error,
+  // when the destination is gone or collective `sequence` was aborted (a
+  // peer that left the collective may never read it).
+  absl::Status wait_read(const std::shared_ptr<detail::RequestState>& request, uint64_t sequence) const {
+    constexpr absl::Duration kLookAround = absl::Milliseconds(20);
+    while (!request->wait(kLookAround).ok() && !request->done()) {
+      if (absl::Status failed = first_failure(); !failed.ok()) return failed;
+      if (absl::Status aborted = group_->mailbox().collective_error(sequence); !aborted.ok()) return aborted;
+    }
+    return Steps::wait(request);  // complete: returns at once
+  }
   // Waits for every send: the first error, else OK.
   absl::Status wait_all() {
     absl::Status st = Steps::wait_all(requests_);
@@ -450,7 +461,7 @@ absl::Status two_rank_exchange_allreduce(const Steps& s, const CollectiveCall& c
     const char* theirs = landing(j);
     const char* mine = at(in, sb * item);
     char* dst = at(out, sb * item);
-    if (in_place) CASTMESH_RETURN_IF_ERROR(Steps::wait(send_requests[j]));
+    if (in_place) CASTMESH_RETURN_IF_ERROR(sends.wait_read(send_requests[j], call.sequence));
     if (s.rank() == 0) {
       op.combine3(mine, theirs, dst, se - sb);
     } else {
