@@ -23,3 +23,15 @@ endif()
 function(castmesh_target_defaults target)
   target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:castmesh_compile_options>)
 endfunction()
+
+# Keeps the symbols of static archives linked into a shared library (a
+# toolchain that links libstdc++ statically, libstdc++_nonshared.a of
+# manylinux compilers) out of its exports. Exported, they interpose the
+# process's own libstdc++: on a GPU machine whose gcc linked libstdc++ into
+# libcastmesh_core.so, `import castmesh; import torch` aborted in torch's
+# std::locale teardown ("free(): invalid pointer").
+function(castmesh_hide_static_archives target)
+  if(NOT APPLE AND NOT WIN32)  # ELF linkers (GNU ld, gold, lld)
+    target_link_options(${target} PRIVATE "LINKER:--exclude-libs,ALL")
+  endif()
+endfunction()
