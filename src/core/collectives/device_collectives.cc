@@ -518,6 +518,14 @@ absl::StatusOr<std::vector<InitRecord>> exchange_records(CommGroup& group, const
   return std::move(buffers->all);
 }
 
+// Whether this process's collective library (NCCL/RCCL) loads: an empty
+// group, which makes the backend load it and enqueues nothing.
+int32_t probe_collectives(const castmesh_tensor_engine_table_v1& table, castmesh_error_v1* error) {
+  const int32_t code = table.group_begin(error);
+  if (code != CASTMESH_STATUS_OK) return code;
+  return table.group_end(error);
+}
+
 absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const DeviceEngine* engine, Device device,
                                                       const absl::Status& checked, absl::Duration timeout,
                                                       uint64_t sequence, const std::string& what) {
@@ -531,9 +539,22 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
     set_message(mine, checked.message());
   }
   castmesh_error_v1 error{};
-  if (group.rank() == 0 && checked.ok()) {
-    mine.status = table.comm_unique_id(&mine.id, &error);
+  // Everything that can fail on one rank alone happens before the exchange,
+  // and its outcome travels in it: once a rank is inside comm_create it
+  // waits there for every other rank. Rank 0 makes the id; the others check
+  // that their collective library loads (an empty group: making an id would
+  // start an NCCL bootstrap root that nobody joins).
+  absl::StatusOr<DeviceStream> own = absl::FailedPreconditionError("not made");
+  if (checked.ok()) {
+    mine.status = group.rank() == 0 ? table.comm_unique_id(&mine.id, &error) : probe_collectives(table, &error);
     if (mine.status != CASTMESH_STATUS_OK) set_message(mine, error.message);
+  }
+  if (checked.ok() && mine.status == CASTMESH_STATUS_OK) {
+    own = DeviceStream::Create(device);
+    if (!own.ok()) {
+      mine.status = CASTMESH_STATUS_INTERNAL;
+      set_message(mine, own.status().message());
+    }
   }
   absl::StatusOr<std::vector<InitRecord>> exchanged = exchange_records(group, mine, timeout, sequence, what);
   if (!exchanged.ok()) return exchanged.status();
@@ -545,9 +566,10 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
       return absl::InvalidArgumentError(absl::StrCat("rank ", r, " refused its arguments: ", all[r].message));
     }
   }
-  if (all[0].status != CASTMESH_STATUS_OK) {
-    return backend_status(all[0].status, castmesh_error_v1{all[0].status, {}},
-                          absl::StrCat("rank 0 could not make the device communicator's id: ", all[0].message));
+  for (int r = 0; r < group.size(); ++r) {
+    if (all[r].status == CASTMESH_STATUS_OK) continue;
+    return backend_status(all[r].status, castmesh_error_v1{all[r].status, {}},
+                          absl::StrCat("rank ", r, " cannot join the device communicator: ", all[r].message));
   }
   if (absl::Status st = check_devices(group, all); !st.ok()) return st;
   for (int r = 1; r < group.size(); ++r) {
@@ -559,8 +581,6 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
     }
   }
   const std::string name = absl::StrCat("communicator ", group.id(), " (rank ", group.rank(), ")");
-  absl::StatusOr<DeviceStream> own = DeviceStream::Create(device);
-  if (!own.ok()) return own.status();
   castmesh_te_comm_v1* comm = nullptr;
   const int32_t code = table.comm_create(device.index, &all[0].id, group.size(), group.rank(), &comm, &error);
   if (code != CASTMESH_STATUS_OK) return backend_status(code, error, absl::StrCat("comm_create for ", name));

@@ -63,6 +63,7 @@ constexpr int64_t kDupAndSplit = 2;
 constexpr int64_t kLastRankKilled = 3;
 constexpr int64_t kHostBuffersOnRankOne = 4;
 constexpr int64_t kNoBackendOnRankOne = 5;
+constexpr int64_t kNoNcclOnRankOne = 6;
 
 // A member proc: one rank on its own fake GPU. Answers "OK v1,v2,..." or "ERR <status>".
 class FakeDeviceMember : public castmesh::Actor {
@@ -76,13 +77,16 @@ class FakeDeviceMember : public castmesh::Actor {
       absl::Status st = without_backend(*comm, got);
       return st.ok() ? "OK " + absl::StrJoin(got, ",") : "ERR " + st.ToString();
     }
-    setenv("CASTMESH_FAKE_TE_NCCL", "shm", 1);  // the fake NCCL meets ranks across procs
+    // The fake NCCL meets ranks across procs; rank 1 of kNoNcclOnRankOne has
+    // the backend but its collective library fails to load.
+    setenv("CASTMESH_FAKE_TE_NCCL", m.which == kNoNcclOnRankOne && comm->rank() == 1 ? "missing" : "shm", 1);
     if (castmesh::testing::fake_engine().live_comms == nullptr) return "ERR the fake plugin did not load";
     std::vector<double> got;
     absl::Status st = m.which == kSumAndBroadcast       ? sum_and_broadcast(*comm, got)
                       : m.which == kDupAndSplit         ? dup_and_split(*comm, got)
                       : m.which == kHostBuffersOnRankOne ? host_buffers_on_rank_one(*comm, got)
                       : m.which == kNoBackendOnRankOne   ? with_backend(*comm, got)
+                      : m.which == kNoNcclOnRankOne      ? without_nccl_on_rank_one(*comm, got)
                                                          : last_rank_killed(*comm, got);
     if (!st.ok()) return "ERR " + st.ToString();
     return "OK " + absl::StrJoin(got, ",");
@@ -170,6 +174,17 @@ class FakeDeviceMember : public castmesh::Actor {
     auto a = on_device<float>({1}, DType::kFloat32, gpu(c.rank()));
     if (!a.ok()) return a.status();
     record(c, c.allreduce(*a, *a, ReduceOp::kSum), "rank 1", "tensor_engine", got);
+    return absl::OkStatus();
+  }
+
+  // Rank 1 cannot load NCCL: every rank's first device call fails naming
+  // rank 1 and the missing library, instead of ranks 0 and 2 waiting for it
+  // in comm_create; host collectives go on.
+  static absl::Status without_nccl_on_rank_one(Communicator& c, std::vector<double>& got) {
+    auto a = on_device<float>({1}, DType::kFloat32, gpu(c.rank()));
+    if (!a.ok()) return a.status();
+    record(c, c.allreduce(*a, *a, ReduceOp::kSum), "rank 1 cannot join the device communicator",
+           "device collectives need", got);
     return absl::OkStatus();
   }
 
@@ -262,6 +277,14 @@ TEST(DeviceCollectivesAcrossProcsFake, AProcWithoutTheBackendFailsEveryRankAtOnc
   FakeDeviceProcs p(3);
   ASSERT_TRUE(p.mesh.has_value());
   auto replies = p.mesh->call(FakeDeviceScenario{kNoBackendOnRankOne}).get(absl::Seconds(60));
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
+}
+
+TEST(DeviceCollectivesAcrossProcsFake, AProcWithoutNcclFailsEveryRanksFirstCallAtOnce) {
+  FakeDeviceProcs p(3);
+  ASSERT_TRUE(p.mesh.has_value());
+  auto replies = p.mesh->call(FakeDeviceScenario{kNoNcclOnRankOne}).get(absl::Seconds(60));
   ASSERT_TRUE(replies.ok()) << replies.status();
   for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
 }
