@@ -34,6 +34,6 @@ file "${BUILD_DIR}/lib/libcastmesh_core.so."*.*.* | head -1
 # hands it to qemu (not set up by qemu-user). TensorViewDeathTest uses the
 # "threadsafe" death-test style, which execs the aarch64 test binary itself
 # ("Exec format error" without binfmt_misc).
-NO_QEMU='^(ProcMesh|ProcActorMesh|ProcCastTree|RemoteMonitor|LocalAllocator|RendezvousAllocator|ProcCommunicator|ShmPath|World|PipelinedAllreduceProcs|DeviceCollectivesAcrossProcsFake)\.|^Transports/RdmaAcrossProcs\.|^Transports/RdmaDeviceAcrossProcsFake\.|^TensorViewDeathTest\.|^Process\.ExecutablePathIsThisProgram$|^Log\.LoggingDuringStaticDestructionIsSafe$'
+NO_QEMU='^(ProcMesh|ProcActorMesh|ProcCastTree|RemoteMonitor|LocalAllocator|RendezvousAllocator|ProcCommunicator|ShmPath|World|PipelinedAllreduceProcs|DeviceCollectivesAcrossProcsFake|RdmaDeviceMissingBackendFake)\.|^Transports/RdmaAcrossProcs\.|^Transports/RdmaDeviceAcrossProcsFake\.|^TensorViewDeathTest\.|^Process\.ExecutablePathIsThisProgram$|^Log\.LoggingDuringStaticDestructionIsSafe$'
 echo "castmesh: NOTE: not run under qemu-aarch64 (they re-exec /proc/self/exe): ${NO_QEMU}"
 ctest --test-dir "${BUILD_DIR}" -L core -E "${NO_QEMU}" -j"${JOBS}" --output-on-failure --timeout 600
