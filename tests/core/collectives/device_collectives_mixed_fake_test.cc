@@ -64,6 +64,18 @@ bool names_both(const std::string& error, const std::string& device_call, const 
          mentions(error, "called " + host_call);
 }
 
+// Both ranks of a sum-vs-max device mismatch failed naming both calls, and
+// their host barrier afterwards worked.
+void expect_sum_and_max_named_on_both_ranks(const std::vector<Outcome>& outcomes) {
+  ASSERT_EQ(outcomes.size(), 2u);
+  for (const Outcome& o : outcomes) {
+    EXPECT_TRUE(mentions(o.error, "mismatched collective") && mentions(o.error, "device allreduce(sum, float32") &&
+                mentions(o.error, "device allreduce(max, float32"))
+        << o.error;
+    EXPECT_EQ(o.values, std::vector<double>{1});
+  }
+}
+
 // Two ranks: the host allreduce's messages and the device exchange's never
 // match (other steps); the device rank's descriptor fails the host rank's
 // receive, whose abort ends the device rank's exchange.
@@ -187,13 +199,7 @@ TEST_F(FakeDeviceMeshTest, DifferentDeviceCollectivesAtOneNumberFailBothRanks) {
     (void)stream->synchronize();
     return then_barrier(st, c);
   });
-  ASSERT_EQ(outcomes.size(), 2u);
-  for (const Outcome& o : outcomes) {
-    EXPECT_TRUE(mentions(o.error, "mismatched collective") && mentions(o.error, "device allreduce(sum, float32") &&
-                mentions(o.error, "device allreduce(max, float32"))
-        << o.error;
-    EXPECT_EQ(o.values, std::vector<double>{1});
-  }
+  expect_sum_and_max_named_on_both_ranks(outcomes);
 }
 
 // The same at the first device collective: the id exchange carries the
@@ -205,13 +211,7 @@ TEST_F(FakeDeviceMeshTest, DifferentDeviceCollectivesAtTheFirstCallFailBothRanks
     if (absl::Status st = make(b, true, c.rank()); !st.ok()) return fail(st);
     return then_barrier(c.allreduce(b.view, b.view, c.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMax, soon()), c);
   });
-  ASSERT_EQ(outcomes.size(), 2u);
-  for (const Outcome& o : outcomes) {
-    EXPECT_TRUE(mentions(o.error, "mismatched collective") && mentions(o.error, "device allreduce(sum, float32") &&
-                mentions(o.error, "device allreduce(max, float32"))
-        << o.error;
-    EXPECT_EQ(o.values, std::vector<double>{1});
-  }
+  expect_sum_and_max_named_on_both_ranks(outcomes);
 }
 
 // Two ranks of this process on one device: refused on every rank before
