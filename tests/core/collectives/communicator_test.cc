@@ -28,15 +28,12 @@ std::vector<double> as_doubles(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-class CommunicatorTest : public ::testing::Test {
+class CommunicatorTest : public testing::ScenarioMeshTest<double> {
  protected:
   // Members run blocking collectives on pooled workers: more workers than
   // the largest mesh (6), so the mesh's forwarders always find one free
   // (docs/collectives.md, "Progress and threads").
-  std::vector<Outcome> run_on(const Shape& shape, Scenario scenario) { return meshes_.run_on(shape, std::move(scenario)); }
-  std::vector<Outcome> run(int n, Scenario scenario) { return meshes_.run(n, std::move(scenario)); }
-
-  testing::ScenarioMeshes<double> meshes_{"member", 10};
+  CommunicatorTest() : ScenarioMeshTest("member", 10) {}
 };
 
 void expect_ok(const std::vector<Outcome>& outcomes) {

@@ -18,34 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "castmesh/actor_mesh.h"
 #include "castmesh/communicator.h"
-#include "castmesh/proc_mesh.h"
+#include "core/testing/worker_procs.h"
 #include "fake_tensor_engine.h"
-
-namespace {
-
-// Which scenario a member runs (see FakeDeviceMember::run).
-struct FakeDeviceScenario {
-  int64_t which = 0;
-};
-absl::Status encode_scenario(const FakeDeviceScenario& m, std::string* out) {
-  *out = std::to_string(m.which);
-  return absl::OkStatus();
-}
-absl::Status decode_scenario(std::string_view b, FakeDeviceScenario* m) {
-  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->which)
-             ? absl::OkStatus()
-             : absl::InvalidArgumentError("bad FakeDeviceScenario");
-}
-
-}  // namespace
-
-CASTMESH_REGISTER_MESSAGE(FakeDeviceScenario, "castmesh.test.collectives.FakeDeviceScenario", encode_scenario,
-                          decode_scenario);
 
 namespace {
 
@@ -58,42 +34,8 @@ using castmesh::testing::gpu;
 using castmesh::testing::on_device;
 using castmesh::testing::to_host;
 
-constexpr int64_t kSumAndBroadcast = 1;
-constexpr int64_t kDupAndSplit = 2;
-constexpr int64_t kLastRankKilled = 3;
-constexpr int64_t kHostBuffersOnRankOne = 4;
-constexpr int64_t kNoBackendOnRankOne = 5;
-constexpr int64_t kNoNcclOnRankOne = 6;
-
-// A member proc: one rank on its own fake GPU. Answers "OK v1,v2,..." or "ERR <status>".
-class FakeDeviceMember : public castmesh::Actor {
- public:
-  std::string run(const FakeDeviceScenario& m) {
-    absl::StatusOr<Communicator> comm = Communicator::current();
-    if (!comm.ok()) return "ERR " + comm.status().ToString();
-    if (m.which == kNoBackendOnRankOne && comm->rank() == 1) {
-      setenv("CASTMESH_BACKEND_PATH", "/nonexistent-castmesh-backends", 1);
-      std::vector<double> got;
-      absl::Status st = without_backend(*comm, got);
-      return st.ok() ? "OK " + absl::StrJoin(got, ",") : "ERR " + st.ToString();
-    }
-    // The fake NCCL meets ranks across procs; rank 1 of kNoNcclOnRankOne has
-    // the backend but its collective library fails to load.
-    setenv("CASTMESH_FAKE_TE_NCCL", m.which == kNoNcclOnRankOne && comm->rank() == 1 ? "missing" : "shm", 1);
-    if (castmesh::testing::fake_engine().live_comms == nullptr) return "ERR the fake plugin did not load";
-    std::vector<double> got;
-    absl::Status st = m.which == kSumAndBroadcast       ? sum_and_broadcast(*comm, got)
-                      : m.which == kDupAndSplit         ? dup_and_split(*comm, got)
-                      : m.which == kHostBuffersOnRankOne ? host_buffers_on_rank_one(*comm, got)
-                      : m.which == kNoBackendOnRankOne   ? with_backend(*comm, got)
-                      : m.which == kNoNcclOnRankOne      ? without_nccl_on_rank_one(*comm, got)
-                                                         : last_rank_killed(*comm, got);
-    if (!st.ok()) return "ERR " + st.ToString();
-    return "OK " + absl::StrJoin(got, ",");
-  }
-  using Handlers = castmesh::Handlers<&FakeDeviceMember::run>;
-
- private:
+// The scenarios of these tests: one rank on its own fake GPU (registered below by name).
+struct FakeDeviceScenarios {
   // Appends the device tensor's elements to got.
   static absl::Status append(const TensorView& t, std::vector<double>& got) {
     absl::StatusOr<std::vector<double>> host = to_host<float>(t);
@@ -209,104 +151,86 @@ class FakeDeviceMember : public castmesh::Actor {
   }
 };
 
-}  // namespace
-
-CASTMESH_REGISTER_ACTOR(FakeDeviceMember);
-
-namespace {
-
-// Starts n worker procs with a member each; `continue_on_failure` keeps the
-// mesh up when one dies.
-struct FakeDeviceProcs {
-  explicit FakeDeviceProcs(int n, bool continue_on_failure = false) {
-    auto p = castmesh::LocalAllocator().allocate(runtime, n);
-    EXPECT_TRUE(p.ok()) << p.status();
-    if (!p.ok()) return;
-    procs.emplace(std::move(*p));
-    castmesh::MeshOptions options{.name = "fakegpu"};
-    if (continue_on_failure) {
-      options.on_failure = [](const castmesh::MeshEvent&) { return castmesh::MeshFailureAction::kContinue; };
+// Runs `fn` as one rank on its own fake GPU; the fake NCCL meets ranks
+// across procs, except that with `no_nccl_on_rank_one` rank 1 has the
+// backend but its collective library fails to load.
+castmesh::testing::ProcScenarioFn on_fake_gpu(castmesh::testing::ProcScenarioNumbersFn fn,
+                                              bool no_nccl_on_rank_one = false) {
+  return [fn, no_nccl_on_rank_one](Communicator& c, std::string& out) -> absl::Status {
+    setenv("CASTMESH_FAKE_TE_NCCL", no_nccl_on_rank_one && c.rank() == 1 ? "missing" : "shm", 1);
+    if (castmesh::testing::fake_engine().live_comms == nullptr) {
+      return absl::InternalError("the fake plugin did not load");
     }
-    auto m = castmesh::ActorMesh<FakeDeviceMember>::Spawn(*procs, options);
-    EXPECT_TRUE(m.ok()) << m.status();
-    if (m.ok()) mesh.emplace(std::move(*m));
-  }
-  ~FakeDeviceProcs() {
-    if (procs) (void)procs->stop();
-  }
-  castmesh::Runtime runtime;
-  std::optional<castmesh::ProcMesh> procs;
-  std::optional<castmesh::ActorMesh<FakeDeviceMember>> mesh;
-};
+    return castmesh::testing::joined(fn)(c, out);
+  };
+}
+
+// Rank 1's proc has no tensor_engine backend; the others run on fake GPUs.
+absl::Status no_backend_on_rank_one(Communicator& c, std::string& out) {
+  if (c.rank() != 1) return on_fake_gpu(FakeDeviceScenarios::with_backend)(c, out);
+  setenv("CASTMESH_BACKEND_PATH", "/nonexistent-castmesh-backends", 1);
+  return castmesh::testing::joined(FakeDeviceScenarios::without_backend)(c, out);
+}
+
+// Every scenario answers "OK v1,v2,..." or "ERR <status>".
+[[maybe_unused]] const bool registered = castmesh::testing::register_proc_scenarios({
+    {"fake_device.sum_and_broadcast", on_fake_gpu(FakeDeviceScenarios::sum_and_broadcast)},
+    {"fake_device.dup_and_split", on_fake_gpu(FakeDeviceScenarios::dup_and_split)},
+    {"fake_device.last_rank_killed", on_fake_gpu(FakeDeviceScenarios::last_rank_killed)},
+    {"fake_device.host_buffers_on_rank_one", on_fake_gpu(FakeDeviceScenarios::host_buffers_on_rank_one)},
+    {"fake_device.no_backend_on_rank_one", no_backend_on_rank_one},
+    {"fake_device.no_nccl_on_rank_one",
+     on_fake_gpu(FakeDeviceScenarios::without_nccl_on_rank_one, /*no_nccl_on_rank_one=*/true)},
+});
 
 TEST(DeviceCollectivesAcrossProcsFake, AllreduceSumAndBroadcast) {
   for (int n : {2, 4}) {
-    FakeDeviceProcs p(n);
-    ASSERT_TRUE(p.mesh.has_value());
-    auto replies = p.mesh->call(FakeDeviceScenario{kSumAndBroadcast}).get(absl::Seconds(60));
-    ASSERT_TRUE(replies.ok()) << replies.status();
+    auto replies = castmesh::testing::run_on_worker_procs(n, "fake_device.sum_and_broadcast", absl::Seconds(60));
+    ASSERT_EQ(replies.size(), static_cast<size_t>(n));
     const int sum = n * (n + 1) / 2;
     for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(replies->values()[r], absl::StrCat("OK ", sum, ",", 10 * sum, ",", 100 * (n - 1) + 7))
+      EXPECT_EQ(replies[r], absl::StrCat("OK ", sum, ",", 10 * sum, ",", 100 * (n - 1) + 7))
           << "n " << n << " rank " << r;
     }
   }
 }
 
 TEST(DeviceCollectivesAcrossProcsFake, DupAndSplitDoNotMixTheirIds) {
-  FakeDeviceProcs p(4);
-  ASSERT_TRUE(p.mesh.has_value());
-  auto replies = p.mesh->call(FakeDeviceScenario{kDupAndSplit}).get(absl::Seconds(60));
-  ASSERT_TRUE(replies.ok()) << replies.status();
+  auto replies = castmesh::testing::run_on_worker_procs(4, "fake_device.dup_and_split", absl::Seconds(60));
+  ASSERT_EQ(replies.size(), 4u);
   // Three rounds: the sums of (r + 1) go 10, 40, 160; the products of
   // {2, 1, 1, 1} 2, 16, 65536; the max within {0, 2} and {1, 3} stays 3 and 4.
   for (int r = 0; r < 4; ++r) {
-    EXPECT_EQ(replies->values()[r], absl::StrCat("OK 160,65536,", r % 2 == 0 ? 3 : 4)) << "rank " << r;
+    EXPECT_EQ(replies[r], absl::StrCat("OK 160,65536,", r % 2 == 0 ? 3 : 4)) << "rank " << r;
   }
 }
 
 TEST(DeviceCollectivesAcrossProcsFake, HostBuffersOnOneProcOnceTheDeviceCommunicatorExistsFailEveryRank) {
-  FakeDeviceProcs p(3);
-  ASSERT_TRUE(p.mesh.has_value());
-  auto replies = p.mesh->call(FakeDeviceScenario{kHostBuffersOnRankOne}).get(absl::Seconds(60));
-  ASSERT_TRUE(replies.ok()) << replies.status();
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
+  auto replies = castmesh::testing::run_on_worker_procs(3, "fake_device.host_buffers_on_rank_one", absl::Seconds(60));
+  ASSERT_EQ(replies.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies[r], "OK 1,1") << "rank " << r;
 }
 
 TEST(DeviceCollectivesAcrossProcsFake, AProcWithoutTheBackendFailsEveryRankAtOnce) {
-  FakeDeviceProcs p(3);
-  ASSERT_TRUE(p.mesh.has_value());
-  auto replies = p.mesh->call(FakeDeviceScenario{kNoBackendOnRankOne}).get(absl::Seconds(60));
-  ASSERT_TRUE(replies.ok()) << replies.status();
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
+  auto replies = castmesh::testing::run_on_worker_procs(3, "fake_device.no_backend_on_rank_one", absl::Seconds(60));
+  ASSERT_EQ(replies.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies[r], "OK 1,1") << "rank " << r;
 }
 
 TEST(DeviceCollectivesAcrossProcsFake, AProcWithoutNcclFailsEveryRanksFirstCallAtOnce) {
-  FakeDeviceProcs p(3);
-  ASSERT_TRUE(p.mesh.has_value());
-  auto replies = p.mesh->call(FakeDeviceScenario{kNoNcclOnRankOne}).get(absl::Seconds(60));
-  ASSERT_TRUE(replies.ok()) << replies.status();
-  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies->values()[r], "OK 1,1") << "rank " << r;
+  auto replies = castmesh::testing::run_on_worker_procs(3, "fake_device.no_nccl_on_rank_one", absl::Seconds(60));
+  ASSERT_EQ(replies.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(replies[r], "OK 1,1") << "rank " << r;
 }
 
 TEST(DeviceCollectivesAcrossProcsFake, ProcKilledDuringAllreduceFailsTheSurvivorsRequests) {
   const int n = 3;
-  FakeDeviceProcs p(n, /*continue_on_failure=*/true);
-  ASSERT_TRUE(p.mesh.has_value());
-  auto stream = p.mesh->stream(FakeDeviceScenario{kLastRankKilled});
-  int survivors = 0;
-  for (int i = 0; i < n; ++i) {
-    auto next = stream.next(absl::Seconds(90));
-    ASSERT_TRUE(next.ok()) << next.status();
-    const auto& [point, reply] = *next;
-    if (point.rank() == n - 1) {
-      EXPECT_FALSE(reply.ok());  // its proc was killed
-      continue;
-    }
-    ASSERT_TRUE(reply.ok()) << reply.status();
-    EXPECT_EQ(*reply, "OK 1,1") << "rank " << point.rank();  // Unavailable, "peer died"
-    ++survivors;
-  }
+  castmesh::testing::WorkerProcs procs(n, {.continue_on_failure = true});
+  ASSERT_TRUE(procs.ok());
+  const int survivors = procs.run_with_dead_rank(
+      "fake_device.last_rank_killed", n - 1, absl::Seconds(90), [](int rank, const std::string& reply) {
+        EXPECT_EQ(reply, "OK 1,1") << "rank " << rank;  // Unavailable, "peer died"
+      });
   EXPECT_EQ(survivors, n - 1);
 }
 

@@ -83,13 +83,9 @@ struct Gate {
 inline Device gpu(int rank) { return Device{DeviceKind::kCuda, rank}; }
 
 // Runs `scenario` on every member of a fresh n-member mesh; one outcome per rank.
-class FakeDeviceMeshTest : public ::testing::Test {
+class FakeDeviceMeshTest : public testing::ScenarioMeshTest<double> {
  protected:
-  FakeDeviceMeshTest() { fake_engine(); }
-
-  std::vector<Outcome> run(int n, Scenario scenario) { return meshes_.run(n, std::move(scenario)); }
-
-  testing::ScenarioMeshes<double> meshes_{"gpu", 8};
+  FakeDeviceMeshTest() : ScenarioMeshTest("gpu", 8) { fake_engine(); }
 };
 
 // Copies a device tensor to the host (through a stream of its device) and

@@ -21,35 +21,11 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "castmesh/actor_mesh.h"
 #include "castmesh/communicator.h"
-#include "castmesh/proc_mesh.h"
 #include "core/collectives/algorithms.h"
 #include "core/testing/scenario_mesh.h"
-
-namespace {
-
-// Which scenario a proc member runs (ProcMember::run).
-struct ProcScenario {
-  int64_t which = 0;
-};
-absl::Status encode_proc_scenario(const ProcScenario& m, std::string* out) {
-  *out = std::to_string(m.which);
-  return absl::OkStatus();
-}
-absl::Status decode_proc_scenario(std::string_view b, ProcScenario* m) {
-  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->which)
-             ? absl::OkStatus()
-             : absl::InvalidArgumentError("bad ProcScenario");
-}
-
-}  // namespace
-
-CASTMESH_REGISTER_MESSAGE(ProcScenario, "castmesh.test.collectives.PipelinedProcScenario", encode_proc_scenario,
-                          decode_proc_scenario);
+#include "core/testing/worker_procs.h"
 
 namespace castmesh {
 namespace {
@@ -84,12 +60,10 @@ using Outcome = testing::ScenarioOutcome<int64_t>;
 using Scenario = testing::ScenarioFn<int64_t>;
 Outcome fail(const absl::Status& st) { return testing::scenario_error<int64_t>(st); }
 
-class PipelinedAllreduceTest : public ::testing::Test {
+class PipelinedAllreduceTest : public testing::ScenarioMeshTest<int64_t> {
  protected:
   // More workers than the largest mesh (8): members block in collectives.
-  std::vector<Outcome> run(int n, Scenario scenario) { return meshes_.run(n, std::move(scenario)); }
-
-  testing::ScenarioMeshes<int64_t> meshes_{"pipelined", 10};
+  PipelinedAllreduceTest() : ScenarioMeshTest("pipelined", 10) {}
 };
 
 // Counts on both sides of every edge the algorithm cuts at: nothing, one
@@ -243,27 +217,8 @@ TEST_F(PipelinedAllreduceTest, TwoRanksMismatchedAcrossAThresholdFailBoth) {
 
 // ---- across worker procs ----
 
-constexpr int64_t kProcSums = 1;
-constexpr int64_t kProcRankOneKilled = 2;
-constexpr int64_t kProcNonCommutative = 3;
-
-// Answers "OK ..." or "ERR <status>".
-class ProcMember : public Actor {
- public:
-  std::string run(const ProcScenario& m) {
-    absl::StatusOr<Communicator> comm = Communicator::current();
-    if (!comm.ok()) return "ERR " + comm.status().ToString();
-    absl::Status st;
-    switch (m.which) {
-      case kProcSums: st = sums(*comm); break;
-      case kProcNonCommutative: st = non_commutative(*comm); break;
-      default: st = killed_midway(*comm); break;
-    }
-    return st.ok() ? "OK" : "ERR " + st.ToString();
-  }
-  using Handlers = castmesh::Handlers<&ProcMember::run>;
-
- private:
+// The scenarios of the proc tests (registered below by name).
+struct ProcScenarios {
   // Large sums through single copy, segment and block remainders, in place
   // and not.
   static absl::Status sums(Communicator& c) {
@@ -320,31 +275,22 @@ class ProcMember : public Actor {
   }
 };
 
-}  // namespace
-}  // namespace castmesh
+// Every scenario answers "OK" or "ERR <status>".
+[[maybe_unused]] const bool registered = testing::register_proc_scenarios({
+    {"pipelined.sums", [](Communicator& c, std::string&) { return ProcScenarios::sums(c); }},
+    {"pipelined.non_commutative", [](Communicator& c, std::string&) { return ProcScenarios::non_commutative(c); }},
+    {"pipelined.rank_one_killed", [](Communicator& c, std::string&) { return ProcScenarios::killed_midway(c); }},
+});
 
-CASTMESH_REGISTER_ACTOR(castmesh::ProcMember);
-
-namespace castmesh {
-namespace {
-
-std::vector<std::string> run_on_procs(int n, int64_t which) {
-  Runtime runtime;
-  auto procs = LocalAllocator().allocate(runtime, n);
-  EXPECT_TRUE(procs.ok()) << procs.status();
-  if (!procs.ok()) return {};
-  auto mesh = ActorMesh<ProcMember>::Spawn(*procs, MeshOptions{.name = "pipelined"});
-  EXPECT_TRUE(mesh.ok()) << mesh.status();
-  if (!mesh.ok()) return {};
-  auto replies = mesh->call(ProcScenario{which}).get(absl::Seconds(90));
-  EXPECT_TRUE(replies.ok()) << replies.status();
-  EXPECT_TRUE(procs->stop().ok());
-  return replies.ok() ? replies->values() : std::vector<std::string>{};
+// The socket path between procs (as between hosts): no shared memory, no
+// single copy (read by the worker procs).
+testing::WorkerProcsOptions sockets_only() {
+  return testing::WorkerProcsOptions{.env = {{"CASTMESH_SHM", "0"}, {"CASTMESH_SINGLE_COPY", "0"}}};
 }
 
 TEST(PipelinedAllreduceProcs, LargeSumsAcrossProcsMatchTheReference) {
   for (int n : {2, 3}) {
-    auto replies = run_on_procs(n, kProcSums);
+    auto replies = testing::run_on_worker_procs(n, "pipelined.sums", absl::Seconds(90));
     ASSERT_EQ(replies.size(), static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) EXPECT_EQ(replies[r], "OK") << "n=" << n << " rank " << r;
   }
@@ -353,17 +299,15 @@ TEST(PipelinedAllreduceProcs, LargeSumsAcrossProcsMatchTheReference) {
 // The socket path between procs (as between hosts): bodies written from the
 // sender's buffer, every reduce-scatter receive posted at once.
 TEST(PipelinedAllreduceProcs, LargeSumsOverSocketsMatchTheReference) {
-  ::setenv("CASTMESH_SHM", "0", 1);  // read by the worker procs this test starts
-  ::setenv("CASTMESH_SINGLE_COPY", "0", 1);
   for (int n : {2, 3}) {
-    auto replies = run_on_procs(n, kProcSums);
+    auto replies = testing::run_on_worker_procs(n, "pipelined.sums", absl::Seconds(90), sockets_only());
     ASSERT_EQ(replies.size(), static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) EXPECT_EQ(replies[r], "OK") << "n=" << n << " rank " << r;
   }
 }
 
 TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
-  auto replies = run_on_procs(2, kProcNonCommutative);
+  auto replies = testing::run_on_worker_procs(2, "pipelined.non_commutative", absl::Seconds(90));
   ASSERT_EQ(replies.size(), 2u);
   for (int r = 0; r < 2; ++r) EXPECT_EQ(replies[r], "OK") << "rank " << r;
 }
@@ -374,39 +318,21 @@ TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
 // `sockets`: between the procs over their sockets instead of single copy.
 // At 3 procs the ring runs (4 MiB per call), at 2 the exchange (1 MiB).
 void expect_killed_rank_fails_the_others(bool sockets, int n = 3) {
-  if (sockets) {
-    ::setenv("CASTMESH_SHM", "0", 1);
-    ::setenv("CASTMESH_SINGLE_COPY", "0", 1);
-  }
-  Runtime runtime;
-  auto procs = LocalAllocator().allocate(runtime, n);
-  ASSERT_TRUE(procs.ok()) << procs.status();
-  MeshOptions options{.name = "pipelined"};
-  options.on_failure = [](const MeshEvent&) { return MeshFailureAction::kContinue; };
-  auto mesh = ActorMesh<ProcMember>::Spawn(*procs, options);
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
-  auto stream = mesh->stream(ProcScenario{kProcRankOneKilled});
-  int answered = 0;
-  for (int i = 0; i < n; ++i) {
-    auto next = stream.next(absl::Seconds(60));  // a bound against a hang, not a timing check
-    ASSERT_TRUE(next.ok()) << next.status();
-    const auto& [point, reply] = *next;
-    if (point.rank() == 1) {
-      EXPECT_FALSE(reply.ok());  // its proc died
-      continue;
-    }
-    ASSERT_TRUE(reply.ok()) << reply.status();
-    EXPECT_NE(reply->find("ERR"), std::string::npos) << *reply;
-    // Over single copy a survivor whose read of the dying proc's memory was
-    // refused (rather than failing) reports the lost proc, not yet its rank
-    // (about 1 run in 4); over sockets the rank is always named.
-    if (sockets) {
-      EXPECT_NE(reply->find("rank 1"), std::string::npos) << *reply;
-    }
-    ++answered;
-  }
+  testing::WorkerProcsOptions options = sockets ? sockets_only() : testing::WorkerProcsOptions{};
+  options.continue_on_failure = true;
+  testing::WorkerProcs procs(n, options);
+  ASSERT_TRUE(procs.ok());
+  const int answered = procs.run_with_dead_rank(
+      "pipelined.rank_one_killed", 1, absl::Seconds(60), [sockets](int, const std::string& reply) {
+        EXPECT_NE(reply.find("ERR"), std::string::npos) << reply;
+        // Over single copy a survivor whose read of the dying proc's memory was
+        // refused (rather than failing) reports the lost proc, not yet its rank
+        // (about 1 run in 4); over sockets the rank is always named.
+        if (sockets) {
+          EXPECT_NE(reply.find("rank 1"), std::string::npos) << reply;
+        }
+      });
   EXPECT_EQ(answered, n - 1);
-  (void)procs->stop();
 }
 
 TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {

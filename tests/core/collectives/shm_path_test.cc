@@ -19,33 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "castmesh/actor_mesh.h"
 #include "castmesh/communicator.h"
-#include "castmesh/proc_mesh.h"
 #include "core/collectives/shm_path.h"
 #include "core/scheduler/futex.h"
-
-namespace {
-
-struct ShmScenario {
-  int64_t which = 0;
-};
-absl::Status encode_scenario(const ShmScenario& m, std::string* out) {
-  *out = std::to_string(m.which);
-  return absl::OkStatus();
-}
-absl::Status decode_scenario(std::string_view b, ShmScenario* m) {
-  return absl::SimpleAtoi(absl::string_view(b.data(), b.size()), &m->which)
-             ? absl::OkStatus()
-             : absl::InvalidArgumentError("bad ShmScenario");
-}
-
-}  // namespace
-
-CASTMESH_REGISTER_MESSAGE(ShmScenario, "castmesh.test.collectives.ShmScenario", encode_scenario, decode_scenario);
+#include "core/testing/worker_procs.h"
 
 namespace {
 
@@ -54,10 +33,6 @@ using castmesh::DType;
 using castmesh::ReduceOp;
 using castmesh::TensorView;
 using castmesh::collectives::shm_path_stats;
-
-constexpr int64_t kTraffic = 1;
-constexpr int64_t kRankTwoIsKilled = 2;
-constexpr int64_t kSleepingWaiter = 3;
 
 TensorView view(std::vector<int64_t>& v) {
   return TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(v.size())});
@@ -77,21 +52,8 @@ absl::Status bring_links_up(Communicator& c) {
   return absl::DeadlineExceededError("the shared-memory links did not come up");
 }
 
-class ShmMember : public castmesh::Actor {
- public:
-  std::string run(const ShmScenario& m) {
-    absl::StatusOr<Communicator> comm = Communicator::current();
-    if (!comm.ok()) return "ERR " + comm.status().ToString();
-    std::string out;
-    absl::Status st = m.which == kTraffic           ? traffic(*comm, out)
-                      : m.which == kSleepingWaiter ? sleeping_waiter(*comm, out)
-                                                   : killed_or_wait(*comm, out);
-    if (!st.ok()) return "ERR " + st.ToString();
-    return "OK " + out;
-  }
-  using Handlers = castmesh::Handlers<&ShmMember::run>;
-
- private:
+// The scenarios of these tests (registered below by name).
+struct ShmScenarios {
   static absl::Status traffic(Communicator& c, std::string& out) {
     if (absl::Status st = bring_links_up(c); !st.ok()) return st;
     const uint64_t before = shm_path_stats().frames_in;
@@ -200,31 +162,26 @@ class ShmMember : public castmesh::Actor {
   }
 };
 
-}  // namespace
+[[maybe_unused]] const bool registered = castmesh::testing::register_proc_scenarios({
+    {"shm_path.traffic", ShmScenarios::traffic},
+    {"shm_path.sleeping_waiter", ShmScenarios::sleeping_waiter},
+    {"shm_path.rank_two_is_killed", ShmScenarios::killed_or_wait},
+});
 
-CASTMESH_REGISTER_ACTOR(ShmMember);
-
-namespace {
-
-void run_traffic(int procs_n) {
-  castmesh::Runtime runtime;
-  auto procs = castmesh::LocalAllocator().allocate(runtime, procs_n);
-  ASSERT_TRUE(procs.ok()) << procs.status();
-  auto mesh = castmesh::ActorMesh<ShmMember>::Spawn(*procs, castmesh::MeshOptions{.name = "shm"});
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
-  auto replies = mesh->call(ShmScenario{kTraffic}).get(absl::Seconds(90));
-  ASSERT_TRUE(replies.ok()) << replies.status();
+// `options.env`: set while the workers start (they read it).
+void run_traffic(int procs_n, castmesh::testing::WorkerProcsOptions options = {}) {
+  auto replies = castmesh::testing::run_on_worker_procs(procs_n, "shm_path.traffic", absl::Seconds(90), options);
+  ASSERT_EQ(replies.size(), static_cast<size_t>(procs_n));
   const int64_t n = 300000, p = procs_n;
   const std::string sums = absl::StrCat(p * (p - 1) / 2 + p * 2, ",", p * (p - 1) / 2 + p * (n - 1));
   for (int r = 0; r < procs_n; ++r) {
-    const std::string& reply = replies->values()[r];
+    const std::string& reply = replies[r];
     ASSERT_EQ(reply.rfind("OK " + sums + (r == 0 ? ",p2p-ordered" : "") + ",mismatch-named ", 0), 0u)
         << "rank " << r << ": " << reply;
     EXPECT_NE(reply.find(absl::StrCat("links_in=", procs_n - 1)), std::string::npos) << reply;
     EXPECT_EQ(reply.find("ring_frames=0"), std::string::npos) << "rank " << r << " got nothing through a ring: "
                                                               << reply;
   }
-  EXPECT_TRUE(procs->stop().ok());
 }
 
 TEST(ShmPath, CollectivesAndPointToPointGoThroughTheRings) { run_traffic(3); }
@@ -232,9 +189,7 @@ TEST(ShmPath, CollectivesAndPointToPointGoThroughTheRings) { run_traffic(3); }
 // Single copy off: messages of 64 KiB and more stream through the ring in
 // chunks (and an unexpected one is reassembled before it is matched).
 TEST(ShmPath, LargeBodiesStreamThroughTheRingWithoutSingleCopy) {
-  ::setenv("CASTMESH_SINGLE_COPY", "0", 1);  // read by the workers started below
-  run_traffic(4);
-  ::unsetenv("CASTMESH_SINGLE_COPY");
+  run_traffic(4, {.env = {{"CASTMESH_SINGLE_COPY", "0"}}});
 }
 
 // Whether this kernel sleeps on several futex words at once (the waiter's
@@ -248,57 +203,32 @@ bool waitv_supported() {
 
 TEST(ShmPath, SleepingWaiterIsWokenByItsRingWithoutTheDrainThread) {
   if (!waitv_supported()) GTEST_SKIP() << "no futex_waitv here: waiters sleep on their request instead";
-  ::setenv("CASTMESH_SHM_SPIN_US", "0", 1);  // read by the workers started below: sleep at once
-  castmesh::Runtime runtime;
-  auto procs = castmesh::LocalAllocator().allocate(runtime, 2);
-  ::unsetenv("CASTMESH_SHM_SPIN_US");
-  ASSERT_TRUE(procs.ok()) << procs.status();
-  auto mesh = castmesh::ActorMesh<ShmMember>::Spawn(*procs, castmesh::MeshOptions{.name = "shm"});
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
-  auto replies = mesh->call(ShmScenario{kSleepingWaiter}).get(absl::Seconds(90));
-  ASSERT_TRUE(replies.ok()) << replies.status();
-  const std::string& rank0 = replies->values()[0];
+  // Read by the workers: sleep at once.
+  auto replies = castmesh::testing::run_on_worker_procs(2, "shm_path.sleeping_waiter", absl::Seconds(90),
+                                                        {.env = {{"CASTMESH_SHM_SPIN_US", "0"}}});
+  ASSERT_EQ(replies.size(), 2u);
+  const std::string& rank0 = replies[0];
   ASSERT_EQ(rank0.rfind("OK ", 0), 0u) << rank0;
   EXPECT_EQ(rank0.find("waiter_sleeps=0 "), std::string::npos) << "rank 0 never slept on its ring: " << rank0;
   EXPECT_NE(rank0.find("frames_by_drain=0"), std::string::npos) << "a drain thread handed on the answers: " << rank0;
-  EXPECT_EQ(replies->values()[1].rfind("OK ", 0), 0u) << replies->values()[1];
-  EXPECT_TRUE(procs->stop().ok());
+  EXPECT_EQ(replies[1].rfind("OK ", 0), 0u) << replies[1];
 }
 
 void run_kill(const char* spin_us) {
-  ::setenv("CASTMESH_SINGLE_COPY", "0", 1);  // rank 0's large send goes into the ring
-  if (spin_us != nullptr) ::setenv("CASTMESH_SHM_SPIN_US", spin_us, 1);
-  castmesh::Runtime runtime;
-  auto procs = castmesh::LocalAllocator().allocate(runtime, 4);
-  ::unsetenv("CASTMESH_SINGLE_COPY");
-  ::unsetenv("CASTMESH_SHM_SPIN_US");
-  ASSERT_TRUE(procs.ok()) << procs.status();
-  castmesh::MeshOptions options{.name = "shm"};
-  options.on_failure = [](const castmesh::MeshEvent&) { return castmesh::MeshFailureAction::kContinue; };
-  auto mesh = castmesh::ActorMesh<ShmMember>::Spawn(*procs, options);
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  castmesh::testing::WorkerProcsOptions options{.continue_on_failure = true};
+  options.env.push_back({"CASTMESH_SINGLE_COPY", "0"});  // rank 0's large send goes into the ring
+  if (spin_us != nullptr) options.env.push_back({"CASTMESH_SHM_SPIN_US", spin_us});
+  castmesh::testing::WorkerProcs procs(4, options);
+  ASSERT_TRUE(procs.ok());
   const absl::Time start = absl::Now();
-  auto stream = mesh->stream(ShmScenario{kRankTwoIsKilled});
-  int answered = 0;
-  for (size_t i = 0; i < 4; ++i) {
-    auto next = stream.next(absl::Seconds(30));
-    ASSERT_TRUE(next.ok()) << next.status();
-    const auto& [point, reply] = *next;
-    if (point.rank() == 2) {
-      EXPECT_FALSE(reply.ok());  // its proc was killed
-      continue;
-    }
-    ASSERT_TRUE(reply.ok()) << reply.status();
-    EXPECT_NE(reply->find("ERR"), std::string::npos) << *reply;
-    EXPECT_NE(reply->find("rank 2"), std::string::npos) << *reply;
-    ++answered;
-  }
+  const int answered = procs.run_with_dead_rank(
+      "shm_path.rank_two_is_killed", 2, absl::Seconds(30),
+      [](int rank, const std::string& reply) { castmesh::testing::expect_error_naming(reply, "rank 2", rank); });
   EXPECT_EQ(answered, 3);
   // Reported, not asserted tightly (timings are not asserted on a shared machine).
   std::cout << "the survivors failed " << absl::FormatDuration(absl::Now() - start)
             << " after the scenario started (links up, then the kill)\n";
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));  // generous: no hang
-  (void)procs->stop();
 }
 
 TEST(ShmPath, KilledProcFailsThePendingOperationsOfTheOthers) { run_kill(nullptr); }

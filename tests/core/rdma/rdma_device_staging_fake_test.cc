@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "castmesh/tensor_engine.h"
 #include "core/collectives/fake_tensor_engine.h"
 #include "core/platform/platform.h"
+#include "core/testing/worker_procs.h"
 #include "rdma_test_bytes.h"
 #include "rdma_test_procs.h"
 
@@ -295,14 +297,12 @@ class RdmaDeviceAcrossProcsFake : public ::testing::TestWithParam<Path> {
  protected:
   void SetUp() override {
     load_engine();  // device destinations and sources of this proc
-    auto procs = castmesh::LocalAllocator().allocate(runtime_, 2);
-    ASSERT_TRUE(procs.ok()) << procs.status();
-    procs_ = *procs;
-    auto owners = procs_.spawn<DeviceOwner>("owner");
+    procs_.emplace(2);
+    ASSERT_TRUE(procs_->ok());
+    auto owners = procs_->procs().spawn<DeviceOwner>("owner");
     ASSERT_TRUE(owners.ok()) << owners.status();
     owners_ = *owners;
   }
-  void TearDown() override { (void)procs_.stop(); }
 
   RdmaBuffer make(size_t owner, size_t size, bool on_device, int seed = 1) {
     auto made = owners_.at(owner)
@@ -322,6 +322,24 @@ class RdmaDeviceAcrossProcsFake : public ::testing::TestWithParam<Path> {
                       .get(absl::Seconds(30));
     return answer.ok() ? *answer : answer.status().ToString();
   }
+  // Owner 0 with a 300000-byte device buffer (pattern 1), a device
+  // destination of that size (pattern 9), and then owner 0's proc stopped
+  // (SIGSTOP, every thread); nullopt (a test failure already) if that failed.
+  struct StoppedOwner {
+    RdmaBuffer buffer;
+    TensorView dst;
+    int64_t pid = 0;
+  };
+  std::optional<StoppedOwner> stopped_owner_with_a_device_buffer() {
+    StoppedOwner stopped{make(0, 300000, true), {}, procs_->procs().proc(0).pid};
+    auto dst = device_filled(300000, 9, gpu(0));
+    EXPECT_TRUE(dst.ok()) << dst.status();
+    if (!dst.ok()) return std::nullopt;
+    stopped.dst = *dst;
+    castmesh::rdma_test::stop_process(stopped.pid);
+    if (HasFatalFailure()) return std::nullopt;
+    return stopped;
+  }
   // The transport of an operation of `size` bytes on a buffer of device (or host) memory.
   RdmaTransport expected(size_t size, bool owner_on_device) const {
     if (GetParam() == Path::kSocket) return RdmaTransport::kSocket;
@@ -334,8 +352,7 @@ class RdmaDeviceAcrossProcsFake : public ::testing::TestWithParam<Path> {
   ScopedEnv chunk_{"CASTMESH_RDMA_CHUNK_BYTES", "4096"};
   ScopedEnv single_copy_{"CASTMESH_RDMA_SINGLE_COPY", GetParam() == Path::kDefault ? "1" : "0"};
   ScopedEnv shared_segment_{"CASTMESH_RDMA_SHARED_SEGMENT", GetParam() == Path::kSocket ? "0" : "1"};
-  castmesh::Runtime runtime_;
-  castmesh::ProcMesh procs_;
+  std::optional<castmesh::testing::WorkerProcs> procs_;
   std::vector<castmesh::ActorRef<DeviceOwner>> owners_;
 };
 
@@ -425,37 +442,33 @@ TEST_P(RdmaDeviceAcrossProcsFake, ReleaseDuringAStagedReadLetsItFinish) {
 }
 
 TEST_P(RdmaDeviceAcrossProcsFake, StoppedOwnerTimesOutAndNoLateByteLandsInDeviceMemory) {
-  RdmaBuffer buffer = make(0, 300000, true);
-  const int64_t pid = procs_.proc(0).pid;
-  auto dst = device_filled(300000, 9, gpu(0));
-  ASSERT_TRUE(dst.ok());
-  castmesh::rdma_test::stop_process(pid);
-  auto read = buffer.read_into(*dst, RdmaOptions{.timeout = absl::Milliseconds(500)}).get(absl::Seconds(30));
+  std::optional<StoppedOwner> owner = stopped_owner_with_a_device_buffer();
+  ASSERT_TRUE(owner.has_value());
+  auto& [buffer, dst, pid] = *owner;
+  auto read = buffer.read_into(dst, RdmaOptions{.timeout = absl::Milliseconds(500)}).get(absl::Seconds(30));
   EXPECT_EQ(read.status().code(), absl::StatusCode::kDeadlineExceeded) << read.status();
   ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGCONT), 0);
   EXPECT_EQ(check(0, 1, 0, 0), "");  // a round trip behind the owner's late answer
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(device_mismatch(*dst, 0, 300000, 0, 9), "");
-  auto again = buffer.read_into(*dst).get(absl::Seconds(30));
+  EXPECT_EQ(device_mismatch(dst, 0, 300000, 0, 9), "");
+  auto again = buffer.read_into(dst).get(absl::Seconds(30));
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(device_mismatch(*dst, 0, 300000, 0, 1), "");
+  EXPECT_EQ(device_mismatch(dst, 0, 300000, 0, 1), "");
 }
 
 // Pending operations fail within 2 s of the owner's death (its connection's end of file).
 TEST_P(RdmaDeviceAcrossProcsFake, KilledDeviceOwnerFailsPendingOperationsQuickly) {
-  RdmaBuffer buffer = make(0, 300000, true);
-  const int64_t pid = procs_.proc(0).pid;
-  auto dst = device_filled(300000, 9, gpu(0));
-  ASSERT_TRUE(dst.ok());
-  castmesh::rdma_test::stop_process(pid);
-  castmesh::Future<RdmaResult> pending = buffer.read_into(*dst, RdmaOptions{.timeout = absl::Seconds(60)});
+  std::optional<StoppedOwner> owner = stopped_owner_with_a_device_buffer();
+  ASSERT_TRUE(owner.has_value());
+  auto& [buffer, dst, pid] = *owner;
+  castmesh::Future<RdmaResult> pending = buffer.read_into(dst, RdmaOptions{.timeout = absl::Seconds(60)});
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(static_cast<pid_t>(pid), SIGKILL), 0);
   auto result = pending.get(absl::Seconds(30));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable) << result.status();
   EXPECT_LT(absl::Now() - killed, absl::Seconds(2));
-  EXPECT_EQ(device_mismatch(*dst, 0, 300000, 0, 9), "");
+  EXPECT_EQ(device_mismatch(dst, 0, 300000, 0, 9), "");
 }
 
 // A device buffer never takes ibverbs, so forbidding the fallback refuses it, before any byte moves.
@@ -483,21 +496,14 @@ INSTANTIATE_TEST_SUITE_P(Transports, RdmaDeviceAcrossProcsFake,
 
 // A proc without the tensor_engine backend refuses device memory, saying how to install it.
 TEST(RdmaDeviceMissingBackendFake, RegisteringDeviceMemoryNamesTheInstall) {
-  castmesh::Runtime runtime;
-  castmesh::ProcMesh procs;
-  {
-    ScopedEnv no_backend("CASTMESH_BACKEND_PATH", "/nonexistent-castmesh-backends");  // the worker's only
-    auto made = castmesh::LocalAllocator().allocate(runtime, 1);
-    ASSERT_TRUE(made.ok()) << made.status();
-    procs = *made;
-  }
-  auto owners = procs.spawn<DeviceOwner>("owner");
+  castmesh::testing::WorkerProcs procs(1, {.env = {{"CASTMESH_BACKEND_PATH", "/nonexistent-castmesh-backends"}}});
+  ASSERT_TRUE(procs.ok());  // the backend path is the worker's only
+  auto owners = procs.procs().spawn<DeviceOwner>("owner");
   ASSERT_TRUE(owners.ok()) << owners.status();
   auto answer = owners->at(0).ask(RegisterWithoutBackend{}).get(absl::Seconds(30));
   ASSERT_TRUE(answer.ok()) << answer.status();
   EXPECT_NE(answer->find("FAILED_PRECONDITION"), std::string::npos) << *answer;
   EXPECT_NE(answer->find("castmesh[tensor-engine]"), std::string::npos) << *answer;
-  (void)procs.stop();
 }
 
 }  // namespace

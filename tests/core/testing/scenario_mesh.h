@@ -85,4 +85,22 @@ class ScenarioMeshes {
   int meshes_ = 0;  // each run spawns a fresh mesh (stop() is asynchronous)
 };
 
+// The fixture of the suites that run scenarios on in-process meshes: a
+// fresh mesh per run, on one runtime of `workers` workers (more than the
+// largest mesh: members block in collectives).
+template <typename V>
+class ScenarioMeshTest : public ::testing::Test {
+ protected:
+  ScenarioMeshTest(std::string name, int workers) : meshes_(std::move(name), workers) {}
+
+  // One outcome per rank of `shape`; empty if the mesh failed.
+  std::vector<ScenarioOutcome<V>> run_on(const Shape& shape, ScenarioFn<V> scenario) {
+    return meshes_.run_on(shape, std::move(scenario));
+  }
+  // The same over a 1-D mesh of `n` ranks.
+  std::vector<ScenarioOutcome<V>> run(int n, ScenarioFn<V> scenario) { return meshes_.run(n, std::move(scenario)); }
+
+  ScenarioMeshes<V> meshes_;
+};
+
 }  // namespace castmesh::testing
