@@ -17,6 +17,7 @@
 #include "core/collectives/request_state.h"
 #include "core/collectives/thread_cache.h"
 #include "core/log/log.h"
+#include "core/platform/core_contention.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/scheduler/futex.h"
@@ -91,37 +92,58 @@ bool waiter_sleep_enabled() {
   return on;
 }
 
-// Whether this host has more runnable threads than cores now (the fourth
-// field of /proc/loadavg, read at most every 5 ms by one thread): a waiter
-// that spins with a pause then holds a core its peer may be queued for, and
-// every step of a collective costs the whole spin (measured: 20-1000 us
-// spins gave 26-1900 us per allreduce step at load 8-10 with 2 cores, 2 us
-// otherwise). CASTMESH_SHM_SPIN_YIELD=1 / 0 forces yielding on / off.
-bool host_crowded() {
+// CASTMESH_SHM_SPIN_YIELD=1 / 0 forces the spin to yield / pause at every
+// look; -1 (unset): yield only while the core is contended (below).
+int spin_yield_forced() {
   static const int forced = [] {
     const char* v = std::getenv("CASTMESH_SHM_SPIN_YIELD");
-    if (v == nullptr) return -1;
+    if (v == nullptr || *v == '\0') return -1;
     return std::string_view(v) == "0" ? 0 : 1;
   }();
-  if (forced >= 0) return forced == 1;
-  static const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  static std::atomic<int64_t> next_read_ns{0};
-  static std::atomic<bool> crowded{false};
-  const int64_t now = absl::GetCurrentTimeNanos();
-  int64_t due = next_read_ns.load(std::memory_order_relaxed);
-  if (now < due || !next_read_ns.compare_exchange_strong(due, now + 5'000'000, std::memory_order_relaxed)) {
-    return crowded.load(std::memory_order_relaxed);
-  }
-  int runnable = 0;
-  if (FILE* f = std::fopen("/proc/loadavg", "re"); f != nullptr) {
-    double l1, l5, l15;
-    if (std::fscanf(f, "%lf %lf %lf %d/", &l1, &l5, &l15, &runnable) != 4) runnable = 0;
-    std::fclose(f);
-  }
-  const bool is = runnable > cores;
-  crowded.store(is, std::memory_order_relaxed);
-  return is;
+  return forced;
 }
+
+// How often a spinning thread asks whether its core is contended (one
+// getrusage call each time).
+constexpr int64_t kContentionCheckNs = 50'000;
+
+// Whether a waiter's spin yields the core instead of pausing, per thread.
+// A pausing spinner holds a core that its peer, or any other thread, may be
+// queued for, and then every step of a collective costs the whole spin
+// (measured: 20-1000 us spins gave 26-1900 us per allreduce step at load
+// 8-10 with 2 cores); a yielding one pays sched_yield at every look (several
+// us on this VM: 13.7-15.4 us per 1 KiB allreduce against 1.6 us pausing).
+// So it yields only while its own thread is being switched off its core
+// involuntarily (preempted, or a yield that handed the core on:
+// platform::CoreContention), i.e. while some thread really is queued for
+// this core. The job's own spinners on other cores never show there, unlike
+// /proc/loadavg's runnable count (the signal before, which turned yielding on
+// for whole runs on a quiet machine). One switch while pausing turns
+// yielding on (a thread was queued behind this one, maybe the peer, which
+// then costs a whole spin per step); it stays on while the yields keep
+// handing the core on, at least twice per check (a peer sharing the core
+// takes it at every step); a single switch then is a stray short thread
+// (measured: runs that yielded at every wait for those took 2.7-2.9 us per
+// 1 KiB allreduce against 1.6 us), and the spin pauses again.
+class SpinYield {
+ public:
+  // Whether to yield now; re-checks the count when due (`now_ns`: the caller's clock).
+  bool at(int64_t now_ns) {
+    if (const int forced = spin_yield_forced(); forced >= 0) return forced == 1;
+    if (now_ns >= next_check_ns_) {
+      const uint64_t switches = contention_.switches_since_last();
+      contended_ = switches >= (contended_ ? 2u : 1u);
+      next_check_ns_ = now_ns + kContentionCheckNs;
+    }
+    return contended_;
+  }
+
+ private:
+  platform::CoreContention contention_;
+  bool contended_ = false;
+  int64_t next_check_ns_ = 0;
+};
+thread_local SpinYield t_spin_yield;
 
 bool enabled() {
   static const bool on = [] {
@@ -583,7 +605,8 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
   // never ring the drain thread for these rings, and the drain thread leaves
   // their records to this thread (core/shm_link/shm_ring.h).
   for (const auto& p : *peers) p->inbound->start_polling();
-  const absl::Time until = std::min(absl::Now() + wait_spin(oversubscribed), deadline);
+  const absl::Time start = absl::Now();
+  const absl::Time until = std::min(start + wait_spin(oversubscribed), deadline);
   auto look = [&] {
     bool any = false, busy = false;
     for (const auto& p : *peers) {
@@ -593,21 +616,25 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
     }
     return std::pair(any, busy);
   };
-  bool yield = oversubscribed || host_crowded();
+  bool yield = oversubscribed || t_spin_yield.at(absl::ToUnixNanos(start));
   for (int i = 0; !request.done(); ++i) {
     const auto [any, busy] = look();
     if (!any) {
       // Another thread of this process holds a ring (the drain thread, or
-      // another waiter), or the peer may be queued for our core: let it run
-      // rather than spin against it.
-      if ((i & 1023) == 1023) yield = oversubscribed || host_crowded();
+      // another waiter), or some thread is queued for our core (the peer,
+      // maybe): let it run rather than spin against it.
       if (yield || busy) {
         std::this_thread::yield();
       } else {
         detail::cpu_relax();
       }
     }
-    if ((i & 15) == 15 && absl::Now() >= until) break;
+    // The clock at every yielding look (a yield costs far more), every 16th pausing one.
+    if (yield || (i & 15) == 15) {
+      const absl::Time now = absl::Now();
+      if (now >= until) break;
+      yield = oversubscribed || t_spin_yield.at(absl::ToUnixNanos(now));
+    }
   }
   bool waited = false;
   if (!request.done() && absl::Now() < deadline && peers->size() < detail::kFutexWaitAnyMax &&
@@ -674,8 +701,12 @@ void Links::drain_loop(const std::shared_ptr<Peer>& p) {
       p->producing.clear(std::memory_order_release);
     }
     // A waiting thread spins on the ring: leave the records to it (it looks
-    // once more when it stops, and producers ring once nobody spins). Taking
-    // them would make it wait for this thread, which may not have a core.
+    // once more when it stops). Taking them would make it wait for this
+    // thread, which may not have a core. The nap is unannounced, so a record
+    // that lands between two of its waits rings nobody (measured, 1 KiB
+    // allreduce loop at -n 2: 1,200-4,700 rings per 6,467 records, and this
+    // thread handed on 9-48% of them, when the nap was announced); what it
+    // leaves unread is taken here at the latest when the nap ends.
     if (p->inbound_started.load(std::memory_order_acquire) && p->inbound->polled()) {
       p->inbound->sleep_while_polled(absl::Now() + absl::Milliseconds(5));
       continue;

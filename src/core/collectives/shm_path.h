@@ -13,8 +13,9 @@
 //
 // Progress: a thread that waits on a request spins on the inbound rings for
 // up to 1 ms (RequestState's wait spinner; it yields the core while another
-// thread holds a ring, procs outnumber cores or the host has more runnable
-// threads than cores), then sleeps on all its
+// thread holds a ring, procs outnumber cores or its own thread is being
+// switched off its core involuntarily, i.e. another thread is queued for
+// that core: platform::CoreContention), then sleeps on all its
 // rings' waiter bells and its request's word at once (futex_waitv) and reads
 // the rings itself when a producer wakes it: one wake-up per message. A
 // drain thread per peer sleeps on the ring's doorbell and reads the ring

@@ -11,6 +11,7 @@
 //   thread names               core/platform/process.cc
 //   default Unix listen address core/transport/unix_socket_names.cc (abstract name | private folder)
 //   Unix peer credentials       core/transport/unix_socket_names.cc
+//   involuntary switches       core/platform/core_contention.cc (fallback: the process's count)
 //   cross-memory attach         core/platform/process_memory.cc (fallback: the caller's transport)
 // Include only from .cc files of the core.
 #pragma once

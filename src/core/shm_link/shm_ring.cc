@@ -302,11 +302,11 @@ void ShmRing::sleep_until_rung(absl::Time deadline) {
 }
 
 void ShmRing::sleep_while_polled(absl::Time deadline) {
+  // `sleeping` stays 0: producers never ring for this nap, also not in the
+  // moments between two waits of the polling thread (it reads those records
+  // at its next wait); an explicit ring() still wakes it.
   const uint32_t seen = layout_->doorbell.load(std::memory_order_acquire);
-  layout_->sleeping.store(1, std::memory_order_relaxed);
-  detail::store_load_barrier();
   if (polled()) (void)detail::futex_wait_shared(&layout_->doorbell, seen, deadline);
-  layout_->sleeping.store(0, std::memory_order_relaxed);
 }
 
 void ShmRing::ring() {

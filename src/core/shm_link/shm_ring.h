@@ -107,8 +107,11 @@ class ShmRing {
   // Whether a consumer thread spins on the ring now (a hint).
   bool polled() const;
   // The sleeping thread while another thread of the consumer spins: sleeps
-  // until a producer rings (which it does once nobody spins) or `deadline`,
-  // whether or not a record is waiting (the spinning thread takes it).
+  // until ring() or `deadline`, whether or not a record is waiting (the
+  // spinning thread takes it). Unannounced: producers do not ring for it, so
+  // records that land between two waits of a thread that waits again and
+  // again cost no wake-up (its next wait reads them); ones it never reads
+  // wait for the deadline.
   void sleep_while_polled(absl::Time deadline);
 
   // A consumer thread about to sleep on waiter_bell() (with
