@@ -16,8 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "castmesh/dlpack.h"
 #include "castmesh/dtype.h"
 
@@ -72,6 +74,12 @@ std::optional<DType> dtype_from_dlpack(DLDataType dtype);
 // A strided view of typed memory; see the file comment.
 class TensorView {
  public:
+  // Sizes or strides, one entry per dimension. Views of up to kInlineDims
+  // dimensions keep them in place, so making or copying one allocates
+  // nothing (a copy per call was most of a small collective's allocations).
+  static constexpr size_t kInlineDims = 4;
+  using Dims = absl::InlinedVector<int64_t, kInlineDims>;
+
   // An empty view: no data, shape {0}, float32, CPU.
   TensorView();
 
@@ -81,29 +89,30 @@ class TensorView {
   // view (or a DLPack export of it) lives. InvalidArgument on a negative
   // size, a strides/shape length mismatch, a negative byte offset, null data
   // with elements, or sizes/extents that overflow 64-bit byte offsets.
-  static absl::StatusOr<TensorView> Create(void* data, DType dtype, std::vector<int64_t> shape,
-                                           std::vector<int64_t> strides, Device device = {},
+  static absl::StatusOr<TensorView> Create(void* data, DType dtype, absl::Span<const int64_t> shape,
+                                           absl::Span<const int64_t> strides, Device device = {},
                                            std::shared_ptr<void> owner = nullptr, bool read_only = false,
                                            int64_t byte_offset = 0);
   // A C-contiguous CPU view. The shape must be valid (sizes >= 0, no
   // overflow, data non-null unless empty): a bad one is a programming error
   // and aborts with the reason; take Create's Status for untrusted shapes.
-  static TensorView Contiguous(void* data, DType dtype, std::vector<int64_t> shape,
+  static TensorView Contiguous(void* data, DType dtype, absl::Span<const int64_t> shape,
                                std::shared_ptr<void> owner = nullptr, bool read_only = false);
   // Zeroed, 64-byte aligned CPU memory owned by the view. Aborts on an
   // invalid shape or when memory runs out; TryAllocate returns those as a Status.
-  static TensorView Allocate(DType dtype, std::vector<int64_t> shape);
+  static TensorView Allocate(DType dtype, absl::Span<const int64_t> shape);
   // Allocate that returns InvalidArgument (bad shape) or ResourceExhausted.
-  static absl::StatusOr<TensorView> TryAllocate(DType dtype, std::vector<int64_t> shape);
+  static absl::StatusOr<TensorView> TryAllocate(DType dtype, absl::Span<const int64_t> shape);
 
   // The first element's address (base pointer + byte offset); null when empty.
   void* data() const;
   // The element type.
   DType dtype() const { return dtype_; }
-  // Sizes, outermost first; empty for a 0-d (single element) view.
-  const std::vector<int64_t>& shape() const { return shape_; }
+  // Sizes, outermost first; empty for a 0-d (single element) view. Valid
+  // as long as this view (not a copy of it) lives.
+  absl::Span<const int64_t> shape() const { return shape_; }
   // Strides in elements, one per dimension (filled in for contiguous views).
-  const std::vector<int64_t>& strides() const { return strides_; }
+  absl::Span<const int64_t> strides() const { return strides_; }
   // Bytes from the base pointer (DLTensor::data) to the first element.
   int64_t byte_offset() const { return byte_offset_; }
   // Where the memory lives.
@@ -155,8 +164,8 @@ class TensorView {
  private:
   void* base_ = nullptr;  // the pointer before byte_offset_ (DLTensor::data)
   DType dtype_ = DType::kFloat32;
-  std::vector<int64_t> shape_{0};
-  std::vector<int64_t> strides_{1};
+  Dims shape_{0};
+  Dims strides_{1};
   int64_t byte_offset_ = 0;
   int64_t numel_ = 0;
   Device device_;

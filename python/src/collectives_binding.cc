@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
@@ -82,10 +83,14 @@ py::object numpy_view(py::module_& np, const void* data, size_t count, DType dty
 
 // op: a name ("sum", ...) or a castmesh.collectives.Op (function + commutative).
 ReduceSpec reduce_spec(const py::object& op) {
-  if (py::isinstance<py::str>(op)) {
-    const std::string name = op.cast<std::string>();
+  if (PyUnicode_Check(op.ptr())) {
+    // Read in place: no std::string per call for the op most calls name.
+    Py_ssize_t size = 0;
+    const char* utf8 = PyUnicode_AsUTF8AndSize(op.ptr(), &size);
+    if (utf8 == nullptr) throw py::error_already_set();
+    const std::string_view name(utf8, static_cast<size_t>(size));
     std::optional<ReduceOp> builtin = reduce_op_from_name(name);
-    if (!builtin) throw py::value_error(absl::StrCat("unknown reduction '", name, "' (sum, prod, min, max, avg, band, bor, bxor, land, lor, lxor, or a castmesh.collectives.Op)"));
+    if (!builtin) throw py::value_error(absl::StrCat("unknown reduction '", std::string(name), "' (sum, prod, min, max, avg, band, bor, bxor, land, lor, lxor, or a castmesh.collectives.Op)"));
     return *builtin;
   }
   py::object fn = op.attr("fn");

@@ -100,6 +100,27 @@ def test_buffer_protocol_in_and_out():
     assert as_memory.format == "f" and as_memory.strides == (12, 4) and as_memory.nbytes == 24
 
 
+@pytest.mark.parametrize("code", "bBhHiIlLqQfd")
+def test_buffer_formats_name_their_dtype(code):
+    numbers = array.array(code, [1, 2, 3])
+    t = castmesh.from_dlpack(numbers)  # the buffer protocol: array.array has no __dlpack__
+    kind = "float" if code in "fd" else "uint" if code.isupper() else "int"
+    assert t.dtype == f"{kind}{8 * numbers.itemsize}" and t.tolist() == [1, 2, 3]
+
+
+def test_buffer_formats_with_a_byte_order_prefix():
+    # ctypes arrays export explicit little-endian formats ("<i", "<d", "<?").
+    ints = (ctypes.c_int32 * 3)(1, -2, 3)
+    assert memoryview(ints).format == "<i"
+    assert castmesh.from_dlpack(ints).dtype == "int32" and castmesh.from_dlpack(ints).tolist() == [1, -2, 3]
+    assert castmesh.from_dlpack((ctypes.c_double * 2)(0.5, 1.5)).tolist() == [0.5, 1.5]
+    flags = castmesh.from_dlpack((ctypes.c_bool * 2)(True, False))
+    assert flags.dtype == "bool" and flags.tolist() == [True, False]
+    if sys.byteorder == "little":  # a foreign byte order is refused, not misread
+        with pytest.raises(BufferError, match="buffer format"):
+            castmesh.from_dlpack((ctypes.c_int32.__ctype_be__ * 2)(1, 2))
+
+
 def test_read_only_buffers():
     t = castmesh.from_dlpack(b"abc")
     assert t.read_only

@@ -11,7 +11,7 @@ namespace castmesh {
 namespace {
 
 // What an exported managed tensor points into: a copy of the view (its
-// shape/strides vectors back DLTensor::shape/strides, its owner keeps the
+// shape/strides arrays back DLTensor::shape/strides, its owner keeps the
 // memory alive). Freed by the deleter.
 template <typename Managed>
 struct ExportContext {
@@ -65,10 +65,10 @@ absl::StatusOr<TensorView> view_of(const DLTensor& tensor, std::shared_ptr<void>
     return absl::InvalidArgumentError(absl::StrCat("DLPack byte_offset ", tensor.byte_offset, " exceeds 2^63"));
   }
   const auto ndim = static_cast<size_t>(tensor.ndim);
-  std::vector<int64_t> shape(tensor.shape, tensor.shape + ndim);
-  std::vector<int64_t> strides;  // null strides: compact row-major
-  if (tensor.strides != nullptr) strides.assign(tensor.strides, tensor.strides + ndim);
-  return TensorView::Create(tensor.data, *dtype, std::move(shape), std::move(strides),
+  const absl::Span<const int64_t> shape(tensor.shape, ndim);
+  // Null strides: compact row-major.
+  const absl::Span<const int64_t> strides(tensor.strides, tensor.strides == nullptr ? 0 : ndim);
+  return TensorView::Create(tensor.data, *dtype, shape, strides,
                             Device{*kind, tensor.device.device_id}, std::move(owner), read_only,
                             static_cast<int64_t>(tensor.byte_offset));
 }

@@ -22,7 +22,7 @@ constexpr size_t kAllocAlignment = 64;
 }
 
 // numel of a shape, or an error for a negative size or an overflowing count.
-absl::StatusOr<int64_t> count_elements(const std::vector<int64_t>& shape, size_t itemsize) {
+absl::StatusOr<int64_t> count_elements(absl::Span<const int64_t> shape, size_t itemsize) {
   int64_t numel = 1;
   bool empty = false;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -43,8 +43,8 @@ absl::StatusOr<int64_t> count_elements(const std::vector<int64_t>& shape, size_t
 }
 
 // C-contiguous strides (in elements) of a shape whose numel did not overflow.
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> strides(shape.size());
+TensorView::Dims contiguous_strides(absl::Span<const int64_t> shape) {
+  TensorView::Dims strides(shape.size());
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = step;
@@ -56,7 +56,7 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 // The lowest and highest byte offsets (from the first element) any element
 // reaches must fit in int64 together with byte_offset, so that consumers
 // doing pointer arithmetic in int64 never overflow.
-absl::Status check_extent(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+absl::Status check_extent(absl::Span<const int64_t> shape, absl::Span<const int64_t> strides,
                           size_t itemsize, int64_t byte_offset) {
   int64_t low = 0;
   int64_t high = 0;
@@ -83,7 +83,7 @@ absl::Status check_extent(const std::vector<int64_t>& shape, const std::vector<i
 }
 
 // Copies every element of `src` (host-accessible) to the dense `dst`, in C order.
-void copy_strided(const char* src, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+void copy_strided(const char* src, absl::Span<const int64_t> shape, absl::Span<const int64_t> strides,
                   size_t itemsize, size_t dim, char*& dst) {
   if (dim == shape.size()) {
     std::memcpy(dst, src, itemsize);
@@ -144,32 +144,33 @@ std::string Device::to_string() const {
 
 TensorView::TensorView() = default;
 
-absl::StatusOr<TensorView> TensorView::Create(void* data, DType dtype, std::vector<int64_t> shape,
-                                              std::vector<int64_t> strides, Device device,
+absl::StatusOr<TensorView> TensorView::Create(void* data, DType dtype, absl::Span<const int64_t> shape,
+                                              absl::Span<const int64_t> strides, Device device,
                                               std::shared_ptr<void> owner, bool read_only, int64_t byte_offset) {
   if (dtype_size(dtype) == 0) return absl::InvalidArgumentError("invalid DType value");
   absl::StatusOr<int64_t> numel = count_elements(shape, dtype_size(dtype));
   if (!numel.ok()) return numel.status();
+  TensorView view;
   if (strides.empty()) {
-    strides = contiguous_strides(shape);
+    view.strides_ = contiguous_strides(shape);
   } else if (strides.size() != shape.size()) {
     return absl::InvalidArgumentError(absl::StrCat("strides has ", strides.size(), " entries but shape has ",
                                                    shape.size(), " dimensions"));
+  } else {
+    view.strides_.assign(strides.begin(), strides.end());
   }
   if (byte_offset < 0) return absl::InvalidArgumentError(absl::StrCat("byte offset ", byte_offset, " is negative"));
   if (*numel > 0) {
     if (data == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("null data pointer for ", *numel, " elements"));
     }
-    if (absl::Status extent = check_extent(shape, strides, dtype_size(dtype), byte_offset); !extent.ok()) {
+    if (absl::Status extent = check_extent(shape, view.strides_, dtype_size(dtype), byte_offset); !extent.ok()) {
       return extent;
     }
   }
-  TensorView view;
   view.base_ = data;
   view.dtype_ = dtype;
-  view.shape_ = std::move(shape);
-  view.strides_ = std::move(strides);
+  view.shape_.assign(shape.begin(), shape.end());
   view.byte_offset_ = byte_offset;
   view.numel_ = *numel;
   view.device_ = device;
@@ -178,15 +179,14 @@ absl::StatusOr<TensorView> TensorView::Create(void* data, DType dtype, std::vect
   return view;
 }
 
-TensorView TensorView::Contiguous(void* data, DType dtype, std::vector<int64_t> shape, std::shared_ptr<void> owner,
-                                  bool read_only) {
-  absl::StatusOr<TensorView> view =
-      Create(data, dtype, std::move(shape), {}, Device{}, std::move(owner), read_only, 0);
+TensorView TensorView::Contiguous(void* data, DType dtype, absl::Span<const int64_t> shape,
+                                  std::shared_ptr<void> owner, bool read_only) {
+  absl::StatusOr<TensorView> view = Create(data, dtype, shape, {}, Device{}, std::move(owner), read_only, 0);
   if (!view.ok()) die("TensorView::Contiguous", view.status());
   return *std::move(view);
 }
 
-absl::StatusOr<TensorView> TensorView::TryAllocate(DType dtype, std::vector<int64_t> shape) {
+absl::StatusOr<TensorView> TensorView::TryAllocate(DType dtype, absl::Span<const int64_t> shape) {
   absl::StatusOr<int64_t> numel = count_elements(shape, dtype_size(dtype));
   if (!numel.ok()) return numel.status();
   const size_t bytes = static_cast<size_t>(*numel) * dtype_size(dtype);
@@ -200,11 +200,11 @@ absl::StatusOr<TensorView> TensorView::TryAllocate(DType dtype, std::vector<int6
   if (memory == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes"));
   std::memset(memory, 0, rounded);
   std::shared_ptr<void> owner(memory, [](void* p) { std::free(p); });
-  return Create(memory, dtype, std::move(shape), {}, Device{}, std::move(owner), false, 0);
+  return Create(memory, dtype, shape, {}, Device{}, std::move(owner), false, 0);
 }
 
-TensorView TensorView::Allocate(DType dtype, std::vector<int64_t> shape) {
-  absl::StatusOr<TensorView> view = TryAllocate(dtype, std::move(shape));
+TensorView TensorView::Allocate(DType dtype, absl::Span<const int64_t> shape) {
+  absl::StatusOr<TensorView> view = TryAllocate(dtype, shape);
   if (!view.ok()) die("TensorView::Allocate", view.status());
   return *std::move(view);
 }

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 namespace castmesh {
@@ -36,6 +38,37 @@ TEST(TensorViewTest, CreateFillsContiguousStrides) {
   EXPECT_TRUE(view->is_contiguous());
   EXPECT_EQ(view->data(), data.data());
   EXPECT_EQ(view->to_string(), "TensorView(float32[2, 3, 4], strides=[12, 4, 1], cpu)");
+}
+
+// Up to kInlineDims dimensions live inside the view, more on the heap: both
+// must describe the same memory after copies, moves and a contiguous copy.
+TEST(TensorViewTest, ManyDimensionsSurviveCopiesPastTheInlineStorage) {
+  for (size_t ndim : {TensorView::kInlineDims, TensorView::kInlineDims + 2}) {
+    std::vector<int64_t> shape(ndim, 2);
+    std::vector<int64_t> strides(ndim);
+    int64_t step = 1;
+    for (size_t i = ndim; i-- > 0;) {
+      strides[i] = step;
+      step *= 2;
+    }
+    std::vector<int32_t> data(static_cast<size_t>(step));
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int32_t>(i);
+    absl::StatusOr<TensorView> made = TensorView::Create(data.data(), DType::kInt32, shape, strides);
+    ASSERT_TRUE(made.ok()) << made.status();
+    TensorView copy = *made;
+    TensorView moved = std::move(*made);
+    for (const TensorView* v : {&copy, &moved}) {
+      EXPECT_EQ(v->shape(), shape) << ndim;
+      EXPECT_EQ(v->strides(), strides) << ndim;
+      EXPECT_EQ(v->numel(), step);
+    }
+    // The spans point into each view's own storage, not a shared one.
+    EXPECT_NE(copy.shape().data(), moved.shape().data());
+    absl::StatusOr<TensorView> dense = copy.ContiguousCopy();
+    ASSERT_TRUE(dense.ok()) << dense.status();
+    EXPECT_EQ(dense->shape(), shape);
+    EXPECT_EQ(std::memcmp(dense->data(), data.data(), data.size() * sizeof(int32_t)), 0) << ndim;
+  }
 }
 
 TEST(TensorViewTest, ZeroDimensionalHasOneElement) {
