@@ -346,6 +346,15 @@ bool Scheduler::cancel_sleep(Worker* w) {
   return true;
 }
 
+void Scheduler::resume_searching(Worker* w) {
+  if (cancel_sleep(w)) return;  // a notifier took us: counted as searching already
+  // Until this worker's decrement in park(), a pusher may have seen it
+  // searching and woken nobody, leaving the rest of what it pushed (a
+  // BlockingScope hands on its whole queue) to this worker's leave_searching().
+  w->searching = true;
+  num_searching_.fetch_add(1, std::memory_order_seq_cst);
+}
+
 bool Scheduler::park(Worker* w) {
   {
     MutexLock lock(sleep_mu_);
@@ -366,7 +375,7 @@ bool Scheduler::park(Worker* w) {
       return false;
     }
     if (global_size_.load(std::memory_order_relaxed) > 0 || w->queue_size.load(std::memory_order_relaxed) > 0) {
-      cancel_sleep(w);
+      resume_searching(w);
       return true;
     }
     bool others_have_work = false;
@@ -374,7 +383,7 @@ bool Scheduler::park(Worker* w) {
       if (other->queue_size.load(std::memory_order_relaxed) > 0) others_have_work = true;
     }
     if (others_have_work) {
-      cancel_sleep(w);
+      resume_searching(w);
       return true;
     }
     futex_wait(&w->wake_token, 0, absl::InfiniteFuture());

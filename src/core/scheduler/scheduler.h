@@ -106,6 +106,9 @@ class Scheduler {
   // Parks until notified (or stop); returns false on stop.
   bool park(Worker* w);
   bool cancel_sleep(Worker* w);
+  // park() found work before sleeping: cancel_sleep(), and search again
+  // (leave_searching() then wakes another worker if more work is waiting).
+  void resume_searching(Worker* w);
   void notify_one();
   void leave_searching(Worker* w);
   // Blocking accounting (BlockingScope) and the helper threads it starts.
