@@ -13,6 +13,7 @@
 #include "core/collectives/algorithms.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/device_collectives.h"
+#include "core/collectives/exchange.h"
 #include "core/collectives/request_state.h"
 #include "core/collectives/thread_cache.h"
 #include "core/mesh/mesh_directory.h"
@@ -94,6 +95,21 @@ std::weak_ptr<proc::ProcHost> host_of(Runtime* runtime) {
   return proc::ProcHost::of(*runtime);
 }
 
+std::string mesh_comm_id(const std::string& mesh_key) { return absl::StrCat("mesh:", mesh_key); }
+
+// A mesh's communicators are kept alive between calls (every handler asks
+// current() anew and must find the same sequence numbers); once the mesh is
+// dropped from this process they go with their last handle, and with them
+// any device communicator (NCCL's buffers, a stream) a collective made.
+void unpin_communicators_of_dropped_meshes() {
+  static const bool registered = [] {
+    mesh::MeshDirectory::on_remove(
+        [](const std::string& key) { collectives::Exchange::instance().unpin(mesh_comm_id(key)); });
+    return true;
+  }();
+  (void)registered;
+}
+
 }  // namespace
 
 absl::StatusOr<Communicator> Communicator::current() {
@@ -111,7 +127,8 @@ absl::StatusOr<Communicator> Communicator::current() {
   auto rank = std::find(membership->members.begin(), membership->members.end(), self) - membership->members.begin();
   Runtime* runtime = Runtime::current();
   CommGroup::Layout layout;
-  layout.id = absl::StrCat("mesh:", membership->key);
+  unpin_communicators_of_dropped_meshes();
+  layout.id = mesh_comm_id(membership->key);
   layout.description = absl::StrCat("communicator of mesh '", membership->name, "'");
   layout.rank = static_cast<int>(rank);
   layout.shape = membership->base;

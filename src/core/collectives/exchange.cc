@@ -1,5 +1,6 @@
 #include "core/collectives/exchange.h"
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -108,6 +109,24 @@ void Exchange::forget(const std::string& comm, int rank) {
     entries_.erase(it);
     forgotten_.fetch_add(1, std::memory_order_release);
   }
+}
+
+void Exchange::unpin(const std::string& id) {
+  std::vector<std::shared_ptr<detail::CommGroup>> released;  // destroyed without the lock: ~CommGroup calls forget()
+  {
+    detail::MutexLock lock(mu_);
+    for (auto& [key, e] : entries_) {
+      const std::string& comm = key.first;
+      const bool of_mesh = comm == id || (comm.size() > id.size() && comm.starts_with(id) && comm[id.size()] == '/');
+      if (of_mesh && e.pinned) released.push_back(std::move(e.pinned));
+    }
+  }
+}
+
+size_t Exchange::live_groups() {
+  detail::MutexLock lock(mu_);
+  return static_cast<size_t>(
+      std::count_if(entries_.begin(), entries_.end(), [](const auto& kv) { return !kv.second.group.expired(); }));
 }
 
 namespace {

@@ -54,6 +54,13 @@ class Exchange {
   void watch(const std::string& comm, int rank, std::vector<ProcId> procs, std::string description);
   // The group of (comm, rank) is gone; forget its mailbox.
   void forget(const std::string& comm, int rank);
+  // Stops keeping alive the groups whose id is `id` or starts with `id` + "/"
+  // (a mesh's communicator and those made from it with along()): they go
+  // with their last handle, their device communicators with them. Called
+  // when a mesh is dropped from this process.
+  void unpin(const std::string& id);
+  // How many groups of this process are alive (diagnostics and tests).
+  size_t live_groups();
 
   // A frame from proc `peer` to proc `host` (ProcHost data handler, on
   // `delivering`'s I/O thread: `delivering` is `host`, alive for the call).

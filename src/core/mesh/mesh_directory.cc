@@ -14,6 +14,7 @@ struct Directory {
   // Member -> its meshes, oldest first.
   absl::flat_hash_map<Address, std::vector<std::shared_ptr<const MeshMembership>>> by_member ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, std::shared_ptr<const MeshMembership>> by_key ABSL_GUARDED_BY(mu);
+  std::vector<std::function<void(const std::string&)>> removal_observers ABSL_GUARDED_BY(mu);
 };
 
 // Leaked: members may look themselves up during static destruction.
@@ -46,8 +47,19 @@ void MeshDirectory::add(std::shared_ptr<const MeshMembership> mesh) {
 
 void MeshDirectory::remove(const std::string& key) {
   Directory& d = directory();
+  std::vector<std::function<void(const std::string&)>> observers;
+  {
+    detail::MutexLock lock(d.mu);
+    unlist(d, key);
+    observers = d.removal_observers;
+  }
+  for (const auto& observer : observers) observer(key);
+}
+
+void MeshDirectory::on_remove(std::function<void(const std::string& key)> observer) {
+  Directory& d = directory();
   detail::MutexLock lock(d.mu);
-  unlist(d, key);
+  d.removal_observers.push_back(std::move(observer));
 }
 
 std::shared_ptr<const MeshMembership> MeshDirectory::find(const Address& member) {

@@ -8,6 +8,7 @@
 // Process-wide, thread-safe; entries are immutable once added.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,8 +32,13 @@ class MeshDirectory {
  public:
   // Lists `mesh` under each of its members. Replaces an entry of the same key.
   static void add(std::shared_ptr<const MeshMembership> mesh);
-  // Forgets the mesh `key` (members keep communicators already made).
+  // Forgets the mesh `key` (members keep communicators already made), then
+  // tells every removal observer. Not called when add() replaces an entry.
   static void remove(const std::string& key);
+  // Calls `observer(key)` after each remove() from now on, on the remover's
+  // thread with no lock held; for per-proc state kept per mesh (the
+  // collectives' pinned communicators). Observers live as long as the process.
+  static void on_remove(std::function<void(const std::string& key)> observer);
   // The mesh `member` joined most recently that is still listed, or nullptr.
   static std::shared_ptr<const MeshMembership> find(const Address& member);
 };

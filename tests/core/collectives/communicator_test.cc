@@ -14,6 +14,7 @@
 
 #include "castmesh/actor_mesh.h"
 #include "castmesh/backend.h"
+#include "core/collectives/exchange.h"
 #include "core/testing/scenario_mesh.h"
 
 namespace castmesh {
@@ -354,6 +355,32 @@ TEST_F(CommunicatorTest, BadArgumentsAreClearErrorsOnEveryRank) {
   });
   expect_ok(outcomes);
   for (const auto& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{1, 1, 1, 1, 1, 2}));
+}
+
+// A mesh's communicators (and those made from it with along()) are kept for
+// its members between calls, and released once the mesh is dropped: a
+// program that spawns meshes again and again does not accumulate them, nor
+// the device communicators made on them.
+TEST_F(CommunicatorTest, DroppedMeshReleasesItsCommunicators) {
+  auto& exchange = collectives::Exchange::instance();
+  const size_t before = exchange.live_groups();
+  auto outcomes = run_on(*Shape::Create({{"x", 2}, {"y", 2}}), [](Communicator& c) {
+    absl::StatusOr<Communicator> row = c.along({"y"});
+    if (!row.ok()) return fail(row.status());
+    float v = 1.0f;
+    TensorView t = TensorView::Contiguous(&v, DType::kFloat32, {1});
+    if (absl::Status st = row->allreduce(t, t, ReduceOp::kSum); !st.ok()) return fail(st);
+    if (absl::Status st = c.allreduce(t, t, ReduceOp::kSum); !st.ok()) return fail(st);
+    return Outcome{"", {double(v)}};
+  });
+  ASSERT_EQ(outcomes.size(), 4u);
+  expect_ok(outcomes);
+  for (const Outcome& o : outcomes) EXPECT_EQ(o.values, std::vector<double>{8});
+  // The mesh is dropped as run_on returns; its members may still be
+  // unwinding their handlers, so allow them a bounded while.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (exchange.live_groups() > before && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(exchange.live_groups(), before) << "a dropped mesh's communicators are still alive";
 }
 
 }  // namespace
