@@ -34,6 +34,8 @@ class ABSL_LOCKABLE Mutex {
   void lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   // Releases a mutex the calling thread holds.
   void unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  // Takes the mutex if no thread holds it (true), without waiting.
+  bool try_lock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
 
  private:
   friend class MutexLock;

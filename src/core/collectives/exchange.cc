@@ -10,6 +10,7 @@
 #include "core/collectives/comm_group.h"
 #include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
+#include "core/collectives/socket_wait.h"
 #include "core/collectives/thread_cache.h"
 #include "core/platform/process_memory.h"
 #include "core/log/log.h"
@@ -287,6 +288,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
     if (delivering != nullptr) on_shm_link_frame(*delivering, peer, header);  // never through a ring
     return;
   }
+  if (delivering != nullptr) watch_socket_peer(host, peer);  // a socket frame: later ones, the waiter reads
   const int dest = static_cast<int>(header.dest());
   if (header.channel() == v1::CollectiveHeader::CHANNEL_DONE) {
     if (auto group = live_group(header.comm(), dest)) group->on_send_done(header.token(), header.fallback());

@@ -1,5 +1,7 @@
 #include "core/collectives/request_state.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 
@@ -12,9 +14,11 @@ namespace castmesh::detail {
 
 namespace {
 std::atomic<WaitSpinner> g_spinner{nullptr};
+std::atomic<WaitSpinner> g_socket_waiter{nullptr};
 }  // namespace
 
 void set_wait_spinner(WaitSpinner spinner) { g_spinner.store(spinner, std::memory_order_release); }
+void set_socket_waiter(WaitSpinner waiter) { g_socket_waiter.store(waiter, std::memory_order_release); }
 
 std::shared_ptr<RequestState> RequestState::Done(absl::StatusOr<MessageStatus> result) {
   auto state = std::make_shared<RequestState>();
@@ -39,6 +43,10 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
     result_ = std::move(result);
     waiters.swap(waiters_);
     done_word_.store(1, std::memory_order_seq_cst);
+    if (wake_fd_ >= 0) {  // under mu_: the sleeper may close it once it has unset it
+      const uint64_t one = 1;
+      (void)!::write(wake_fd_, &one, sizeof(one));
+    }
   }
   // Dekker with a spinner's add_sleeper(): it counts itself, then sleeps
   // only while done_word_ is 0.
@@ -53,8 +61,13 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
   bool waited = false;  // the spinner slept until done or the deadline
   if (!done()) {
+    const absl::Time deadline = absl::Now() + timeout;
     if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
-      waited = spin(*this, absl::Now() + timeout, WaitMode::kWait);
+      waited = spin(*this, deadline, WaitMode::kWait);
+    }
+    if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire);
+        sockets != nullptr && !waited && !done()) {
+      waited = sockets(*this, deadline, WaitMode::kWait);
     }
   }
   detail::MutexLock lock(mu_);
@@ -81,9 +94,17 @@ std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
   if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr && !done()) {
     (void)spin(*this, absl::InfinitePast(), WaitMode::kLook);
   }
+  if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire); sockets != nullptr && !done()) {
+    (void)sockets(*this, absl::InfinitePast(), WaitMode::kLook);
+  }
   detail::MutexLock lock(mu_);
   if (!done_) return std::nullopt;
   return result_;
+}
+
+void RequestState::set_wake_fd(int fd) {
+  detail::MutexLock lock(mu_);
+  wake_fd_ = fd;
 }
 
 void RequestState::add_waiter(const std::shared_ptr<AnyWaiter>& waiter) {

@@ -43,6 +43,10 @@ enum class WaitMode { kLook, kWait };
 // once a ring is up; any thread.
 using WaitSpinner = bool (*)(RequestState& request, absl::Time deadline, WaitMode mode);
 void set_wait_spinner(WaitSpinner spinner);
+// The same for sockets (core/collectives/socket_wait.h): the waiting thread
+// reads its peers' sockets itself; called when the spinner did not wait.
+// Set once a socket is watched; any thread.
+void set_socket_waiter(WaitSpinner waiter);
 
 class RequestState {
  public:
@@ -66,6 +70,10 @@ class RequestState {
   void remove_sleeper() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
   // `waiter` fires when this request completes (at once if it has).
   void add_waiter(const std::shared_ptr<AnyWaiter>& waiter);
+  // An eventfd that complete() writes, for a thread asleep in poll() on it
+  // (the socket waiter), or -1 for none. Any thread; after set_wake_fd(-1)
+  // returns, complete() no longer touches the old one.
+  void set_wake_fd(int fd);
 
  private:
   detail::Mutex mu_;
@@ -73,6 +81,7 @@ class RequestState {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::StatusOr<MessageStatus> result_ ABSL_GUARDED_BY(mu_) = MessageStatus{};
   std::vector<std::weak_ptr<AnyWaiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  int wake_fd_ ABSL_GUARDED_BY(mu_) = -1;
   std::atomic<uint32_t> done_word_{0};  // set (seq_cst) after done_, with result_ written
   std::atomic<uint32_t> sleepers_{0};   // threads asleep on done_word_
 };

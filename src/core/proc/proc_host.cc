@@ -258,9 +258,17 @@ absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_nam
   frame_header.set_message_type(type_name);
   frame_header.set_flags(kDataFlag);
   frame_header.set_data_header(std::move(header));
-  absl::Status sent = endpoint_->send(peer, std::move(frame_header), std::move(payload));
+  // Data messages are latency-bound (a collective step, an RDMA handshake):
+  // a small one is written by this thread when the connection is idle.
+  absl::Status sent =
+      endpoint_->send(peer, std::move(frame_header), std::move(payload), transport::SendUrgency::kNow);
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
   return sent;
+}
+
+bool ProcHost::is_data_message(const wire::v1::FrameHeader& frame_header, std::string_view type_name) {
+  return frame_header.kind() == v1::FrameHeader::KIND_CONTROL && (frame_header.flags() & kDataFlag) != 0 &&
+         (frame_header.flags() & kReplyFlag) == 0 && frame_header.message_type() == type_name;
 }
 
 void ProcHost::on_data(const std::string& type_name, DataHandler handler) {

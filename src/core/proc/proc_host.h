@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -108,8 +109,13 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // One-way data message: a small `header` (the service's serialized
   // protobuf, at most a few KiB) and `payload`, the raw body, which leaves
   // from its own buffer (Payload::share sends user memory without a copy).
+  // A small one finding the connection idle is written by the calling
+  // thread at once (transport::SendUrgency::kNow).
   absl::Status send_data(const ProcId& peer, const std::string& type_name, std::string header,
                          wire::Payload payload = {});
+  // Whether `frame_header` carries a data message of type `type_name`
+  // (send_data), whose handler is the one on_data installed.
+  static bool is_data_message(const wire::v1::FrameHeader& frame_header, std::string_view type_name);
   // Handles incoming data messages of one type (see send_data).
   void on_data(const std::string& type_name, DataHandler handler);
   // Offers sinks for the payloads of one data message type (see DataSinkProvider).

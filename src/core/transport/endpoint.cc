@@ -177,7 +177,8 @@ class Endpoint::Impl {
 
   absl::Status start();
   void shutdown();
-  absl::Status send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload);
+  absl::Status send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
+                    SendUrgency urgency);
   void disconnect(std::string_view peer);
   std::vector<std::string> peers() const;
   std::optional<long> peer_pid(std::string_view peer) const;
@@ -255,6 +256,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
         rbuf_(new char[std::max<std::size_t>(kReadBufferSize,
                                              owner.options().limits.max_body_size + 64)]),
         rcap_(std::max<std::size_t>(kReadBufferSize, owner.options().limits.max_body_size + 64)) {}
+  ~Connection() {
+    if (reader_fd_ >= 0) ::close(reader_fd_);
+  }
 
   Socket& socket() { return socket_; }
   const std::string& peer() const { return peer_; }
@@ -285,7 +289,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     challenge->set_proc(owner_.id());
     write_handshake(hs);
     arm_handshake_timeout(deadline);
-    start_read();
+    pump_on_io();
   }
 
   // Admission bookkeeping of the owner (I/O thread): true once, when the
@@ -315,12 +319,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->record_peer_pid();
       set_no_delay(self->socket_);
       self->my_nonce_ = wire::make_nonce();
-      self->start_read();
+      self->pump_on_io();
     });
   }
 
   // Any thread. See the backpressure policy in endpoint.h.
-  absl::Status enqueue(v1::FrameHeader& frame_header, wire::Payload&& payload, bool on_io_thread) {
+  absl::Status enqueue(v1::FrameHeader& frame_header, wire::Payload&& payload, bool on_io_thread,
+                       SendUrgency urgency = SendUrgency::kCoalesce) {
     frame_header.set_version(wire::kWireVersion);
     frame_header.set_payload_size(payload.size());
     const EndpointOptions& options = owner_.options();
@@ -353,7 +358,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     queued_bytes_ += added;
     const auto now = Clock::now();
-    const bool sparse = now - last_enqueue_ >= kDirectWriteGap;
+    const bool sparse = urgency == SendUrgency::kNow || now - last_enqueue_ >= kDirectWriteGap;
     last_enqueue_ = now;
     if (writing_ || !can_write_) return absl::OkStatus();  // the flush in progress takes it
     if (sparse && pending_.size() == 1 && pending_.front().payload.empty() && try_write_now_locked()) {
@@ -369,6 +374,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close(const absl::Status& why, bool report) {
     if (closed_) return;
     closed_ = true;
+    read_closed_.store(true, std::memory_order_release);
     handshake_timer_.cancel();
     {
       // Under out_mu_ first, so no sending thread is inside a direct write
@@ -390,7 +396,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void tick(Clock::time_point now) {
     if (closed_ || !established_) return;
     const auto timeout = absl::ToChronoNanoseconds(owner_.options().heartbeat_timeout);
-    if (now - last_rx_ > timeout) {
+    if (now - last_rx_.load(std::memory_order_relaxed) > timeout) {
       close(absl::UnavailableError(absl::StrCat(
                 "no frame from ", peer_, " for ", absl::FormatDuration(owner_.options().heartbeat_timeout),
                 " (heartbeat timeout)")),
@@ -506,7 +512,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void establish() {
     established_ = true;
     handshake_timer_.cancel();
-    last_rx_ = last_tx_ = Clock::now();
+    last_tx_ = Clock::now();
+    last_rx_.store(last_tx_, std::memory_order_relaxed);
+    // For PeerReaders: a descriptor that no close() of the socket can leave
+    // dangling (or hand to another file) while a reader polls it.
+    reader_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
     bool schedule = false;
     {
       detail::MutexLock lock(out_mu_);
@@ -518,97 +528,229 @@ class Connection : public std::enable_shared_from_this<Connection> {
     owner_.on_established(shared_from_this());
   }
 
-  // --- reading (I/O thread) -------------------------------------------------
+  // --- reading ----------------------------------------------------------------
+  //
+  // The read buffer and its parse state are shared by the I/O thread and a
+  // PeerReader's thread (pump_here): whoever holds read_mu_ reads the socket
+  // (until it has nothing more) and delivers the complete frames, in order.
+  // Neither waits for read_mu_ while the other may be delivering: the I/O
+  // thread flags io_pending_ and the holder hands the turn back by posting
+  // pump_on_io() when it lets go. A large payload is read by the I/O thread
+  // alone (io_payload_), as is every frame from the first one a reader does
+  // not take (io_turn_).
 
-  void start_read() {
-    if (closed_) return;
-    if (rbegin_ == rend_) {
-      rbegin_ = rend_ = 0;
-    } else if (rbegin_ > 0 && rcap_ - rend_ < owner_.options().limits.max_body_size + 64) {
-      std::memmove(rbuf_.get(), rbuf_.get() + rbegin_, rend_ - rbegin_);
-      rend_ -= rbegin_;
-      rbegin_ = 0;
+ public:
+  // The I/O thread's turn: reads and delivers what the socket has, then
+  // waits for more. Bytes that arrive before the wait is armed raise no
+  // event, so it looks once more after arming.
+  void pump_on_io() {
+    for (;;) {
+      if (closed_ || io_payload_.load(std::memory_order_acquire)) return;
+      if (!read_mu_.try_lock()) {
+        io_pending_.store(true, std::memory_order_seq_cst);
+        if (!read_mu_.try_lock()) return;  // the holder posts pump_on_io() when it lets go
+      }
+      io_pending_.store(false, std::memory_order_relaxed);
+      io_turn_.store(false, std::memory_order_release);
+      const Parsed parsed = drain(nullptr);
+      read_mu_.unlock();
+      if (parsed != Parsed::kMore || closed_ || wait_armed_) return;
+      wait_armed_ = true;
+      socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const std::error_code& ec) {
+        self->wait_armed_ = false;
+        if (self->closed_ || ec == asio::error::operation_aborted) return;
+        if (ec) {
+          self->close(lost(absl::StrCat("connection to ", self->peer_), ec), true);
+          return;
+        }
+        self->pump_on_io();
+      });
     }
-    socket_.async_read_some(asio::buffer(rbuf_.get() + rend_, rcap_ - rend_),
-                            [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
-                              self->on_read(ec, n);
-                            });
   }
 
-  void on_read(const std::error_code& ec, std::size_t n) {
-    if (closed_) return;
-    if (ec) {
-      close(lost(established_ ? absl::StrCat("connection to ", peer_) : absl::StrCat("connection from ", remote_),
-                 ec),
-            true);
+  // A PeerReader's turn (any thread but the I/O thread).
+  PeerReader::Pumped pump_here(const FrameFilter& mine) {
+    if (read_closed_.load(std::memory_order_acquire) || reader_fd_ < 0) return PeerReader::Pumped::kGone;
+    if (io_payload_.load(std::memory_order_acquire) || io_turn_.load(std::memory_order_acquire) ||
+        owner_.on_io_thread() || !read_mu_.try_lock()) {
+      return PeerReader::Pumped::kBusy;
+    }
+    PeerReader::Pumped result = PeerReader::Pumped::kBusy;
+    if (!io_payload_.load(std::memory_order_acquire) && !io_turn_.load(std::memory_order_acquire) &&
+        !read_closed_.load(std::memory_order_acquire)) {
+      const std::uint64_t before = expected_sequence_;
+      const Parsed parsed = drain(&mine);
+      result = parsed == Parsed::kClosed       ? PeerReader::Pumped::kGone
+               : expected_sequence_ != before ? PeerReader::Pumped::kDelivered
+               : parsed == Parsed::kMore      ? PeerReader::Pumped::kNothing
+                                              : PeerReader::Pumped::kBusy;
+    }
+    read_mu_.unlock();
+    if (io_pending_.exchange(false, std::memory_order_seq_cst) || io_turn_.load(std::memory_order_acquire)) {
+      asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
+    }
+    return result;
+  }
+
+  // The descriptor a PeerReader polls (a duplicate of the socket's, so it
+  // stays valid however the connection closes), or -1.
+  int reader_fd() const { return reader_fd_; }
+
+ private:
+  enum class Parsed {
+    kMore,      // every complete frame delivered, the socket has nothing more
+    kHandOver,  // a reader stopped at a frame for the I/O thread (io_turn_)
+    kPayload,   // the I/O thread reads a large payload (io_payload_)
+    kClosed,    // the connection failed or closed
+  };
+
+  // Reads the socket until it has nothing more, delivering complete frames
+  // as they come. `mine`: nullptr on the I/O thread; a reader's filter else.
+  Parsed drain(const FrameFilter* mine) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    const int fd = mine == nullptr ? socket_.native_handle() : reader_fd_;
+    for (;;) {
+      const Parsed parsed = parse_buffered(mine);
+      if (parsed != Parsed::kMore) return parsed;
+      if (rbegin_ == rend_) {
+        rbegin_ = rend_ = 0;
+      } else if (rbegin_ > 0 && rcap_ - rend_ < owner_.options().limits.max_body_size + 64) {
+        std::memmove(rbuf_.get(), rbuf_.get() + rbegin_, rend_ - rbegin_);
+        rend_ -= rbegin_;
+        rbegin_ = 0;
+      }
+      const ssize_t r = ::recv(fd, rbuf_.get() + rend_, rcap_ - rend_, MSG_DONTWAIT);
+      if (r > 0) {
+        rend_ += static_cast<std::size_t>(r);
+        last_rx_.store(Clock::now(), std::memory_order_relaxed);
+        continue;
+      }
+      const int error = r == 0 ? 0 : errno;
+      if (r < 0 && (error == EAGAIN || error == EWOULDBLOCK)) return Parsed::kMore;
+      if (r < 0 && error == EINTR) continue;
+      const std::error_code ec =
+          r == 0 ? asio::error::make_error_code(asio::error::eof) : std::error_code(error, std::generic_category());
+      read_failed(mine, lost(established_ ? absl::StrCat("connection to ", peer_)
+                                          : absl::StrCat("connection from ", remote_),
+                             ec),
+                  /*protocol=*/false);
+      return Parsed::kClosed;
+    }
+  }
+
+  // The connection cannot be read on: closed now on the I/O thread, or by
+  // the I/O thread soon (a reader never closes it itself).
+  void read_failed(const FrameFilter* mine, const absl::Status& why, bool protocol) {
+    if (mine == nullptr) {
+      if (protocol) {
+        protocol_error(why);
+      } else {
+        close(why, true);
+      }
       return;
     }
-    last_rx_ = Clock::now();
-    rend_ += n;
+    io_turn_.store(true, std::memory_order_release);
+    asio::post(owner_.io(), [self = shared_from_this(), why, protocol] {
+      if (self->closed_) return;
+      if (protocol) {
+        self->protocol_error(why);
+      } else {
+        self->close(why, true);
+      }
+    });
+  }
+
+  // Delivers the complete frames in the read buffer. A reader (`mine` set)
+  // stops at the first frame whose payload is not all buffered or that
+  // `mine` refuses (heartbeats it takes), leaving it to the I/O thread.
+  Parsed parse_buffered(const FrameFilter* mine) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     const wire::FrameLimits& limits = owner_.options().limits;
-    while (!closed_) {
+    for (;;) {
+      if (mine == nullptr ? closed_ : read_closed_.load(std::memory_order_acquire)) return Parsed::kClosed;
       const std::size_t avail = rend_ - rbegin_;
-      if (avail < wire::kLengthPrefixSize) break;
+      if (avail < wire::kLengthPrefixSize) return Parsed::kMore;
       const std::uint32_t body_size = wire::read_length_prefix(rbuf_.get() + rbegin_);
       if (absl::Status st = wire::check_body_size(body_size, limits); !st.ok()) {
-        protocol_error(st);
-        return;
+        read_failed(mine, st, /*protocol=*/true);
+        return Parsed::kClosed;
       }
-      if (avail < wire::kLengthPrefixSize + body_size) break;
+      if (avail < wire::kLengthPrefixSize + body_size) return Parsed::kMore;
       const char* body = rbuf_.get() + rbegin_ + wire::kLengthPrefixSize;
-      rbegin_ += wire::kLengthPrefixSize + body_size;
-      if (!established_) {
+      if (!established_) {  // readers exist only once established
+        rbegin_ += wire::kLengthPrefixSize + body_size;
         on_handshake_frame(body, body_size);
         continue;
       }
       absl::StatusOr<v1::FrameHeader> frame_header = wire::parse_frame_header(body, body_size, limits);
       if (!frame_header.ok()) {
-        protocol_error(frame_header.status());
-        return;
+        read_failed(mine, frame_header.status(), /*protocol=*/true);
+        return Parsed::kClosed;
       }
       const std::uint64_t payload_size = frame_header->payload_size();
-      const std::size_t have = rend_ - rbegin_;
+      const std::size_t have = avail - wire::kLengthPrefixSize - body_size;
+      if (mine != nullptr && (payload_size > have || (frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT &&
+                                                      !(*mine)(*frame_header)))) {
+        io_turn_.store(true, std::memory_order_release);
+        return Parsed::kHandOver;
+      }
+      rbegin_ += wire::kLengthPrefixSize + body_size;
       if (payload_size <= have) {
         wire::Payload payload =
             payload_size == 0 ? wire::Payload() : wire::Payload::copy_of({rbuf_.get() + rbegin_, payload_size});
         rbegin_ += payload_size;
-        deliver(std::move(*frame_header), std::move(payload));
+        if (!deliver(std::move(*frame_header), std::move(payload), mine)) return Parsed::kClosed;
         continue;
       }
-      // A payload larger than what is buffered: read the rest straight into
-      // the receiver's memory (its sink), or into a buffer of its own. The
-      // size is the peer's claim (bounded by limits.max_payload_size):
-      // memory that cannot be had costs this connection, never the proc.
+      // I/O thread: a payload larger than what is buffered: read the rest
+      // straight into the receiver's memory (its sink), or into a buffer of
+      // its own. The size is the peer's claim (bounded by
+      // limits.max_payload_size): memory that cannot be had costs this
+      // connection, never the proc.
+      io_payload_.store(true, std::memory_order_release);
       if (frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT && frame_header->sequence() == expected_sequence_) {
         if (std::shared_ptr<PayloadSink> sink = owner_.payload_sink(peer_, *frame_header)) {
           if (!feed_buffered(*sink, have)) {
             sink->finish(false);
             protocol_error(absl::InternalError("a payload sink refused the bytes it was offered"));
-            return;
+            return Parsed::kClosed;
           }
-          read_into_sink(payload_size, std::move(sink), have);
-          return;
+          asio::post(owner_.io(), [self = shared_from_this(), payload_size, sink = std::move(sink), have]() mutable {
+            if (self->closed_) return sink->finish(false);
+            self->read_into_sink(payload_size, std::move(sink), have);
+          });
+          return Parsed::kPayload;
         }
       }
       char* writable = nullptr;
       absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(payload_size, &writable);
       if (!payload.ok()) {
         protocol_error(payload.status());
-        return;
+        return Parsed::kClosed;
       }
       std::memcpy(writable, rbuf_.get() + rbegin_, have);
       rbegin_ = rend_ = 0;
-      read_payload(std::move(*frame_header), *std::move(payload), writable, have);
-      return;
+      asio::post(owner_.io(), [self = shared_from_this(), frame_header = *std::move(frame_header),
+                               payload = *std::move(payload), writable, have]() mutable {
+        if (self->closed_) return;
+        self->read_payload(std::move(frame_header), std::move(payload), writable, have);
+      });
+      return Parsed::kPayload;
     }
-    start_read();
+  }
+
+  // I/O thread: a large payload is in; frame headers follow.
+  void resume_headers() {
+    io_payload_.store(false, std::memory_order_release);
+    pump_on_io();
   }
 
   void read_payload(v1::FrameHeader frame_header, wire::Payload payload, char* writable, std::size_t got) {
     const std::size_t size = payload.size();
     if (got == size) {
-      deliver(std::move(frame_header), std::move(payload));
-      start_read();
+      {
+        detail::MutexLock lock(read_mu_);  // readers keep off meanwhile (io_payload_): never held long
+        if (!deliver(std::move(frame_header), std::move(payload), nullptr)) return;
+      }
+      resume_headers();
       return;
     }
     socket_.async_read_some(
@@ -620,7 +762,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
             self->close(lost(absl::StrCat("connection to ", self->peer_), ec), true);
             return;
           }
-          self->last_rx_ = Clock::now();
+          self->last_rx_.store(Clock::now(), std::memory_order_relaxed);
           self->read_payload(std::move(frame_header), std::move(payload), writable, got + n);
         });
   }
@@ -628,7 +770,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Hands the payload bytes already in the read buffer (all of them belong
   // to the payload) to `sink`. False if the sink refused some (a sink must
   // take what is offered, into scratch memory if it wants none of it).
-  bool feed_buffered(PayloadSink& sink, std::size_t have) {
+  bool feed_buffered(PayloadSink& sink, std::size_t have) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     std::size_t fed = 0;
     while (fed < have) {
       const std::size_t n = sink.receive(fed, have - fed, [&](char* into, std::size_t max) {
@@ -647,9 +789,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // receive(), so the sink may hold its lock while its memory is written.
   void read_into_sink(std::size_t size, std::shared_ptr<PayloadSink> sink, std::size_t got) {
     if (got == size) {
-      ++expected_sequence_;  // the frame header, checked before its payload was read
+      {
+        detail::MutexLock lock(read_mu_);  // readers keep off meanwhile (io_payload_): never held long
+        ++expected_sequence_;              // the frame header, checked before its payload was read
+      }
       sink->finish(true);
-      start_read();
+      resume_headers();
       return;
     }
     socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this(), size, sink = std::move(sink),
@@ -677,21 +822,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
                     true);
         return;
       }
-      if (n > 0) self->last_rx_ = Clock::now();
+      if (n > 0) self->last_rx_.store(Clock::now(), std::memory_order_relaxed);
       self->read_into_sink(size, std::move(sink), got + n);
     });
   }
 
-  void deliver(v1::FrameHeader&& frame_header, wire::Payload payload) {
+  // Checks the frame's sequence number and hands it to the owner's handler
+  // on this thread. False when the connection fails instead.
+  bool deliver(v1::FrameHeader&& frame_header, wire::Payload payload, const FrameFilter* mine)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     if (frame_header.sequence() != expected_sequence_) {
-      protocol_error(absl::DataLossError(absl::StrCat("sequence ", frame_header.sequence(), " where ",
-                                                      expected_sequence_, " was expected")));
-      return;
+      read_failed(mine,
+                  absl::DataLossError(absl::StrCat("sequence ", frame_header.sequence(), " where ",
+                                                   expected_sequence_, " was expected")),
+                  /*protocol=*/true);
+      return false;
     }
     ++expected_sequence_;
-    if (frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT) return;
+    if (frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT) return true;
+    Connection* const saved = t_delivering;
+    t_delivering = this;
     owner_.deliver(peer_, std::move(frame_header), std::move(payload));
+    t_delivering = saved;
+    return true;
   }
+
+ public:
+  // The connection whose frame the calling thread is delivering, or nullptr.
+  static Connection* delivering() { return t_delivering; }
+
+ private:
+  static thread_local Connection* t_delivering;
 
   void on_handshake_frame(const char* body, std::size_t size) {
     absl::StatusOr<v1::Handshake> hs = wire::parse_handshake(body, size);
@@ -783,7 +944,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;  // I/O thread
   std::atomic<bool> established_{false};  // written on the I/O thread only
   std::string my_nonce_, acceptor_nonce_, acceptor_proc_;
-  Clock::time_point last_rx_{}, last_tx_{};
+  std::atomic<Clock::time_point> last_rx_{Clock::time_point{}};  // any reading thread
+  Clock::time_point last_tx_{};
   std::string admission_key_;  // accepted and not yet authenticated: whose cap it counts against
   bool admitted_ = false;
 
@@ -804,12 +966,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<asio::const_buffer> buffers_;
   std::size_t inflight_counted_ = 0;  // bytes of inflight_ counted in queued_bytes_
 
-  // Inbound (I/O thread).
-  std::unique_ptr<char[]> rbuf_;
-  std::size_t rcap_;
-  std::size_t rbegin_ = 0, rend_ = 0;
-  std::uint64_t expected_sequence_ = 1;
+  // Inbound (see "reading" above).
+  detail::Mutex read_mu_;
+  const std::unique_ptr<char[]> rbuf_;  // its bytes: under read_mu_
+  const std::size_t rcap_;
+  std::size_t rbegin_ ABSL_GUARDED_BY(read_mu_) = 0;
+  std::size_t rend_ ABSL_GUARDED_BY(read_mu_) = 0;
+  std::uint64_t expected_sequence_ ABSL_GUARDED_BY(read_mu_) = 1;
+  std::atomic<bool> io_payload_{false};   // the I/O thread reads a large payload: readers keep off
+  std::atomic<bool> io_turn_{false};      // a reader left the next frame to the I/O thread
+  std::atomic<bool> io_pending_{false};   // the I/O thread found read_mu_ held: the holder posts its turn
+  std::atomic<bool> read_closed_{false};  // close() began
+  bool wait_armed_ = false;               // I/O thread: a wait for readable bytes is pending
+  int reader_fd_ = -1;                    // set once in establish(); closed by the destructor
 };
+
+thread_local Connection* Connection::t_delivering = nullptr;
 
 // --- Endpoint::Impl ----------------------------------------------------------
 
@@ -1035,7 +1207,8 @@ void Endpoint::Impl::shutdown() {
   CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint down", id_);
 }
 
-absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload) {
+absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
+                                  SendUrgency urgency) {
   if (peer == id_) {
     frame_header.set_version(wire::kWireVersion);
     frame_header.set_payload_size(payload.size());
@@ -1075,7 +1248,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_h
   }
   // Queue first, then dial: a dial that fails at once must not race this
   // frame into an "already closed" error (the loss is reported instead).
-  absl::Status queued = connection->enqueue(frame_header, std::move(payload), on_io_thread());
+  absl::Status queued = connection->enqueue(frame_header, std::move(payload), on_io_thread(), urgency);
   if (dial) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: dialing {}", id_, std::string(peer));
     asio::post(io_, [connection, address = *dial] { connection->start_dial(address); });
@@ -1195,13 +1368,46 @@ Endpoint::Endpoint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Endpoint::~Endpoint() = default;  // Impl::~Impl shuts down
 void Endpoint::shutdown() { impl_->shutdown(); }
 const std::string& Endpoint::id() const { return impl_->id(); }
-absl::Status Endpoint::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload) {
-  return impl_->send(peer, std::move(frame_header), std::move(payload));
+absl::Status Endpoint::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
+                            SendUrgency urgency) {
+  return impl_->send(peer, std::move(frame_header), std::move(payload), urgency);
 }
 void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }
 std::vector<std::string> Endpoint::peers() const { return impl_->peers(); }
 std::optional<long> Endpoint::peer_pid(std::string_view peer) const { return impl_->peer_pid(peer); }
 bool Endpoint::on_io_thread() const { return impl_->on_io_thread(); }
+
+namespace {
+// A PeerReader of one connection. It does not keep the connection alive
+// (a connection must not outlive its endpoint's I/O context); its own
+// descriptor stays valid for poll() whatever happens to the connection.
+class ConnectionReader final : public PeerReader {
+ public:
+  ConnectionReader(const std::shared_ptr<Connection>& connection, int fd, FrameFilter mine)
+      : connection_(connection), fd_(fd), mine_(std::move(mine)) {}
+  ~ConnectionReader() override { ::close(fd_); }
+  ConnectionReader(const ConnectionReader&) = delete;
+  ConnectionReader& operator=(const ConnectionReader&) = delete;
+  int fd() const override { return fd_; }
+  Pumped pump() override {
+    std::shared_ptr<Connection> connection = connection_.lock();
+    return connection == nullptr ? Pumped::kGone : connection->pump_here(mine_);
+  }
+
+ private:
+  const std::weak_ptr<Connection> connection_;
+  const int fd_;
+  const FrameFilter mine_;
+};
+}  // namespace
+
+std::shared_ptr<PeerReader> Endpoint::delivering_reader(FrameFilter mine) {
+  Connection* connection = Connection::delivering();
+  if (connection == nullptr || connection->reader_fd() < 0) return nullptr;
+  const int fd = ::fcntl(connection->reader_fd(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return nullptr;  // out of descriptors: the I/O thread reads everything
+  return std::make_shared<ConnectionReader>(connection->shared_from_this(), fd, std::move(mine));
+}
 void Endpoint::post(std::function<void()> fn) { impl_->post(std::move(fn)); }
 
 }  // namespace castmesh::transport

@@ -16,8 +16,9 @@
 // everything queued by then in one gather write (small frames share one
 // buffer, payloads above kInlinePayloadLimit go out from their own buffer).
 // Exception for latency: a small frame sent on an idle connection more than
-// ~10 us after the previous one is written at once by the sending thread
-// (one non-blocking send(); whatever does not fit goes the normal way).
+// ~10 us after the previous one, or sent with SendUrgency::kNow, is written
+// at once by the sending thread (one non-blocking send(); whatever does not
+// fit goes the normal way).
 //
 // Backpressure: each peer's outbound queue is bounded by
 // EndpointOptions::max_outbound_bytes (bytes queued or being written). A
@@ -116,6 +117,41 @@ class PayloadSink {
 using PayloadSinkProvider =
     std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::FrameHeader& frame_header)>;
 
+// How send() writes a small frame on an idle connection.
+enum class SendUrgency { kCoalesce, kNow };
+
+// Which frames a PeerReader's thread may deliver itself (those whose
+// handlers may run off the I/O thread).
+using FrameFilter = std::function<bool(const wire::v1::FrameHeader& frame_header)>;
+
+// Lets a thread other than the I/O thread read one connection while it
+// waits for a frame from that peer (collectives: the waiting caller reads
+// its socket itself, instead of the I/O thread waking to read it and then
+// waking the caller). The reader and the I/O thread take turns on the
+// connection's read buffer: every frame is delivered once, in order, by
+// whichever thread read it; a reader delivers only the frames its filter
+// accepts whose payload came whole, and leaves the first other one, and
+// what follows it until the I/O thread has read it, to the I/O thread.
+// Handlers of accepted frames run on the reading thread, inside pump().
+// Use a reader only while its Endpoint lives. Thread-safe.
+class PeerReader {
+ public:
+  // What pump() did.
+  enum class Pumped {
+    kDelivered,  // delivered at least one frame
+    kNothing,    // the socket had no complete frame for this reader
+    kBusy,       // another thread reads the connection now (or this is the I/O thread)
+    kGone,       // the connection closed: ask for a reader again
+  };
+  virtual ~PeerReader() = default;
+  // A descriptor of the connection's socket, for poll() (POLLIN); valid as
+  // long as the reader.
+  virtual int fd() const = 0;
+  // Reads what the socket holds, without blocking, and delivers the
+  // complete frames the filter accepts, on this thread.
+  virtual Pumped pump() = 0;
+};
+
 class Endpoint {
  public:
   // Binds the listener (if any), starts the I/O thread and returns the
@@ -142,7 +178,12 @@ class Endpoint {
   // version, sequence and payload_size. OK means queued, not delivered; a
   // connection that fails later is reported through the PeerLostHandler.
   // Sending to id() delivers to this endpoint's own handler.
-  absl::Status send(std::string_view peer, wire::v1::FrameHeader frame_header, wire::Payload payload = {});
+  // `urgency` kNow: the sender waits for an answer, so a small frame that
+  // finds the connection idle is written by the calling thread at once
+  // however soon it follows the previous one (kCoalesce: only after a gap;
+  // see "Coalescing" above).
+  absl::Status send(std::string_view peer, wire::v1::FrameHeader frame_header, wire::Payload payload = {},
+                    SendUrgency urgency = SendUrgency::kCoalesce);
 
   // Closes the connection to `peer` (if any) without reporting it lost.
   void disconnect(std::string_view peer);
@@ -157,6 +198,11 @@ class Endpoint {
 
   // True on this endpoint's I/O thread.
   bool on_io_thread() const;
+
+  // From inside the MessageHandler (on whatever thread delivers): a reader
+  // of the connection that delivered the current frame, with filter `mine`;
+  // nullptr outside a handler or when the system cannot lend one.
+  static std::shared_ptr<PeerReader> delivering_reader(FrameFilter mine);
 
   // Runs `fn` on the I/O thread (after what is already queued there).
   void post(std::function<void()> fn);

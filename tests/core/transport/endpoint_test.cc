@@ -1036,5 +1036,214 @@ TEST(Endpoint, FullOutboundQueueBlocksThenFailsWithResourceExhausted) {
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
 }
 
+// --- PeerReader: a thread other than the I/O thread reads a connection ---
+
+// Records each delivered frame with the thread it was delivered on, and
+// keeps a reader of the connection that delivered the first one.
+struct ReaderInbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, std::thread::id>> frames;  // message type, delivering thread
+  std::shared_ptr<PeerReader> reader;
+  std::vector<std::pair<std::string, absl::Status>> lost;
+
+  MessageHandler handler() {
+    return [this](const std::string&, v1::FrameHeader&& frame_header, wire::Payload) {
+      std::shared_ptr<PeerReader> made;
+      if (reader == nullptr) {  // handlers of one connection never run at once
+        made = Endpoint::delivering_reader(
+            [](const v1::FrameHeader& h) { return h.message_type().rfind("mine", 0) == 0; });
+      }
+      std::lock_guard lock(mu);
+      if (made != nullptr) reader = std::move(made);
+      frames.emplace_back(frame_header.message_type(), std::this_thread::get_id());
+      cv.notify_all();
+    };
+  }
+  PeerLostHandler lost_handler() {
+    return [this](const std::string& peer, const absl::Status& why) {
+      std::lock_guard lock(mu);
+      lost.emplace_back(peer, why);
+      cv.notify_all();
+    };
+  }
+  std::size_t count() {
+    std::lock_guard lock(mu);
+    return frames.size();
+  }
+  bool wait_frames(std::size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return frames.size() >= n; });
+  }
+};
+
+// Pumps `reader` (sleeping in poll() on its descriptor between looks) until
+// `inbox` holds `n` frames or 10 s pass.
+bool pump_until(PeerReader& reader, ReaderInbox& inbox, std::size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (inbox.count() < n && std::chrono::steady_clock::now() < deadline) {
+    if (reader.pump() == PeerReader::Pumped::kNothing) {
+      pollfd pfd{reader.fd(), POLLIN, 0};
+      (void)::poll(&pfd, 1, 10);
+    }
+  }
+  return inbox.count() >= n;
+}
+
+// Holds an endpoint's I/O thread in a posted task until released, so only
+// a PeerReader can read its connections meanwhile.
+class IoThreadHold {
+ public:
+  explicit IoThreadHold(Endpoint& endpoint) {
+    endpoint.post([this] {
+      std::unique_lock lock(mu_);
+      held_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return released_; });
+    });
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return held_; });
+  }
+  ~IoThreadHold() { release(); }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false, released_ = false;
+};
+
+TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRestToTheIoThread) {
+  if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
+  ReaderInbox inbox_a;
+  Inbox inbox_b;
+  auto a = Endpoint::start(options_for(listen_url(GetParam(), "reader-a")), inbox_a.handler(), inbox_a.lost_handler());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = start(options_for(listen_url(GetParam(), "reader-b")), inbox_b);
+  ASSERT_TRUE(b);
+  const std::string to_a = (*a)->id();
+  ASSERT_TRUE(b->send(to_a, message("first")).ok());
+  ASSERT_TRUE(inbox_a.wait_frames(1));
+  std::shared_ptr<PeerReader> reader;
+  {
+    std::lock_guard lock(inbox_a.mu);
+    reader = inbox_a.reader;
+  }
+  ASSERT_NE(reader, nullptr);
+  EXPECT_NE(inbox_a.frames[0].second, std::this_thread::get_id());  // the I/O thread delivered it
+
+  const std::string big(1 << 20, 'x');  // more than one read: the I/O thread reads it
+  {
+    IoThreadHold hold(**a);
+    ASSERT_TRUE(b->send(to_a, message("mine-1"), wire::Payload::copy_of("small")).ok());
+    ASSERT_TRUE(b->send(to_a, message("mine-2")).ok());
+    ASSERT_TRUE(b->send(to_a, message("other-3")).ok());
+    ASSERT_TRUE(b->send(to_a, message("mine-4")).ok());
+    ASSERT_TRUE(pump_until(*reader, inbox_a, 3));
+    PeerReader::Pumped pumped = PeerReader::Pumped::kNothing;  // until other-3 is in
+    const auto deadline = std::chrono::steady_clock::now() + 10s;  // a bound against a hang
+    while (pumped == PeerReader::Pumped::kNothing && std::chrono::steady_clock::now() < deadline) {
+      pumped = reader->pump();
+      pollfd pfd{reader->fd(), POLLIN, 0};
+      if (pumped == PeerReader::Pumped::kNothing) (void)::poll(&pfd, 1, 1);
+    }
+    EXPECT_EQ(pumped, PeerReader::Pumped::kBusy);
+    // What follows the I/O thread's frame waits for it, however long.
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_EQ(reader->pump(), PeerReader::Pumped::kBusy);
+      std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(inbox_a.count(), 3u);
+  }
+  ASSERT_TRUE(inbox_a.wait_frames(5));
+  ASSERT_TRUE(b->send(to_a, message("mine-big"), wire::Payload::copy_of(big)).ok());
+  ASSERT_TRUE(b->send(to_a, message("mine-6")).ok());
+  ASSERT_TRUE(pump_until(*reader, inbox_a, 7));
+
+  std::lock_guard lock(inbox_a.mu);
+  const std::vector<std::string> order = {"first", "mine-1", "mine-2", "other-3", "mine-4", "mine-big", "mine-6"};
+  ASSERT_EQ(inbox_a.frames.size(), order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(inbox_a.frames[i].first, order[i]) << i;
+  const std::thread::id me = std::this_thread::get_id();
+  EXPECT_EQ(inbox_a.frames[1].second, me);  // the I/O thread was held: only the reader could
+  EXPECT_EQ(inbox_a.frames[2].second, me);
+  EXPECT_NE(inbox_a.frames[3].second, me);  // refused by the filter
+  EXPECT_NE(inbox_a.frames[5].second, me);  // a payload larger than one read
+  EXPECT_TRUE(inbox_a.lost.empty());
+}
+
+TEST(Endpoint, PeerReaderThatReadsABadFrameClosesTheConnectionAndReportsIt) {
+  ReaderInbox inbox;
+  auto a = Endpoint::start(options_for(listen_url("unix", "reader-bad")), inbox.handler(), inbox.lost_handler());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto raw = RawPeer::connect_to((*a)->id());
+  ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-reader-bad"));
+  v1::FrameHeader first = message("first");
+  first.set_version(wire::kWireVersion);
+  first.set_sequence(1);
+  raw->write_frame(first);
+  ASSERT_TRUE(inbox.wait_frames(1));
+  std::shared_ptr<PeerReader> reader;
+  {
+    std::lock_guard lock(inbox.mu);
+    reader = inbox.reader;
+  }
+  ASSERT_NE(reader, nullptr);
+  {
+    IoThreadHold hold(**a);
+    v1::FrameHeader gap = message("mine-gap");
+    gap.set_version(wire::kWireVersion);
+    gap.set_sequence(5);  // 2 expected
+    raw->write_frame(gap);
+    PeerReader::Pumped pumped = PeerReader::Pumped::kNothing;
+    const auto deadline = std::chrono::steady_clock::now() + 10s;  // a bound against a hang
+    while (pumped == PeerReader::Pumped::kNothing && std::chrono::steady_clock::now() < deadline) {
+      pumped = reader->pump();
+      if (pumped == PeerReader::Pumped::kNothing) std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(pumped, PeerReader::Pumped::kGone);  // the reader does not close; it leaves that to the I/O thread
+  }
+  EXPECT_TRUE(raw->closed_by_peer());
+  std::unique_lock lock(inbox.mu);
+  ASSERT_TRUE(inbox.cv.wait_for(lock, 10s, [&] { return !inbox.lost.empty(); }));
+  EXPECT_NE(inbox.lost[0].second.message().find("sequence 5"), std::string::npos) << inbox.lost[0].second;
+  ASSERT_EQ(inbox.frames.size(), 1u);  // the bad frame never reached the handler
+}
+
+TEST(Endpoint, PeerReaderOfAClosedConnectionSaysGone) {
+  ReaderInbox inbox_a;
+  Inbox inbox_b;
+  auto a = Endpoint::start(options_for(listen_url("unix", "reader-gone-a")), inbox_a.handler(), inbox_a.lost_handler());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = start(options_for(listen_url("unix", "reader-gone-b")), inbox_b);
+  ASSERT_TRUE(b->send((*a)->id(), message("first")).ok());
+  ASSERT_TRUE(inbox_a.wait_frames(1));
+  std::shared_ptr<PeerReader> reader;
+  {
+    std::lock_guard lock(inbox_a.mu);
+    reader = inbox_a.reader;
+  }
+  ASSERT_NE(reader, nullptr);
+  b.reset();  // the peer goes away
+  PeerReader::Pumped pumped = PeerReader::Pumped::kNothing;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;  // a bound against a hang
+  while (pumped != PeerReader::Pumped::kGone && std::chrono::steady_clock::now() < deadline) {
+    pumped = reader->pump();
+    if (pumped == PeerReader::Pumped::kNothing) {
+      pollfd pfd{reader->fd(), POLLIN, 0};
+      (void)::poll(&pfd, 1, 2);
+    } else if (pumped == PeerReader::Pumped::kBusy) {  // the I/O thread closes it
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_EQ(pumped, PeerReader::Pumped::kGone);
+  std::unique_lock lock(inbox_a.mu);
+  EXPECT_TRUE(inbox_a.cv.wait_for(lock, 10s, [&] { return !inbox_a.lost.empty(); }));
+}
+
 }  // namespace
 }  // namespace castmesh::transport

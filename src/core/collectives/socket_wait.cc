@@ -1,0 +1,277 @@
+#include "core/collectives/socket_wait.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "castmesh/detail/mutex.h"
+#include "castmesh/wire/v1/collectives.pb.h"
+#include "core/collectives/exchange.h"
+#include "core/collectives/request_state.h"
+#include "core/platform/process_memory.h"
+#include "core/proc/proc_host.h"
+#include "core/scheduler/futex.h"
+#include "core/scheduler/scheduler.h"
+#include "core/transport/endpoint.h"
+
+namespace castmesh::collectives {
+namespace {
+
+namespace v1 = wire::v1;
+
+std::atomic<uint64_t> g_waiter_reads{0};
+std::atomic<uint64_t> g_waiter_sleeps{0};
+
+// Set while this thread reads a watched socket: frames it delivers need no
+// watching (they came through a reader), and a wait nested in a delivery
+// (none should block, but a request's test() may look) reads nothing.
+thread_local bool t_reading = false;
+
+bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("CASTMESH_SOCKET_WAIT");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+absl::Duration spin_time() {
+  static const absl::Duration spin = [] {
+    int us = 200;
+    if (const char* v = std::getenv("CASTMESH_SOCKET_SPIN_US"); v != nullptr && !absl::SimpleAtoi(v, &us)) us = 200;
+    return absl::Microseconds(std::clamp(us, 0, 100000));
+  }();
+  return spin;
+}
+
+// Whether spinning pays: a spin that ends without the message costs its
+// whole length and, on a host whose cores are all busy, delays the very
+// threads (the peer's, the I/O threads) that would send it. After
+// kSpinMisses spins in a row that did not end the wait, waiters sleep at
+// once, trying one spin again every kSpinRetry waits.
+constexpr int kSpinMisses = 4;
+constexpr uint32_t kSpinRetry = 64;
+std::atomic<int> g_spin_misses{0};
+std::atomic<uint32_t> g_waits_without_spin{0};
+
+bool spin_pays() {
+  if (g_spin_misses.load(std::memory_order_relaxed) < kSpinMisses) return true;
+  return g_waits_without_spin.fetch_add(1, std::memory_order_relaxed) % kSpinRetry == kSpinRetry - 1;
+}
+
+void note_spin(bool ended_the_wait) {
+  if (ended_the_wait) {
+    g_spin_misses.store(0, std::memory_order_relaxed);
+  } else if (g_spin_misses.load(std::memory_order_relaxed) < kSpinMisses) {
+    g_spin_misses.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+// Communicator data frames, which the waiting thread may deliver itself;
+// the link handshake (shared-memory rings) stays on the I/O thread.
+bool waiter_may_deliver(const wire::v1::FrameHeader& frame_header) {
+  if (!proc::ProcHost::is_data_message(frame_header, kCollectiveDataType)) return false;
+  v1::CollectiveHeader header;
+  return header.ParseFromString(frame_header.data_header()) &&
+         header.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER;
+}
+
+bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);
+
+// One watched connection.
+struct Watched {
+  std::weak_ptr<proc::ProcHost> host;  // alive while a reader is used: its endpoint owns the connection
+  ProcId peer;
+  bool on_this_host = false;
+  std::shared_ptr<transport::PeerReader> reader;
+};
+using WatchList = std::vector<std::shared_ptr<Watched>>;
+
+// The watched connections: a list replaced, never changed, so waiters read
+// a snapshot without a lock.
+class Watches {
+ public:
+  static Watches& instance() {
+    static auto* watches = new Watches;  // leaked: used from exit paths
+    return *watches;
+  }
+
+  std::shared_ptr<const WatchList> snapshot() {
+    detail::MutexLock lock(mu_);
+    return list_;
+  }
+
+  void add(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer) {
+    {
+      detail::MutexLock lock(mu_);
+      for (const auto& w : *list_) {
+        if (w->peer == peer && !w->host.owner_before(host) && !host.owner_before(w->host)) return;
+      }
+    }
+    std::shared_ptr<transport::PeerReader> reader = transport::Endpoint::delivering_reader(&waiter_may_deliver);
+    if (reader == nullptr) return;
+    auto w = std::make_shared<Watched>(Watched{host, peer, platform::proc_on_this_host(peer), std::move(reader)});
+    static const bool installed = [] {
+      detail::set_socket_waiter(&wait_on_sockets);
+      return true;
+    }();
+    (void)installed;
+    detail::MutexLock lock(mu_);
+    auto next = std::make_shared<WatchList>(*list_);
+    next->push_back(std::move(w));
+    list_ = std::move(next);
+  }
+
+  void remove(const Watched* gone) {
+    detail::MutexLock lock(mu_);
+    auto next = std::make_shared<WatchList>();
+    for (const auto& w : *list_) {
+      if (w.get() != gone) next->push_back(w);
+    }
+    list_ = std::move(next);
+  }
+
+ private:
+  detail::Mutex mu_;
+  std::shared_ptr<const WatchList> list_ ABSL_GUARDED_BY(mu_) = std::make_shared<WatchList>();
+};
+
+// Reads every watched socket once. `busy[i]`: reader i could not be read
+// now (another thread holds it, or its next frame is the I/O thread's).
+bool read_all(const WatchList& list, std::vector<char>* busy) {
+  bool any = false;
+  t_reading = true;
+  for (size_t i = 0; i < list.size(); ++i) {
+    Watched& w = *list[i];
+    std::shared_ptr<proc::ProcHost> host = w.host.lock();  // keeps the endpoint, and so the connection, alive
+    transport::PeerReader::Pumped pumped =
+        host == nullptr ? transport::PeerReader::Pumped::kGone : w.reader->pump();
+    if (pumped == transport::PeerReader::Pumped::kDelivered) {
+      any = true;
+      g_waiter_reads.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (pumped == transport::PeerReader::Pumped::kGone) Watches::instance().remove(&w);
+    if (busy != nullptr) (*busy)[i] = pumped == transport::PeerReader::Pumped::kBusy;
+  }
+  t_reading = false;
+  return any;
+}
+
+// This thread's eventfd, which a request's completion writes while the
+// thread sleeps on it.
+class WakeFd {
+ public:
+  WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~WakeFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  WakeFd(const WakeFd&) = delete;
+  WakeFd& operator=(const WakeFd&) = delete;
+  int fd() const { return fd_; }
+  void drain() const {
+    uint64_t n;
+    while (::read(fd_, &n, sizeof(n)) > 0) {
+    }
+  }
+
+ private:
+  const int fd_;
+};
+
+// Sleeps in poll() on the watched sockets and the request's eventfd,
+// reading the sockets each time it wakes, until the request is done or
+// `deadline`. False when this thread cannot (no eventfd).
+bool sleep(detail::RequestState& request, const WatchList& list, absl::Time deadline) {
+  static thread_local WakeFd wake;
+  if (wake.fd() < 0) return false;
+  detail::Scheduler::BlockingScope blocking;  // a pooled actor hands its queued work on
+  std::vector<char> busy(list.size(), 0);
+  std::vector<pollfd> fds;
+  fds.reserve(list.size() + 1);
+  request.set_wake_fd(wake.fd());
+  while (!request.done()) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    fds.clear();
+    fds.push_back(pollfd{wake.fd(), POLLIN, 0});
+    bool skipped = false;
+    for (size_t i = 0; i < list.size(); ++i) {
+      // A socket whose next frame waits for the I/O thread stays readable
+      // until that thread has read it: not polled this round.
+      if (busy[i]) {
+        skipped = true;
+        continue;
+      }
+      fds.push_back(pollfd{list[i]->reader->fd(), POLLIN, 0});
+    }
+    // Bounded, so connections watched meanwhile (and skipped ones) are
+    // read again soon.
+    const absl::Duration cap = skipped ? absl::Milliseconds(1) : absl::Milliseconds(50);
+    const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(std::min(deadline - now, cap), absl::Milliseconds(1)));
+    g_waiter_sleeps.fetch_add(1, std::memory_order_relaxed);
+    (void)::poll(fds.data(), fds.size(), static_cast<int>(ms));
+    if (fds[0].revents != 0) wake.drain();
+    while (!request.done() && read_all(list, &busy)) {
+    }
+  }
+  request.set_wake_fd(-1);
+  wake.drain();
+  return true;
+}
+
+bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode) {
+  if (t_reading) return false;
+  const std::shared_ptr<const WatchList> list = Watches::instance().snapshot();
+  if (list->empty()) return false;
+  if (mode == detail::WaitMode::kLook) {
+    read_all(*list, nullptr);
+    return false;
+  }
+  // More procs of this host than cores: looks give the core away.
+  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t local = std::count_if(list->begin(), list->end(), [](const auto& w) { return w->on_this_host; });
+  const bool oversubscribed = local + 1 > cores;
+  const absl::Time until = std::min(absl::Now() + (spin_pays() ? spin_time() : absl::ZeroDuration()), deadline);
+  bool first = true;
+  for (int i = 0; !request.done(); ++i) {
+    if (!read_all(*list, nullptr)) {
+      if (oversubscribed) {
+        std::this_thread::yield();
+      } else {
+        detail::cpu_relax();
+      }
+    }
+    if ((first || (i & 15) == 15) && absl::Now() >= until) break;
+    first = false;
+  }
+  note_spin(request.done());
+  if (request.done() || absl::Now() >= deadline) return true;
+  return sleep(request, *list, deadline);
+}
+
+}  // namespace
+
+void watch_socket_peer(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer) {
+  if (t_reading || !enabled()) return;
+  Watches::instance().add(host, peer);
+}
+
+SocketWaitStats socket_wait_stats() {
+  SocketWaitStats stats;
+  stats.waiter_reads = g_waiter_reads.load(std::memory_order_relaxed);
+  stats.waiter_sleeps = g_waiter_sleeps.load(std::memory_order_relaxed);
+  stats.watched = static_cast<int>(Watches::instance().snapshot()->size());
+  return stats;
+}
+
+}  // namespace castmesh::collectives
