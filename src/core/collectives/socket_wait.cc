@@ -1,8 +1,12 @@
 #include "core/collectives/socket_wait.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
+
+#include "core/platform/platform.h"
+#if CASTMESH_LINUX_FACILITIES
+#include <sys/eventfd.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -168,42 +172,59 @@ bool read_all(const WatchList& list, std::vector<char>* busy) {
 }
 
 // This thread's eventfd, which a request's completion writes while the
-// thread sleeps on it.
-class WakeFd {
- public:
-  WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~WakeFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  WakeFd(const WakeFd&) = delete;
-  WakeFd& operator=(const WakeFd&) = delete;
-  int fd() const { return fd_; }
-  void drain() const {
-    uint64_t n;
-    while (::read(fd_, &n, sizeof(n)) > 0) {
-    }
-  }
+// thread sleeps on it. A plain int, not an object with a destructor: a
+// wait can run after this thread's thread_local objects are destroyed (a
+// static's destructor at exit waiting on a request), and a closed number
+// handed to a request would let complete() write into whatever descriptor
+// reuses it (a socket: SIGPIPE, or 8 bytes inside a stream). -2: not made
+// yet; -1: none (no eventfd on this system, or this thread is exiting).
+thread_local int t_wake_fd = -2;
 
- private:
-  const int fd_;
+struct WakeFdCloser {
+  ~WakeFdCloser() {
+    if (t_wake_fd >= 0) ::close(t_wake_fd);
+    t_wake_fd = -1;
+  }
 };
+
+int wake_fd() {
+  if (t_wake_fd != -2) return t_wake_fd;
+#if CASTMESH_LINUX_FACILITIES
+  t_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (t_wake_fd >= 0) {
+    static thread_local WakeFdCloser closer;
+    (void)closer;
+  } else {
+    t_wake_fd = -1;
+  }
+#else
+  t_wake_fd = -1;  // elsewhere a waiter sleeps on its request instead
+#endif
+  return t_wake_fd;
+}
+
+void drain_wake_fd(int fd) {
+  uint64_t n;
+  while (::read(fd, &n, sizeof(n)) > 0) {
+  }
+}
 
 // Sleeps in poll() on the watched sockets and the request's eventfd,
 // reading the sockets each time it wakes, until the request is done or
 // `deadline`. False when this thread cannot (no eventfd).
 bool sleep(detail::RequestState& request, const WatchList& list, absl::Time deadline) {
-  static thread_local WakeFd wake;
-  if (wake.fd() < 0) return false;
+  const int wake = wake_fd();
+  if (wake < 0) return false;
   detail::Scheduler::BlockingScope blocking;  // a pooled actor hands its queued work on
   std::vector<char> busy(list.size(), 0);
   std::vector<pollfd> fds;
   fds.reserve(list.size() + 1);
-  request.set_wake_fd(wake.fd());
+  request.set_wake_fd(wake);
   while (!request.done()) {
     const absl::Time now = absl::Now();
     if (now >= deadline) break;
     fds.clear();
-    fds.push_back(pollfd{wake.fd(), POLLIN, 0});
+    fds.push_back(pollfd{wake, POLLIN, 0});
     bool skipped = false;
     for (size_t i = 0; i < list.size(); ++i) {
       // A socket whose next frame waits for the I/O thread stays readable
@@ -220,12 +241,12 @@ bool sleep(detail::RequestState& request, const WatchList& list, absl::Time dead
     const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(std::min(deadline - now, cap), absl::Milliseconds(1)));
     g_waiter_sleeps.fetch_add(1, std::memory_order_relaxed);
     (void)::poll(fds.data(), fds.size(), static_cast<int>(ms));
-    if (fds[0].revents != 0) wake.drain();
+    if (fds[0].revents != 0) drain_wake_fd(wake);
     while (!request.done() && read_all(list, &busy)) {
     }
   }
   request.set_wake_fd(-1);
-  wake.drain();
+  drain_wake_fd(wake);
   return true;
 }
 
