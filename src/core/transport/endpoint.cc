@@ -771,10 +771,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // to the payload) to `sink`. False if the sink refused some (a sink must
   // take what is offered, into scratch memory if it wants none of it).
   bool feed_buffered(PayloadSink& sink, std::size_t have) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    // Read under read_mu_ here: the analysis does not follow it into the lambda.
+    const char* buffered = rbuf_.get() + rbegin_;
     std::size_t fed = 0;
     while (fed < have) {
       const std::size_t n = sink.receive(fed, have - fed, [&](char* into, std::size_t max) {
-        std::memcpy(into, rbuf_.get() + rbegin_ + fed, max);
+        std::memcpy(into, buffered + fed, max);
         return max;
       });
       if (n == 0) return false;
