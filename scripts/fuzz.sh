@@ -8,7 +8,7 @@
 # the input that caused it is left in build/fuzz-artifacts/.
 #
 #   bash scripts/fuzz.sh                      # 600 s per harness (by hand)
-#   CASTMESH_FUZZ_SECONDS=45 bash scripts/fuzz.sh   # what CI runs (scripts/test.sh)
+#   CASTMESH_FUZZ_SECONDS=30 bash scripts/fuzz.sh   # what CI runs (scripts/test.sh)
 #   bash scripts/fuzz.sh fuzz_wire_frames     # only the named harnesses
 #
 # CASTMESH_FUZZ_BUILD: the build folder (default build/fuzz).
