@@ -6,9 +6,9 @@
 // Which sockets: every connection that has delivered a communicator data
 // frame (Exchange::on_frame calls watch_socket_peer); each is read by the
 // waiting thread through a PeerReader that takes only communicator data
-// frames (point-to-point, collective steps, aborts, single-copy answers)
-// whose body came whole; any other frame, and large bodies (read by the
-// I/O thread straight into the receive buffer), stay with the I/O thread.
+// frames (point-to-point, collective steps, aborts, single-copy answers),
+// large bodies included (read straight into the posted receive, taking
+// turns with the I/O thread); any other frame stays with the I/O thread.
 //
 // How a caller waits (RequestState::wait, when no shared-memory ring
 // served it): it reads every watched socket, spinning up to

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <asio/connect.hpp>
@@ -361,7 +362,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const bool sparse = urgency == SendUrgency::kNow || now - last_enqueue_ >= kDirectWriteGap;
     last_enqueue_ = now;
     if (writing_ || !can_write_) return absl::OkStatus();  // the flush in progress takes it
-    if (sparse && pending_.size() == 1 && pending_.front().payload.empty() && try_write_now_locked()) {
+    if (sparse && pending_.size() == 1 && try_write_now_locked()) {
       return absl::OkStatus();
     }
     writing_ = true;
@@ -376,6 +377,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     closed_ = true;
     read_closed_.store(true, std::memory_order_release);
     handshake_timer_.cancel();
+    // A payload being read is failed by a later turn: close() may run inside
+    // a drain that holds read_mu_ (a read error), and no reader holds it long.
+    asio::post(owner_.io(), [self = shared_from_this()] {
+      detail::MutexLock lock(self->read_mu_);
+      self->fail_partial();
+    });
     {
       // Under out_mu_ first, so no sending thread is inside a direct write
       // on this fd when it is closed (and possibly reused).
@@ -414,23 +421,37 @@ class Connection : public std::enable_shared_from_this<Connection> {
   struct Chunk {
     std::string bytes;      // one or more whole frames (small payloads inline)
     wire::Payload payload;  // a large payload following `bytes`, written from its own memory
+    std::size_t payload_sent = 0;  // of `payload`, by a direct write
+    std::size_t payload_left() const { return payload.size() - payload_sent; }
   };
 
-  // The connection idle and one inline-only chunk queued: one non-blocking
-  // send() from the calling thread. True when it all went out; otherwise
+  // The connection idle and one chunk queued (a large payload included):
+  // one non-blocking gather write from the calling thread, so that a lone
+  // frame costs no I/O thread wake-up. True when it all went out; otherwise
   // what is left stays queued for a flush.
   bool try_write_now_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
     if (direct_fd_ < 0) return false;
-    std::string& bytes = pending_.front().bytes;
-    const ssize_t n = ::send(direct_fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | kNoSigPipe);
+    Chunk& chunk = pending_.front();
+    iovec iov[2];
+    int parts = 0;
+    if (!chunk.bytes.empty()) iov[parts++] = iovec{chunk.bytes.data(), chunk.bytes.size()};
+    if (chunk.payload_left() > 0) {
+      iov[parts++] = iovec{const_cast<char*>(chunk.payload.data()) + chunk.payload_sent, chunk.payload_left()};
+    }
+    msghdr message{};
+    message.msg_iov = iov;
+    message.msg_iovlen = parts;
+    const ssize_t n = ::sendmsg(direct_fd_, &message, MSG_DONTWAIT | kNoSigPipe);
     if (n <= 0) return false;  // EAGAIN or an error: the I/O thread's write will see it
     const auto written = static_cast<std::size_t>(n);
     queued_bytes_ -= std::min(queued_bytes_, written);
-    if (written == bytes.size()) {
+    const std::size_t of_bytes = std::min(written, chunk.bytes.size());
+    chunk.bytes.erase(0, of_bytes);
+    chunk.payload_sent += written - of_bytes;
+    if (chunk.bytes.empty() && chunk.payload_left() == 0) {
       pending_.clear();
       return true;
     }
-    bytes.erase(0, written);
     return false;
   }
 
@@ -469,7 +490,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       inflight_counted_ = 0;
       if (can_write_ && !pending_.empty()) {
-        for (const Chunk& chunk : pending_) inflight_counted_ += chunk.bytes.size() + chunk.payload.size();
+        for (const Chunk& chunk : pending_) inflight_counted_ += chunk.bytes.size() + chunk.payload_left();
         if (inflight_.empty()) {
           inflight_.swap(pending_);
         } else {
@@ -485,7 +506,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     buffers_.clear();
     for (const Chunk& chunk : inflight_) {
       if (!chunk.bytes.empty()) buffers_.emplace_back(chunk.bytes.data(), chunk.bytes.size());
-      if (!chunk.payload.empty()) buffers_.emplace_back(chunk.payload.data(), chunk.payload.size());
+      if (chunk.payload_left() > 0) buffers_.emplace_back(chunk.payload.data() + chunk.payload_sent, chunk.payload_left());
     }
     asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
       self->on_written(ec, n);
@@ -535,9 +556,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (until it has nothing more) and delivers the complete frames, in order.
   // Neither waits for read_mu_ while the other may be delivering: the I/O
   // thread flags io_pending_ and the holder hands the turn back by posting
-  // pump_on_io() when it lets go. A large payload is read by the I/O thread
-  // alone (io_payload_), as is every frame from the first one a reader does
-  // not take (io_turn_).
+  // pump_on_io() when it lets go. A payload larger than what came with its
+  // frame header is read straight into its destination (partial_) by
+  // whoever holds read_mu_ as its bytes come, a reader only when the frame
+  // is one it takes: a waiting caller reads its own message whole, without
+  // the I/O thread waking to read it and then waking the caller. Every frame
+  // from the first one a reader does not take is the I/O thread's
+  // (io_turn_).
 
  public:
   // The I/O thread's turn: reads and delivers what the socket has, then
@@ -545,7 +570,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // event, so it looks once more after arming.
   void pump_on_io() {
     for (;;) {
-      if (closed_ || io_payload_.load(std::memory_order_acquire)) return;
+      if (closed_) return;
       if (!read_mu_.try_lock()) {
         io_pending_.store(true, std::memory_order_seq_cst);
         if (!read_mu_.try_lock()) return;  // the holder posts pump_on_io() when it lets go
@@ -554,6 +579,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       io_turn_.store(false, std::memory_order_release);
       const Parsed parsed = drain(nullptr);
       read_mu_.unlock();
+      if (parsed == Parsed::kYield) {  // other connections' handlers run between large reads
+        asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
+        return;
+      }
       if (parsed != Parsed::kMore || closed_ || wait_armed_) return;
       wait_armed_ = true;
       socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const std::error_code& ec) {
@@ -571,13 +600,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A PeerReader's turn (any thread but the I/O thread).
   PeerReader::Pumped pump_here(const FrameFilter& mine) {
     if (read_closed_.load(std::memory_order_acquire) || reader_fd_ < 0) return PeerReader::Pumped::kGone;
-    if (io_payload_.load(std::memory_order_acquire) || io_turn_.load(std::memory_order_acquire) ||
-        owner_.on_io_thread() || !read_mu_.try_lock()) {
+    if (io_turn_.load(std::memory_order_acquire) || owner_.on_io_thread() || !read_mu_.try_lock()) {
       return PeerReader::Pumped::kBusy;
     }
     PeerReader::Pumped result = PeerReader::Pumped::kBusy;
-    if (!io_payload_.load(std::memory_order_acquire) && !io_turn_.load(std::memory_order_acquire) &&
-        !read_closed_.load(std::memory_order_acquire)) {
+    if (!io_turn_.load(std::memory_order_acquire) && !read_closed_.load(std::memory_order_acquire)) {
       const std::uint64_t before = expected_sequence_;
       const Parsed parsed = drain(&mine);
       result = parsed == Parsed::kClosed       ? PeerReader::Pumped::kGone
@@ -600,17 +627,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class Parsed {
     kMore,      // every complete frame delivered, the socket has nothing more
     kHandOver,  // a reader stopped at a frame for the I/O thread (io_turn_)
-    kPayload,   // the I/O thread reads a large payload (io_payload_)
+    kYield,     // the I/O thread read kPayloadChunk of a payload: its turn goes on later
     kClosed,    // the connection failed or closed
+    kDone,      // (read_partial) the payload arrived and was delivered
   };
 
   // Reads the socket until it has nothing more, delivering complete frames
   // as they come. `mine`: nullptr on the I/O thread; a reader's filter else.
   Parsed drain(const FrameFilter* mine) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     const int fd = mine == nullptr ? socket_.native_handle() : reader_fd_;
+    std::size_t payload_bytes = 0;
     for (;;) {
+      if (partial_.has_value()) {
+        const Parsed parsed = read_partial(fd, mine, &payload_bytes);
+        if (parsed != Parsed::kDone) return parsed;
+        continue;
+      }
       const Parsed parsed = parse_buffered(mine);
       if (parsed != Parsed::kMore) return parsed;
+      if (partial_.has_value()) continue;
       if (rbegin_ == rend_) {
         rbegin_ = rend_ = 0;
       } else if (rbegin_ > 0 && rcap_ - rend_ < owner_.options().limits.max_body_size + 64) {
@@ -687,8 +722,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       const std::uint64_t payload_size = frame_header->payload_size();
       const std::size_t have = avail - wire::kLengthPrefixSize - body_size;
-      if (mine != nullptr && (payload_size > have || (frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT &&
-                                                      !(*mine)(*frame_header)))) {
+      if (mine != nullptr && frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT && !(*mine)(*frame_header)) {
         io_turn_.store(true, std::memory_order_release);
         return Parsed::kHandOver;
       }
@@ -700,71 +734,101 @@ class Connection : public std::enable_shared_from_this<Connection> {
         if (!deliver(std::move(*frame_header), std::move(payload), mine)) return Parsed::kClosed;
         continue;
       }
-      // I/O thread: a payload larger than what is buffered: read the rest
-      // straight into the receiver's memory (its sink), or into a buffer of
-      // its own. The size is the peer's claim (bounded by
-      // limits.max_payload_size): memory that cannot be had costs this
-      // connection, never the proc.
-      io_payload_.store(true, std::memory_order_release);
-      if (frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT && frame_header->sequence() == expected_sequence_) {
-        if (std::shared_ptr<PayloadSink> sink = owner_.payload_sink(peer_, *frame_header)) {
-          if (!feed_buffered(*sink, have)) {
-            sink->finish(false);
-            protocol_error(absl::InternalError("a payload sink refused the bytes it was offered"));
-            return Parsed::kClosed;
-          }
-          asio::post(owner_.io(), [self = shared_from_this(), payload_size, sink = std::move(sink), have]() mutable {
-            if (self->closed_) return sink->finish(false);
-            self->read_into_sink(payload_size, std::move(sink), have);
-          });
-          return Parsed::kPayload;
-        }
+      return start_partial(std::move(*frame_header), have, mine) ? Parsed::kMore : Parsed::kClosed;
+    }
+  }
+
+  // A payload larger than what is buffered (all of the buffer is its start):
+  // the rest is read straight into the receiver's memory (its sink), or
+  // into a buffer of its own, by read_partial(). The size is the peer's
+  // claim (bounded by limits.max_payload_size): memory that cannot be had
+  // costs this connection, never the proc.
+  bool start_partial(v1::FrameHeader frame_header, std::size_t have, const FrameFilter* mine)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    PartialPayload partial;
+    if (frame_header.kind() != v1::FrameHeader::KIND_HEARTBEAT && frame_header.sequence() == expected_sequence_) {
+      partial.sink = owner_.payload_sink(peer_, frame_header);
+    }
+    if (partial.sink != nullptr) {
+      if (!feed_buffered(*partial.sink, have)) {
+        partial.sink->finish(false);
+        read_failed(mine, absl::InternalError("a payload sink refused the bytes it was offered"), /*protocol=*/true);
+        return false;
       }
-      char* writable = nullptr;
-      absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(payload_size, &writable);
+    } else {
+      absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(frame_header.payload_size(), &partial.writable);
       if (!payload.ok()) {
-        protocol_error(payload.status());
+        read_failed(mine, payload.status(), /*protocol=*/true);
+        return false;
+      }
+      partial.payload = *std::move(payload);
+      std::memcpy(partial.writable, rbuf_.get() + rbegin_, have);
+      rbegin_ = rend_ = 0;
+    }
+    partial.got = have;
+    partial.frame_header = std::move(frame_header);
+    partial_ = std::move(partial);
+    return true;
+  }
+
+  // Reads the payload in progress as far as the socket has it, and delivers
+  // it once whole (kDone). A reader leaves one it does not take to the I/O
+  // thread; the I/O thread reads at most kPayloadChunk per turn (kYield).
+  Parsed read_partial(int fd, const FrameFilter* mine, std::size_t* payload_bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    PartialPayload& partial = *partial_;
+    if (mine != nullptr && !(*mine)(partial.frame_header)) {
+      io_turn_.store(true, std::memory_order_release);
+      return Parsed::kHandOver;
+    }
+    const std::size_t size = partial.frame_header.payload_size();
+    while (partial.got < size) {
+      if (mine == nullptr ? closed_ : read_closed_.load(std::memory_order_acquire)) return Parsed::kClosed;
+      if (mine == nullptr && *payload_bytes >= kPayloadChunk) return Parsed::kYield;
+      int error = 0;
+      auto take = [&](char* into, std::size_t max) {
+        const ssize_t r = ::recv(fd, into, max, MSG_DONTWAIT);
+        if (r > 0) return static_cast<std::size_t>(r);
+        error = r == 0 ? -1 : errno;  // -1: the peer closed
+        return std::size_t{0};
+      };
+      const std::size_t want = std::min(size - partial.got, kPayloadChunk);
+      const std::size_t n =
+          partial.sink != nullptr ? partial.sink->receive(partial.got, want, take) : take(partial.writable + partial.got, want);
+      if (n > 0) {
+        partial.got += n;
+        *payload_bytes += n;
+        last_rx_.store(Clock::now(), std::memory_order_relaxed);
+        continue;
+      }
+      if (error == EINTR) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) return Parsed::kMore;
+      fail_partial();
+      if (error == 0) {  // take was not called
+        read_failed(mine, absl::InternalError("a payload sink refused the bytes it was offered"), /*protocol=*/true);
         return Parsed::kClosed;
       }
-      std::memcpy(writable, rbuf_.get() + rbegin_, have);
-      rbegin_ = rend_ = 0;
-      asio::post(owner_.io(), [self = shared_from_this(), frame_header = *std::move(frame_header),
-                               payload = *std::move(payload), writable, have]() mutable {
-        if (self->closed_) return;
-        self->read_payload(std::move(frame_header), std::move(payload), writable, have);
-      });
-      return Parsed::kPayload;
+      read_failed(mine,
+                  lost(absl::StrCat("connection to ", peer_),
+                       error == -1 ? asio::error::make_error_code(asio::error::eof)
+                                   : std::error_code(error, std::generic_category())),
+                  /*protocol=*/false);
+      return Parsed::kClosed;
     }
+    PartialPayload done = std::move(partial);
+    partial_.reset();
+    if (done.sink != nullptr) {
+      ++expected_sequence_;  // the frame header, checked before its payload was read
+      done.sink->finish(true);
+      return Parsed::kDone;
+    }
+    return deliver(std::move(done.frame_header), std::move(done.payload), mine) ? Parsed::kDone : Parsed::kClosed;
   }
 
-  // I/O thread: a large payload is in; frame headers follow.
-  void resume_headers() {
-    io_payload_.store(false, std::memory_order_release);
-    pump_on_io();
-  }
-
-  void read_payload(v1::FrameHeader frame_header, wire::Payload payload, char* writable, std::size_t got) {
-    const std::size_t size = payload.size();
-    if (got == size) {
-      {
-        detail::MutexLock lock(read_mu_);  // readers keep off meanwhile (io_payload_): never held long
-        if (!deliver(std::move(frame_header), std::move(payload), nullptr)) return;
-      }
-      resume_headers();
-      return;
-    }
-    socket_.async_read_some(
-        asio::buffer(writable + got, std::min(size - got, kPayloadChunk)),
-        [self = shared_from_this(), frame_header = std::move(frame_header), payload = std::move(payload), writable,
-         got](const std::error_code& ec, std::size_t n) mutable {
-          if (self->closed_) return;
-          if (ec) {
-            self->close(lost(absl::StrCat("connection to ", self->peer_), ec), true);
-            return;
-          }
-          self->last_rx_.store(Clock::now(), std::memory_order_relaxed);
-          self->read_payload(std::move(frame_header), std::move(payload), writable, got + n);
-        });
+  // The connection is lost with a payload in progress: its sink learns it.
+  void fail_partial() ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    if (partial_.has_value() && partial_->sink != nullptr) partial_->sink->finish(false);
+    partial_.reset();
   }
 
   // Hands the payload bytes already in the read buffer (all of them belong
@@ -784,49 +848,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     rbegin_ = rend_ = 0;
     return true;
-  }
-
-  // Reads the rest of a payload into `sink` as the socket has it: waits
-  // until readable, then one non-blocking recv() inside the sink's
-  // receive(), so the sink may hold its lock while its memory is written.
-  void read_into_sink(std::size_t size, std::shared_ptr<PayloadSink> sink, std::size_t got) {
-    if (got == size) {
-      {
-        detail::MutexLock lock(read_mu_);  // readers keep off meanwhile (io_payload_): never held long
-        ++expected_sequence_;              // the frame header, checked before its payload was read
-      }
-      sink->finish(true);
-      resume_headers();
-      return;
-    }
-    socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this(), size, sink = std::move(sink),
-                                                      got](const std::error_code& ec) mutable {
-      if (self->closed_ || ec) {
-        sink->finish(false);
-        if (!self->closed_) self->close(lost(absl::StrCat("connection to ", self->peer_), ec), true);
-        return;
-      }
-      int error = 0;
-      bool eof = false;
-      const int fd = self->socket_.native_handle();
-      const std::size_t n = sink->receive(got, std::min(size - got, kPayloadChunk), [&](char* into, std::size_t max) {
-        const ssize_t r = ::recv(fd, into, max, MSG_DONTWAIT);
-        if (r > 0) return static_cast<std::size_t>(r);
-        if (r == 0) eof = true;
-        else error = errno;
-        return std::size_t{0};
-      });
-      if (eof || (error != 0 && error != EAGAIN && error != EWOULDBLOCK && error != EINTR)) {
-        sink->finish(false);
-        self->close(lost(absl::StrCat("connection to ", self->peer_),
-                         eof ? asio::error::make_error_code(asio::error::eof)
-                             : std::error_code(error, std::generic_category())),
-                    true);
-        return;
-      }
-      if (n > 0) self->last_rx_.store(Clock::now(), std::memory_order_relaxed);
-      self->read_into_sink(size, std::move(sink), got + n);
-    });
   }
 
   // Checks the frame's sequence number and hands it to the owner's handler
@@ -975,7 +996,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t rbegin_ ABSL_GUARDED_BY(read_mu_) = 0;
   std::size_t rend_ ABSL_GUARDED_BY(read_mu_) = 0;
   std::uint64_t expected_sequence_ ABSL_GUARDED_BY(read_mu_) = 1;
-  std::atomic<bool> io_payload_{false};   // the I/O thread reads a large payload: readers keep off
+  // A payload larger than what came with its frame header, as it arrives.
+  struct PartialPayload {
+    v1::FrameHeader frame_header;
+    std::shared_ptr<PayloadSink> sink;  // its destination; or, when null:
+    wire::Payload payload;              // a buffer of its own,
+    char* writable = nullptr;           // whose memory this is
+    std::size_t got = 0;                // bytes placed so far
+  };
+  std::optional<PartialPayload> partial_ ABSL_GUARDED_BY(read_mu_);
   std::atomic<bool> io_turn_{false};      // a reader left the next frame to the I/O thread
   std::atomic<bool> io_pending_{false};   // the I/O thread found read_mu_ held: the holder posts its turn
   std::atomic<bool> read_closed_{false};  // close() began

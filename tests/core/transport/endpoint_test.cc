@@ -1044,11 +1044,12 @@ struct ReaderInbox {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<std::pair<std::string, std::thread::id>> frames;  // message type, delivering thread
+  std::vector<std::size_t> payload_sizes;                        // of each frame
   std::shared_ptr<PeerReader> reader;
   std::vector<std::pair<std::string, absl::Status>> lost;
 
   MessageHandler handler() {
-    return [this](const std::string&, v1::FrameHeader&& frame_header, wire::Payload) {
+    return [this](const std::string&, v1::FrameHeader&& frame_header, wire::Payload payload) {
       std::shared_ptr<PeerReader> made;
       if (reader == nullptr) {  // handlers of one connection never run at once
         made = Endpoint::delivering_reader(
@@ -1057,6 +1058,7 @@ struct ReaderInbox {
       std::lock_guard lock(mu);
       if (made != nullptr) reader = std::move(made);
       frames.emplace_back(frame_header.message_type(), std::this_thread::get_id());
+      payload_sizes.push_back(payload.size());
       cv.notify_all();
     };
   }
@@ -1136,7 +1138,7 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
   ASSERT_NE(reader, nullptr);
   EXPECT_NE(inbox_a.frames[0].second, std::this_thread::get_id());  // the I/O thread delivered it
 
-  const std::string big(1 << 20, 'x');  // more than one read: the I/O thread reads it
+  const std::string big(1 << 20, 'x');  // more than one read
   {
     IoThreadHold hold(**a);
     ASSERT_TRUE(b->send(to_a, message("mine-1"), wire::Payload::copy_of("small")).ok());
@@ -1160,19 +1162,30 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
     EXPECT_EQ(inbox_a.count(), 3u);
   }
   ASSERT_TRUE(inbox_a.wait_frames(5));
-  ASSERT_TRUE(b->send(to_a, message("mine-big"), wire::Payload::copy_of(big)).ok());
-  ASSERT_TRUE(b->send(to_a, message("mine-6")).ok());
-  ASSERT_TRUE(pump_until(*reader, inbox_a, 7));
+  {
+    // A payload larger than one read, of a frame the reader takes: the
+    // reader reads all of it as it comes (the I/O thread is held).
+    IoThreadHold hold(**a);
+    ASSERT_TRUE(b->send(to_a, message("mine-big"), wire::Payload::copy_of(big)).ok());
+    ASSERT_TRUE(pump_until(*reader, inbox_a, 6));
+  }
+  ASSERT_TRUE(b->send(to_a, message("other-big"), wire::Payload::copy_of(big)).ok());
+  ASSERT_TRUE(b->send(to_a, message("mine-8")).ok());
+  ASSERT_TRUE(pump_until(*reader, inbox_a, 8));
 
   std::lock_guard lock(inbox_a.mu);
-  const std::vector<std::string> order = {"first", "mine-1", "mine-2", "other-3", "mine-4", "mine-big", "mine-6"};
+  const std::vector<std::string> order = {"first",  "mine-1",   "mine-2",    "other-3",
+                                          "mine-4", "mine-big", "other-big", "mine-8"};
   ASSERT_EQ(inbox_a.frames.size(), order.size());
   for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(inbox_a.frames[i].first, order[i]) << i;
   const std::thread::id me = std::this_thread::get_id();
   EXPECT_EQ(inbox_a.frames[1].second, me);  // the I/O thread was held: only the reader could
   EXPECT_EQ(inbox_a.frames[2].second, me);
   EXPECT_NE(inbox_a.frames[3].second, me);  // refused by the filter
-  EXPECT_NE(inbox_a.frames[5].second, me);  // a payload larger than one read
+  EXPECT_EQ(inbox_a.frames[5].second, me);  // the I/O thread was held
+  EXPECT_EQ(inbox_a.payload_sizes[5], big.size());
+  EXPECT_NE(inbox_a.frames[6].second, me);  // refused by the filter, however large
+  EXPECT_EQ(inbox_a.payload_sizes[6], big.size());
   EXPECT_TRUE(inbox_a.lost.empty());
 }
 
