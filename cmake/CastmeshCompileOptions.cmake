@@ -10,8 +10,12 @@ if(CASTMESH_SANITIZE MATCHES "thread")
   # GCC's -Wtsan says ThreadSanitizer does not model std::atomic_thread_fence;
   # code that uses fences on purpose (the scheduler) stays buildable with
   # -Werror under tsan, and the warning stays visible.
+  # The tsan preset builds at -O1 (CI time), where GCC 12's
+  # -Wmaybe-uninitialized reports absl::StatusOr's union member falsely;
+  # the dev (-O0) and release (-O2) builds keep the warning as an error.
   target_compile_options(castmesh_compile_options INTERFACE
-    $<$<COMPILE_LANGUAGE:C,CXX>:-Wno-error=tsan>)
+    $<$<COMPILE_LANGUAGE:C,CXX>:-Wno-error=tsan>
+    $<$<AND:$<COMPILE_LANGUAGE:C,CXX>,$<CXX_COMPILER_ID:GNU>>:-Wno-maybe-uninitialized>)
 endif()
 
 if(CASTMESH_SANITIZE)

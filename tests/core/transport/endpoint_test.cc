@@ -1102,21 +1102,24 @@ class IoThreadHold {
       held_ = true;
       cv_.notify_all();
       cv_.wait(lock, [this] { return released_; });
+      left_ = true;
+      cv_.notify_all();
     });
     std::unique_lock lock(mu_);
     cv_.wait(lock, [this] { return held_; });
   }
-  ~IoThreadHold() { release(); }
-  void release() {
-    std::lock_guard lock(mu_);
+  // Returns once the I/O thread has left the task (it uses this object until then).
+  ~IoThreadHold() {
+    std::unique_lock lock(mu_);
     released_ = true;
     cv_.notify_all();
+    cv_.wait(lock, [this] { return left_; });
   }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
-  bool held_ = false, released_ = false;
+  bool held_ = false, released_ = false, left_ = false;
 };
 
 TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRestToTheIoThread) {
