@@ -662,14 +662,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const int error = r == 0 ? 0 : errno;
       if (r < 0 && (error == EAGAIN || error == EWOULDBLOCK)) return Parsed::kMore;
       if (r < 0 && error == EINTR) continue;
-      const std::error_code ec =
-          r == 0 ? asio::error::make_error_code(asio::error::eof) : std::error_code(error, std::generic_category());
-      read_failed(mine, lost(established_ ? absl::StrCat("connection to ", peer_)
-                                          : absl::StrCat("connection from ", remote_),
-                             ec),
-                  /*protocol=*/false);
+      recv_failed(mine, error);
       return Parsed::kClosed;
     }
+  }
+
+  // A recv() on the connection failed with `error` (errno), or found it
+  // closed by the peer (`error` 0).
+  void recv_failed(const FrameFilter* mine, int error) {
+    const std::error_code ec =
+        error == 0 ? asio::error::make_error_code(asio::error::eof) : std::error_code(error, std::generic_category());
+    read_failed(mine,
+                lost(established_ ? absl::StrCat("connection to ", peer_) : absl::StrCat("connection from ", remote_),
+                     ec),
+                /*protocol=*/false);
   }
 
   // The connection cannot be read on: closed now on the I/O thread, or by
@@ -785,11 +791,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     while (partial.got < size) {
       if (mine == nullptr ? closed_ : read_closed_.load(std::memory_order_acquire)) return Parsed::kClosed;
       if (mine == nullptr && *payload_bytes >= kPayloadChunk) return Parsed::kYield;
-      int error = 0;
+      bool called = false;
+      int error = 0;  // of a recv() that read nothing: errno, or 0 when the peer closed
       auto take = [&](char* into, std::size_t max) {
+        called = true;
         const ssize_t r = ::recv(fd, into, max, MSG_DONTWAIT);
         if (r > 0) return static_cast<std::size_t>(r);
-        error = r == 0 ? -1 : errno;  // -1: the peer closed
+        error = r == 0 ? 0 : errno;
         return std::size_t{0};
       };
       const std::size_t want = std::min(size - partial.got, kPayloadChunk);
@@ -801,18 +809,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
         last_rx_.store(Clock::now(), std::memory_order_relaxed);
         continue;
       }
-      if (error == EINTR) continue;
-      if (error == EAGAIN || error == EWOULDBLOCK) return Parsed::kMore;
+      if (called && error == EINTR) continue;
+      if (called && (error == EAGAIN || error == EWOULDBLOCK)) return Parsed::kMore;
       fail_partial();
-      if (error == 0) {  // take was not called
+      if (!called) {
         read_failed(mine, absl::InternalError("a payload sink refused the bytes it was offered"), /*protocol=*/true);
-        return Parsed::kClosed;
+      } else {
+        recv_failed(mine, error);
       }
-      read_failed(mine,
-                  lost(absl::StrCat("connection to ", peer_),
-                       error == -1 ? asio::error::make_error_code(asio::error::eof)
-                                   : std::error_code(error, std::generic_category())),
-                  /*protocol=*/false);
       return Parsed::kClosed;
     }
     PartialPayload done = std::move(partial);
