@@ -49,6 +49,14 @@ bool enabled() {
   return on;
 }
 
+bool io_thread_defers() {
+  static const bool on = [] {
+    const char* v = std::getenv("CASTMESH_SOCKET_IO_DEFER");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 absl::Duration spin_time() {
   static const absl::Duration spin = [] {
     int us = 200;
@@ -124,6 +132,7 @@ class Watches {
     }
     std::shared_ptr<transport::PeerReader> reader = transport::Endpoint::delivering_reader(&waiter_may_deliver);
     if (reader == nullptr) return;
+    if (io_thread_defers()) reader->defer_io_thread();
     auto w = std::make_shared<Watched>(Watched{host, peer, platform::proc_on_this_host(peer), std::move(reader)});
     static const bool installed = [] {
       detail::set_socket_waiter(&wait_on_sockets);

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -219,6 +220,15 @@ void set_current_thread_name(const char* name) {
   ::pthread_set_name_np(::pthread_self(), truncated);
 #else
   (void)truncated;  // no portable call: the thread stays unnamed
+#endif
+}
+
+bool stop_preempting_on_wake() {
+#if CASTMESH_LINUX_FACILITIES
+  const sched_param param{};  // SCHED_BATCH has no static priority
+  return ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &param) == 0;
+#else
+  return false;  // POSIX has no class that only forgoes wake-up preemption
 #endif
 }
 

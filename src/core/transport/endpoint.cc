@@ -185,6 +185,11 @@ class Endpoint::Impl {
   std::optional<long> peer_pid(std::string_view peer) const;
   bool on_io_thread() const { return io_.get_executor().running_in_this_thread(); }
   void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+  // See PeerReader::defer_io_thread(). Any thread.
+  void defer_io_thread() {
+    if (io_thread_defers_.exchange(true, std::memory_order_acq_rel)) return;
+    post([] { (void)platform::stop_preempting_on_wake(); });
+  }
 
   // Called by connections, on the I/O thread.
   void on_established(const std::shared_ptr<Connection>& connection);
@@ -228,6 +233,7 @@ class Endpoint::Impl {
   asio::steady_timer accept_timer_;  // accepting again after a failed accept
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> io_thread_defers_{false};  // defer_io_thread() was called
 
   mutable detail::Mutex peers_mu_;
   // The connection used to send to each peer (one per peer proc).
@@ -622,6 +628,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The descriptor a PeerReader polls (a duplicate of the socket's, so it
   // stays valid however the connection closes), or -1.
   int reader_fd() const { return reader_fd_; }
+  Endpoint::Impl& owner() { return owner_; }
 
  private:
   enum class Parsed {
@@ -1427,6 +1434,12 @@ class ConnectionReader final : public PeerReader {
   Pumped pump() override {
     std::shared_ptr<Connection> connection = connection_.lock();
     return connection == nullptr ? Pumped::kGone : connection->pump_here(mine_);
+  }
+  void defer_io_thread() override {
+    // A live connection means a live endpoint (connections do not outlive it).
+    if (std::shared_ptr<Connection> connection = connection_.lock(); connection != nullptr) {
+      connection->owner().defer_io_thread();
+    }
   }
 
  private:

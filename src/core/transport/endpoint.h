@@ -152,6 +152,13 @@ class PeerReader {
   // Reads what the socket holds, without blocking, and delivers the
   // complete frames the filter accepts, on this thread.
   virtual Pumped pump() = 0;
+  // For a reader whose thread busy-waits on the connection: from now on,
+  // for the endpoint's life, its I/O thread does not preempt a running
+  // thread when a frame wakes it (platform::stop_preempting_on_wake). On
+  // a host whose cores all run busy-waiting callers, the I/O thread woken
+  // by the frame a caller is about to read itself would otherwise take a
+  // core from one of them. Idempotent. Any thread.
+  virtual void defer_io_thread() = 0;
 };
 
 class Endpoint {

@@ -7,6 +7,7 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -1121,6 +1123,40 @@ class IoThreadHold {
   std::condition_variable cv_;
   bool held_ = false, released_ = false, left_ = false;
 };
+
+// The scheduling policy of `endpoint`'s I/O thread, read on that thread.
+int io_thread_policy(Endpoint& endpoint) {
+  std::promise<int> policy;
+  endpoint.post([&policy] { policy.set_value(::sched_getscheduler(0)); });
+  return policy.get_future().get();
+}
+
+TEST_P(ChannelTest, DeferringToAReaderStopsTheIoThreadPreemptingOnWake) {
+  if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
+  if (!CASTMESH_LINUX_FACILITIES) GTEST_SKIP() << "SCHED_BATCH is Linux's";
+  ReaderInbox inbox_a;
+  Inbox inbox_b;
+  auto a = Endpoint::start(options_for(listen_url(GetParam(), "defer-a")), inbox_a.handler(), inbox_a.lost_handler());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = start(options_for(listen_url(GetParam(), "defer-b")), inbox_b);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->send((*a)->id(), message("first")).ok());
+  ASSERT_TRUE(inbox_a.wait_frames(1));
+  std::shared_ptr<PeerReader> reader;
+  {
+    std::lock_guard lock(inbox_a.mu);
+    reader = inbox_a.reader;
+  }
+  ASSERT_NE(reader, nullptr);
+  EXPECT_EQ(io_thread_policy(**a), SCHED_OTHER);  // a reader alone changes nothing
+  reader->defer_io_thread();
+  reader->defer_io_thread();  // idempotent
+  EXPECT_EQ(io_thread_policy(**a), SCHED_BATCH);
+  EXPECT_EQ(io_thread_policy(*b), SCHED_OTHER);  // the peer's endpoint is its own
+  // Frames still flow both ways.
+  ASSERT_TRUE(b->send((*a)->id(), message("second")).ok());
+  EXPECT_TRUE(inbox_a.wait_frames(2));
+}
 
 TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRestToTheIoThread) {
   if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
