@@ -159,8 +159,12 @@ class Watches {
   std::shared_ptr<const WatchList> list_ ABSL_GUARDED_BY(mu_) = std::make_shared<WatchList>();
 };
 
-// Reads every watched socket once. `busy[i]`: reader i could not be read
-// now (another thread holds it, or its next frame is the I/O thread's).
+// Reads every watched socket once, and writes what each connection has
+// queued beyond what its sender wrote at once (the rest of a large
+// message), which would otherwise wait for the I/O thread, and that does
+// not preempt a spinning waiter. True when it delivered or wrote something.
+// `busy[i]`: reader i could not be read now (another thread holds it, or
+// its next frame is the I/O thread's).
 bool read_all(const WatchList& list, std::vector<char>* busy) {
   bool any = false;
   t_reading = true;
@@ -173,7 +177,11 @@ bool read_all(const WatchList& list, std::vector<char>* busy) {
       any = true;
       g_waiter_reads.fetch_add(1, std::memory_order_relaxed);
     }
-    if (pumped == transport::PeerReader::Pumped::kGone) Watches::instance().remove(&w);
+    if (pumped == transport::PeerReader::Pumped::kGone) {
+      Watches::instance().remove(&w);
+    } else if (w.reader->push()) {
+      any = true;
+    }
     if (busy != nullptr) (*busy)[i] = pumped == transport::PeerReader::Pumped::kBusy;
   }
   t_reading = false;

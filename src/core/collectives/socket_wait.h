@@ -21,6 +21,11 @@
 // the sockets again each time it wakes. A frame the I/O thread reads first
 // is delivered by it as before: nothing depends on who reads.
 //
+// While it spins, the waiter also writes what its watched connections have
+// queued beyond what their senders wrote at once (the rest of a large
+// message that filled the socket: PeerReader::push), instead of leaving it
+// to the I/O thread.
+//
 // A proc whose waiters read a connection also makes its I/O thread stop
 // preempting running threads when it wakes (PeerReader::defer_io_thread):
 // with every core running a caller that spins for its peer's message, the

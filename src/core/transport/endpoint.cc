@@ -368,10 +368,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     const bool sparse = urgency == SendUrgency::kNow || now - last_enqueue_ >= kDirectWriteGap;
     last_enqueue_ = now;
     if (writing_ || !can_write_) return absl::OkStatus();  // the flush in progress takes it
-    if (sparse && pending_.size() == 1 && try_write_now_locked()) {
-      return absl::OkStatus();
+    // Idle and one chunk queued (a large payload included): one non-blocking
+    // gather write from this thread, so that a lone frame costs no I/O
+    // thread wake-up. What is left (the socket full, or an error, which the
+    // I/O thread's write then sees) goes to a flush.
+    std::vector<Chunk> written;
+    if (sparse && direct_fd_ >= 0 && write_queued_locked(direct_fd_, written) == Written::kAll) {
+      lock.unlock();
+      return absl::OkStatus();  // `written` (the caller's payload) is released unlocked
     }
-    writing_ = true;
+    set_writing_locked(true);
     lock.unlock();
     asio::post(owner_.io(), [self = shared_from_this()] { self->flush(); });
     return absl::OkStatus();
@@ -431,34 +437,69 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::size_t payload_left() const { return payload.size() - payload_sent; }
   };
 
-  // The connection idle and one chunk queued (a large payload included):
-  // one non-blocking gather write from the calling thread, so that a lone
-  // frame costs no I/O thread wake-up. True when it all went out; otherwise
-  // what is left stays queued for a flush.
-  bool try_write_now_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
-    if (direct_fd_ < 0) return false;
-    Chunk& chunk = pending_.front();
-    iovec iov[2];
-    int parts = 0;
-    if (!chunk.bytes.empty()) iov[parts++] = iovec{chunk.bytes.data(), chunk.bytes.size()};
-    if (chunk.payload_left() > 0) {
-      iov[parts++] = iovec{const_cast<char*>(chunk.payload.data()) + chunk.payload_sent, chunk.payload_left()};
+  enum class Written { kAll, kFull, kError };
+
+  // Writes the queue's front (handshake frames, then, once established, the
+  // pending chunks) with non-blocking gather writes until it is empty or the
+  // socket is full. The queue is the only record of what is left, so any
+  // thread holding out_mu_ may write: a sender finding the connection idle,
+  // a waiting reader's thread (push_here) or the I/O thread (flush), never
+  // two at once. Chunks written whole move to `written`, to be released
+  // after out_mu_ (a payload's release may call back into a sender).
+  // kError leaves the write's errno in *error.
+  Written write_queued_locked(int fd, std::vector<Chunk>& written, int* error = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    constexpr int kMaxParts = 64;
+    for (;;) {
+      iovec iov[kMaxParts];
+      int parts = 0;
+      if (!handshake_out_.empty()) iov[parts++] = iovec{handshake_out_.data(), handshake_out_.size()};
+      for (std::size_t i = 0; can_write_ && i < pending_.size() && parts + 2 <= kMaxParts; ++i) {
+        Chunk& chunk = pending_[i];
+        if (!chunk.bytes.empty()) iov[parts++] = iovec{chunk.bytes.data(), chunk.bytes.size()};
+        if (chunk.payload_left() > 0) {
+          iov[parts++] = iovec{const_cast<char*>(chunk.payload.data()) + chunk.payload_sent, chunk.payload_left()};
+        }
+      }
+      if (parts == 0) return Written::kAll;
+      msghdr message{};
+      message.msg_iov = iov;
+      message.msg_iovlen = parts;
+      const ssize_t n = ::sendmsg(fd, &message, MSG_DONTWAIT | kNoSigPipe);
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        if (error != nullptr) *error = errno;
+        return Written::kError;
+      }
+      if (n <= 0) return Written::kFull;
+      consume_written_locked(static_cast<std::size_t>(n), written);
     }
-    msghdr message{};
-    message.msg_iov = iov;
-    message.msg_iovlen = parts;
-    const ssize_t n = ::sendmsg(direct_fd_, &message, MSG_DONTWAIT | kNoSigPipe);
-    if (n <= 0) return false;  // EAGAIN or an error: the I/O thread's write will see it
-    const auto written = static_cast<std::size_t>(n);
-    queued_bytes_ -= std::min(queued_bytes_, written);
-    const std::size_t of_bytes = std::min(written, chunk.bytes.size());
-    chunk.bytes.erase(0, of_bytes);
-    chunk.payload_sent += written - of_bytes;
-    if (chunk.bytes.empty() && chunk.payload_left() == 0) {
-      pending_.clear();
-      return true;
+  }
+
+  // Drops `n` written bytes from the queue's front.
+  void consume_written_locked(std::size_t n, std::vector<Chunk>& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    const std::size_t of_handshake = std::min(n, handshake_out_.size());
+    handshake_out_.erase(0, of_handshake);
+    n -= of_handshake;
+    queued_bytes_ -= std::min(queued_bytes_, n);
+    std::size_t whole = 0;
+    while (n > 0 && whole < pending_.size()) {
+      Chunk& chunk = pending_[whole];
+      const std::size_t of_bytes = std::min(n, chunk.bytes.size());
+      chunk.bytes.erase(0, of_bytes);
+      n -= of_bytes;
+      const std::size_t of_payload = std::min(n, chunk.payload_left());
+      chunk.payload_sent += of_payload;
+      n -= of_payload;
+      if (!chunk.bytes.empty() || chunk.payload_left() > 0) break;
+      ++whole;
     }
-    return false;
+    for (std::size_t i = 0; i < whole; ++i) written.push_back(std::move(pending_[i]));
+    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(whole));
+  }
+
+  void set_writing_locked(bool writing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    writing_ = writing;
+    output_queued_.store(writing, std::memory_order_release);
   }
 
   void arm_handshake_timeout(absl::Duration deadline) {
@@ -478,61 +519,48 @@ class Connection : public std::enable_shared_from_this<Connection> {
       detail::MutexLock lock(out_mu_);
       wire::append_frame_body(hs, handshake_out_);
       if (writing_) return;
-      writing_ = true;
+      set_writing_locked(true);
     }
     flush_scheduled_now();
   }
 
   void flush_scheduled_now() { asio::post(owner_.io(), [self = shared_from_this()] { self->flush(); }); }
 
-  // Writes everything queued now in one gather write. Runs with writing_ set.
+  // Runs with writing_ set: writes what is queued; when the socket is full,
+  // waits until it is writable and writes again. A reader's thread may
+  // write from the same queue meanwhile (push_here).
   void flush() {
     if (closed_) return;
+    std::vector<Chunk> written;
+    Written result;
+    int error = 0;
     {
       detail::MutexLock lock(out_mu_);
-      if (!handshake_out_.empty()) {
-        inflight_.emplace_back();
-        inflight_.back().bytes.swap(handshake_out_);
-      }
-      inflight_counted_ = 0;
-      if (can_write_ && !pending_.empty()) {
-        for (const Chunk& chunk : pending_) inflight_counted_ += chunk.bytes.size() + chunk.payload_left();
-        if (inflight_.empty()) {
-          inflight_.swap(pending_);
-        } else {
-          for (Chunk& chunk : pending_) inflight_.push_back(std::move(chunk));
-          pending_.clear();
-        }
-      }
-      if (inflight_.empty()) {
-        writing_ = false;
+      result = write_queued_locked(socket_.native_handle(), written, &error);
+      if (result == Written::kAll) set_writing_locked(false);
+    }
+    if (result != Written::kError) last_tx_ = Clock::now();
+    after_write(written);
+    if (result == Written::kError) {
+      close(lost(absl::StrCat("write to ", peer_), std::error_code(error, std::system_category())), true);
+      return;
+    }
+    if (result == Written::kAll) return;
+    socket_.async_wait(asio::socket_base::wait_write, [self = shared_from_this()](const std::error_code& ec) {
+      if (self->closed_ || ec == asio::error::operation_aborted) return;
+      if (ec) {
+        self->close(lost(absl::StrCat("write to ", self->peer_), ec), true);
         return;
       }
-    }
-    buffers_.clear();
-    for (const Chunk& chunk : inflight_) {
-      if (!chunk.bytes.empty()) buffers_.emplace_back(chunk.bytes.data(), chunk.bytes.size());
-      if (chunk.payload_left() > 0) buffers_.emplace_back(chunk.payload.data() + chunk.payload_sent, chunk.payload_left());
-    }
-    asio::async_write(socket_, buffers_, [self = shared_from_this()](const std::error_code& ec, std::size_t n) {
-      self->on_written(ec, n);
+      self->flush();
     });
   }
 
-  void on_written(const std::error_code& ec, std::size_t /*written*/) {
-    if (closed_) return;
-    if (ec) {
-      close(lost(absl::StrCat("write to ", peer_), ec), true);
-      return;
-    }
-    last_tx_ = Clock::now();
-    inflight_.clear();
-    {
-      detail::MutexLock lock(out_mu_);
-      queued_bytes_ -= std::min(queued_bytes_, inflight_counted_);
-    }
+  // After a write, out_mu_ released: frees what went out and wakes senders
+  // waiting for queue space.
+  void after_write(std::vector<Chunk>& written) {
+    written.clear();
     out_cv_.notify_all();
-    flush();
   }
 
   // Handshake done: frame headers may flow.
@@ -549,7 +577,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       detail::MutexLock lock(out_mu_);
       can_write_ = true;
       direct_fd_ = socket_.native_handle();
-      if (!writing_ && !pending_.empty()) schedule = writing_ = true;
+      if (!writing_ && !pending_.empty()) {
+        set_writing_locked(true);
+        schedule = true;
+      }
     }
     if (schedule) flush_scheduled_now();
     owner_.on_established(shared_from_this());
@@ -623,6 +654,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
       asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
     }
     return result;
+  }
+
+  // A PeerReader's turn to write (any thread but the I/O thread): what the
+  // connection has queued, while a flush is pending, without waiting for
+  // the I/O thread to get a core. Errors are left to that flush. True when
+  // it wrote something.
+  bool push_here() {
+    if (!output_queued_.load(std::memory_order_acquire) || owner_.on_io_thread()) return false;
+    std::vector<Chunk> written;
+    bool wrote = false;
+    {
+      detail::MutexLock lock(out_mu_);
+      if (!writing_ || direct_fd_ < 0) return false;
+      const std::size_t before = queued_bytes_ + handshake_out_.size();
+      (void)write_queued_locked(direct_fd_, written);
+      wrote = queued_bytes_ + handshake_out_.size() != before;
+    }
+    after_write(written);
+    return wrote;
   }
 
   // The descriptor a PeerReader polls (a duplicate of the socket's, so it
@@ -989,16 +1039,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<Chunk> pending_ ABSL_GUARDED_BY(out_mu_);
   std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
   std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
-  bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled or a write is in flight
+  bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled, or waits for the socket
+  std::atomic<bool> output_queued_{false};  // writing_, for a reader's look without out_mu_
   bool can_write_ ABSL_GUARDED_BY(out_mu_) = false;  // handshake done: frame headers may be written
   bool out_closed_ ABSL_GUARDED_BY(out_mu_) = false;
   int direct_fd_ ABSL_GUARDED_BY(out_mu_) = -1;  // the socket, for direct writes; -1 once closing
   Clock::time_point last_enqueue_ ABSL_GUARDED_BY(out_mu_){};
   std::string handshake_out_ ABSL_GUARDED_BY(out_mu_);  // handshake frames not yet written
-  // Owned by the flush in progress (I/O thread).
-  std::vector<Chunk> inflight_;
-  std::vector<asio::const_buffer> buffers_;
-  std::size_t inflight_counted_ = 0;  // bytes of inflight_ counted in queued_bytes_
 
   // Inbound (see "reading" above).
   detail::Mutex read_mu_;
@@ -1434,6 +1481,10 @@ class ConnectionReader final : public PeerReader {
   Pumped pump() override {
     std::shared_ptr<Connection> connection = connection_.lock();
     return connection == nullptr ? Pumped::kGone : connection->pump_here(mine_);
+  }
+  bool push() override {
+    std::shared_ptr<Connection> connection = connection_.lock();
+    return connection != nullptr && connection->push_here();
   }
   void defer_io_thread() override {
     // A live connection means a live endpoint (connections do not outlive it).

@@ -19,7 +19,10 @@
 // after the previous one, or sent with SendUrgency::kNow, is written at once
 // by the sending thread, a large payload included (one non-blocking gather
 // write; whatever does not fit goes the normal way): a lone frame costs no
-// I/O thread wake-up, which on a VM costs tens of microseconds.
+// I/O thread wake-up, which on a VM costs tens of microseconds. The queue
+// is the only record of what is left to write: whoever holds its lock
+// writes its front without blocking (the sending thread, the I/O thread,
+// or a PeerReader's thread through push()), so bytes never interleave.
 //
 // Backpressure: each peer's outbound queue is bounded by
 // EndpointOptions::max_outbound_bytes (bytes queued or being written). A
@@ -152,6 +155,10 @@ class PeerReader {
   // Reads what the socket holds, without blocking, and delivers the
   // complete frames the filter accepts, on this thread.
   virtual Pumped pump() = 0;
+  // Writes, without blocking, what the connection has queued for the peer
+  // and the I/O thread has yet to write (the rest of a large send that
+  // filled the socket), on this thread. True when it wrote something.
+  virtual bool push() = 0;
   // For a reader whose thread busy-waits on the connection: from now on,
   // for the endpoint's life, its I/O thread does not preempt a running
   // thread when a frame wakes it (platform::stop_preempting_on_wake). On

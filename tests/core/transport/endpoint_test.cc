@@ -1124,6 +1124,31 @@ class IoThreadHold {
   bool held_ = false, released_ = false, left_ = false;
 };
 
+// Endpoint a, whose handler keeps a reader of the connection b opens, and
+// b, after one frame from b to a made that reader (delivered by a's I/O
+// thread). Fatal test failures leave `reader` null.
+struct ReaderPair {
+  ReaderInbox inbox_a;
+  Inbox inbox_b;
+  std::unique_ptr<Endpoint> a, b;
+  std::shared_ptr<PeerReader> reader;
+
+  void connect(const std::string& channel, const std::string& name) {
+    auto started = Endpoint::start(options_for(listen_url(channel, name + "-a")), inbox_a.handler(),
+                                   inbox_a.lost_handler());
+    ASSERT_TRUE(started.ok()) << started.status();
+    a = *std::move(started);
+    b = start(options_for(listen_url(channel, name + "-b")), inbox_b);
+    ASSERT_TRUE(b);
+    ASSERT_TRUE(b->send(a->id(), message("first")).ok());
+    ASSERT_TRUE(inbox_a.wait_frames(1));
+    std::lock_guard lock(inbox_a.mu);
+    ASSERT_NE(inbox_a.reader, nullptr);
+    EXPECT_NE(inbox_a.frames[0].second, std::this_thread::get_id());  // the I/O thread delivered it
+    reader = inbox_a.reader;
+  }
+};
+
 // The scheduling policy of `endpoint`'s I/O thread, read on that thread.
 int io_thread_policy(Endpoint& endpoint) {
   std::promise<int> policy;
@@ -1134,68 +1159,79 @@ int io_thread_policy(Endpoint& endpoint) {
 TEST_P(ChannelTest, DeferringToAReaderStopsTheIoThreadPreemptingOnWake) {
   if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
   if (!CASTMESH_LINUX_FACILITIES) GTEST_SKIP() << "SCHED_BATCH is Linux's";
-  ReaderInbox inbox_a;
-  Inbox inbox_b;
-  auto a = Endpoint::start(options_for(listen_url(GetParam(), "defer-a")), inbox_a.handler(), inbox_a.lost_handler());
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = start(options_for(listen_url(GetParam(), "defer-b")), inbox_b);
-  ASSERT_TRUE(b);
-  ASSERT_TRUE(b->send((*a)->id(), message("first")).ok());
-  ASSERT_TRUE(inbox_a.wait_frames(1));
-  std::shared_ptr<PeerReader> reader;
-  {
-    std::lock_guard lock(inbox_a.mu);
-    reader = inbox_a.reader;
+  ReaderPair pair;
+  pair.connect(GetParam(), "defer");
+  ASSERT_NE(pair.reader, nullptr);
+  EXPECT_EQ(io_thread_policy(*pair.a), SCHED_OTHER);  // a reader alone changes nothing
+  pair.reader->defer_io_thread();
+  pair.reader->defer_io_thread();  // idempotent
+  EXPECT_EQ(io_thread_policy(*pair.a), SCHED_BATCH);
+  EXPECT_EQ(io_thread_policy(*pair.b), SCHED_OTHER);  // the peer's endpoint is its own
+  // Frames still flow.
+  ASSERT_TRUE(pair.b->send(pair.a->id(), message("second")).ok());
+  EXPECT_TRUE(pair.inbox_a.wait_frames(2));
+}
+
+TEST_P(ChannelTest, PeerReaderPushWritesTheRestOfALargeSendWhileTheIoThreadCannot) {
+  if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
+  ReaderPair pair;
+  pair.connect(GetParam(), "push");
+  ASSERT_NE(pair.reader, nullptr);
+  PeerReader& reader = *pair.reader;
+  Inbox& inbox_b = pair.inbox_b;
+  EXPECT_FALSE(reader.push());  // nothing queued
+
+  std::string big(32 << 20, 'p');  // more than any socket buffer takes at once
+  big.back() = 'q';
+  IoThreadHold hold(*pair.a);
+  ASSERT_TRUE(pair.a->send(pair.b->id(), message("big"), wire::Payload::copy_of(big), SendUrgency::kNow).ok());
+  // a's I/O thread is held: the sender's own write took what the socket
+  // could hold, and only pushes move the rest.
+  EXPECT_FALSE(inbox_b.wait_messages(1, 50ms));
+  int pushes = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;  // a bound against a hang
+  while (inbox_b.message_count() == 0 && std::chrono::steady_clock::now() < deadline) {
+    pushes += reader.push() ? 1 : 0;
+    std::this_thread::sleep_for(100us);
   }
-  ASSERT_NE(reader, nullptr);
-  EXPECT_EQ(io_thread_policy(**a), SCHED_OTHER);  // a reader alone changes nothing
-  reader->defer_io_thread();
-  reader->defer_io_thread();  // idempotent
-  EXPECT_EQ(io_thread_policy(**a), SCHED_BATCH);
-  EXPECT_EQ(io_thread_policy(*b), SCHED_OTHER);  // the peer's endpoint is its own
-  // Frames still flow both ways.
-  ASSERT_TRUE(b->send((*a)->id(), message("second")).ok());
-  EXPECT_TRUE(inbox_a.wait_frames(2));
+  ASSERT_EQ(inbox_b.message_count(), 1u);
+  EXPECT_GT(pushes, 0);
+  const auto got = inbox_b.messages().front();
+  EXPECT_EQ(got.frame_header.message_type(), "big");
+  EXPECT_TRUE(std::string_view(got.payload.data(), got.payload.size()) == big);
+  EXPECT_FALSE(reader.push());  // all written
 }
 
 TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRestToTheIoThread) {
   if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
-  ReaderInbox inbox_a;
-  Inbox inbox_b;
-  auto a = Endpoint::start(options_for(listen_url(GetParam(), "reader-a")), inbox_a.handler(), inbox_a.lost_handler());
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = start(options_for(listen_url(GetParam(), "reader-b")), inbox_b);
-  ASSERT_TRUE(b);
-  const std::string to_a = (*a)->id();
-  ASSERT_TRUE(b->send(to_a, message("first")).ok());
-  ASSERT_TRUE(inbox_a.wait_frames(1));
-  std::shared_ptr<PeerReader> reader;
-  {
-    std::lock_guard lock(inbox_a.mu);
-    reader = inbox_a.reader;
-  }
-  ASSERT_NE(reader, nullptr);
-  EXPECT_NE(inbox_a.frames[0].second, std::this_thread::get_id());  // the I/O thread delivered it
+  ReaderPair pair;
+  pair.connect(GetParam(), "reader");
+  ASSERT_NE(pair.reader, nullptr);
+  ReaderInbox& inbox_a = pair.inbox_a;
+  Endpoint& a = *pair.a;
+  Endpoint& b = *pair.b;
+  PeerReader& reader = *pair.reader;
+  const std::string to_a = a.id();
 
   const std::string big(1 << 20, 'x');  // more than one read
   {
-    IoThreadHold hold(**a);
-    ASSERT_TRUE(b->send(to_a, message("mine-1"), wire::Payload::copy_of("small")).ok());
-    ASSERT_TRUE(b->send(to_a, message("mine-2")).ok());
-    ASSERT_TRUE(b->send(to_a, message("other-3")).ok());
-    ASSERT_TRUE(b->send(to_a, message("mine-4")).ok());
-    ASSERT_TRUE(pump_until(*reader, inbox_a, 3));
+    IoThreadHold hold(a);
+    ASSERT_TRUE(b.send(to_a, message("mine-1"), wire::Payload::copy_of("small")).ok());
+    ASSERT_TRUE(b.send(to_a, message("mine-2")).ok());
+    ASSERT_TRUE(b.send(to_a, message("other-3")).ok());
+    ASSERT_TRUE(b.send(to_a, message("mine-4")).ok());
+    ASSERT_TRUE(pump_until(reader, inbox_a, 3));
     PeerReader::Pumped pumped = PeerReader::Pumped::kNothing;  // until other-3 is in
     const auto deadline = std::chrono::steady_clock::now() + 10s;  // a bound against a hang
     while (pumped == PeerReader::Pumped::kNothing && std::chrono::steady_clock::now() < deadline) {
-      pumped = reader->pump();
-      pollfd pfd{reader->fd(), POLLIN, 0};
+      pumped = reader.pump();
+      pollfd pfd{reader.fd(), POLLIN, 0};
       if (pumped == PeerReader::Pumped::kNothing) (void)::poll(&pfd, 1, 1);
     }
     EXPECT_EQ(pumped, PeerReader::Pumped::kBusy);
     // What follows the I/O thread's frame waits for it, however long.
     for (int i = 0; i < 20; ++i) {
-      EXPECT_EQ(reader->pump(), PeerReader::Pumped::kBusy);
+      EXPECT_EQ(reader.pump(), PeerReader::Pumped::kBusy);
       std::this_thread::sleep_for(1ms);
     }
     EXPECT_EQ(inbox_a.count(), 3u);
@@ -1204,13 +1240,13 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
   {
     // A payload larger than one read, of a frame the reader takes: the
     // reader reads all of it as it comes (the I/O thread is held).
-    IoThreadHold hold(**a);
-    ASSERT_TRUE(b->send(to_a, message("mine-big"), wire::Payload::copy_of(big)).ok());
-    ASSERT_TRUE(pump_until(*reader, inbox_a, 6));
+    IoThreadHold hold(a);
+    ASSERT_TRUE(b.send(to_a, message("mine-big"), wire::Payload::copy_of(big)).ok());
+    ASSERT_TRUE(pump_until(reader, inbox_a, 6));
   }
-  ASSERT_TRUE(b->send(to_a, message("other-big"), wire::Payload::copy_of(big)).ok());
-  ASSERT_TRUE(b->send(to_a, message("mine-8")).ok());
-  ASSERT_TRUE(pump_until(*reader, inbox_a, 8));
+  ASSERT_TRUE(b.send(to_a, message("other-big"), wire::Payload::copy_of(big)).ok());
+  ASSERT_TRUE(b.send(to_a, message("mine-8")).ok());
+  ASSERT_TRUE(pump_until(reader, inbox_a, 8));
 
   std::lock_guard lock(inbox_a.mu);
   const std::vector<std::string> order = {"first",  "mine-1",   "mine-2",    "other-3",
