@@ -132,7 +132,6 @@ class Watches {
     }
     std::shared_ptr<transport::PeerReader> reader = transport::Endpoint::delivering_reader(&waiter_may_deliver);
     if (reader == nullptr) return;
-    if (io_thread_defers()) reader->defer_io_thread();
     auto w = std::make_shared<Watched>(Watched{host, peer, platform::proc_on_this_host(peer), std::move(reader)});
     static const bool installed = [] {
       detail::set_socket_waiter(&wait_on_sockets);
@@ -186,6 +185,15 @@ bool read_all(const WatchList& list, std::vector<char>* busy) {
   }
   t_reading = false;
   return any;
+}
+
+// Asks the I/O thread of every watched connection's endpoint not to
+// preempt this thread's spin when a frame wakes it (PeerReader::defer_io_thread).
+void defer_io_threads(const WatchList& list) {
+  for (const auto& w : list) {
+    std::shared_ptr<proc::ProcHost> host = w->host.lock();  // keeps the endpoint alive
+    if (host != nullptr) w->reader->defer_io_thread();
+  }
 }
 
 // This thread's eventfd, which a request's completion writes while the
@@ -279,7 +287,9 @@ bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail:
   static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t local = std::count_if(list->begin(), list->end(), [](const auto& w) { return w->on_this_host; });
   const bool oversubscribed = local + 1 > cores;
-  const absl::Time until = std::min(absl::Now() + (spin_pays() ? spin_time() : absl::ZeroDuration()), deadline);
+  const bool spin = spin_pays();
+  if (spin && io_thread_defers()) defer_io_threads(*list);
+  const absl::Time until = std::min(absl::Now() + (spin ? spin_time() : absl::ZeroDuration()), deadline);
   bool first = true;
   for (int i = 0; !request.done(); ++i) {
     if (!read_all(*list, nullptr)) {

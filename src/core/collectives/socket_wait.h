@@ -26,13 +26,14 @@
 // message that filled the socket: PeerReader::push), instead of leaving it
 // to the I/O thread.
 //
-// A proc whose waiters read a connection also makes its I/O thread stop
-// preempting running threads when it wakes (PeerReader::defer_io_thread):
-// with every core running a caller that spins for its peer's message, the
-// I/O thread woken by that message's arrival took a core from one of them
-// (it preempted the sender, or the very waiter about to read the message),
-// which doubled small-message latency over TCP (bench/RESULTS.md). It then
-// runs when a core is free or at the next scheduler tick.
+// A waiter about to spin also makes its proc's I/O thread stop preempting
+// running threads when it wakes (PeerReader::defer_io_thread), until no
+// waiter has spun for a heartbeat interval: with every core running a
+// caller that spins for its peer's message, the I/O thread woken by that
+// message's arrival took a core from one of them (it preempted the sender,
+// or the very waiter about to read the message), which doubled
+// small-message latency over TCP (bench/RESULTS.md). It then runs when a
+// core is free or at the next scheduler tick.
 // CASTMESH_SOCKET_IO_DEFER=0 keeps the I/O thread preempting.
 //
 // CASTMESH_SOCKET_WAIT=0 turns it all off (the I/O thread reads everything).

@@ -223,11 +223,12 @@ void set_current_thread_name(const char* name) {
 #endif
 }
 
-bool stop_preempting_on_wake() {
+bool set_calling_thread_defers_on_wake(bool defers) {
 #if CASTMESH_LINUX_FACILITIES
-  const sched_param param{};  // SCHED_BATCH has no static priority
-  return ::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &param) == 0;
+  const sched_param param{};  // neither policy has a static priority
+  return ::pthread_setschedparam(::pthread_self(), defers ? SCHED_BATCH : SCHED_OTHER, &param) == 0;
 #else
+  (void)defers;
   return false;  // POSIX has no class that only forgoes wake-up preemption
 #endif
 }

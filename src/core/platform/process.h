@@ -57,12 +57,12 @@ OpenFileLimit raise_open_file_limit();
 // characters are kept). A no-op where the system has no such call.
 void set_current_thread_name(const char* name);
 
-// Makes the calling thread stop preempting a running thread when it wakes:
-// it then runs on a free core, or on a busy one at the scheduler's next
-// tick (Linux SCHED_BATCH, same priority otherwise). For a thread whose
-// wake-ups would take the core from a thread busy-waiting for the very
-// event that woke it. False where the system has no such policy. Calling
-// thread only.
-bool stop_preempting_on_wake();
+// With `defers`, makes the calling thread stop preempting a running thread
+// when it wakes: it then runs on a free core, or on a busy one at the
+// scheduler's next tick (Linux SCHED_BATCH, same priority otherwise); for a
+// thread whose wake-ups would take the core from a thread busy-waiting for
+// the very event that woke it. Without, the default policy again. False
+// where the system has no such policy. Calling thread only.
+bool set_calling_thread_defers_on_wake(bool defers);
 
 }  // namespace castmesh::platform

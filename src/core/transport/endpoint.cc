@@ -187,8 +187,19 @@ class Endpoint::Impl {
   void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
   // See PeerReader::defer_io_thread(). Any thread.
   void defer_io_thread() {
+    last_deferral_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     if (io_thread_defers_.exchange(true, std::memory_order_acq_rel)) return;
-    post([] { (void)platform::stop_preempting_on_wake(); });
+    post([] { (void)platform::set_calling_thread_defers_on_wake(true); });
+  }
+  // I/O thread, each heartbeat tick: preempting again once no reader asked
+  // for a whole heartbeat interval. A request racing with this only goes
+  // unserved until the next one, which finds the flag down and posts.
+  void end_idle_deferral(Clock::time_point now) {
+    if (!io_thread_defers_.load(std::memory_order_acquire)) return;
+    const Clock::time_point last{Clock::duration{last_deferral_.load(std::memory_order_relaxed)}};
+    if (now - last < absl::ToChronoNanoseconds(options_.heartbeat_interval)) return;
+    io_thread_defers_.store(false, std::memory_order_release);
+    (void)platform::set_calling_thread_defers_on_wake(false);
   }
 
   // Called by connections, on the I/O thread.
@@ -233,7 +244,8 @@ class Endpoint::Impl {
   asio::steady_timer accept_timer_;  // accepting again after a failed accept
   std::thread thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> io_thread_defers_{false};  // defer_io_thread() was called
+  std::atomic<bool> io_thread_defers_{false};  // the I/O thread defers on wake (or is about to)
+  std::atomic<Clock::rep> last_deferral_{0};     // when a reader last asked it to
 
   mutable detail::Mutex peers_mu_;
   // The connection used to send to each peer (one per peer proc).
@@ -1256,6 +1268,7 @@ void Endpoint::Impl::arm_heartbeat() {
     }
     const auto now = Clock::now();
     for (auto& connection : all) connection->tick(now);
+    end_idle_deferral(now);
     arm_heartbeat();
   });
 }

@@ -159,12 +159,13 @@ class PeerReader {
   // and the I/O thread has yet to write (the rest of a large send that
   // filled the socket), on this thread. True when it wrote something.
   virtual bool push() = 0;
-  // For a reader whose thread busy-waits on the connection: from now on,
-  // for the endpoint's life, its I/O thread does not preempt a running
-  // thread when a frame wakes it (platform::stop_preempting_on_wake). On
-  // a host whose cores all run busy-waiting callers, the I/O thread woken
-  // by the frame a caller is about to read itself would otherwise take a
-  // core from one of them. Idempotent. Any thread.
+  // For a reader whose thread is about to busy-wait on the connection: the
+  // endpoint's I/O thread stops preempting a running thread when a frame
+  // wakes it (platform::set_calling_thread_defers_on_wake), until no
+  // reader has asked for a whole heartbeat interval. On a host whose cores
+  // all run busy-waiting callers, the I/O thread woken by the frame a
+  // caller is about to read itself would otherwise take a core from one of
+  // them. Cheap when repeated (two atomics). Any thread.
   virtual void defer_io_thread() = 0;
 };
 

@@ -1133,9 +1133,10 @@ struct ReaderPair {
   std::unique_ptr<Endpoint> a, b;
   std::shared_ptr<PeerReader> reader;
 
-  void connect(const std::string& channel, const std::string& name) {
-    auto started = Endpoint::start(options_for(listen_url(channel, name + "-a")), inbox_a.handler(),
-                                   inbox_a.lost_handler());
+  void connect(const std::string& channel, const std::string& name, EndpointOptions options_a = {}) {
+    options_a.listen = listen_url(channel, name + "-a");
+    options_a.secret = kSecret;
+    auto started = Endpoint::start(std::move(options_a), inbox_a.handler(), inbox_a.lost_handler());
     ASSERT_TRUE(started.ok()) << started.status();
     a = *std::move(started);
     b = start(options_for(listen_url(channel, name + "-b")), inbox_b);
@@ -1156,20 +1157,31 @@ int io_thread_policy(Endpoint& endpoint) {
   return policy.get_future().get();
 }
 
-TEST_P(ChannelTest, DeferringToAReaderStopsTheIoThreadPreemptingOnWake) {
+TEST_P(ChannelTest, DeferringToAReaderStopsTheIoThreadPreemptingOnWakeUntilNoReaderAsks) {
   if (GetParam() == "local") GTEST_SKIP() << "local: has no socket";
   if (!CASTMESH_LINUX_FACILITIES) GTEST_SKIP() << "SCHED_BATCH is Linux's";
   ReaderPair pair;
-  pair.connect(GetParam(), "defer");
+  EndpointOptions options_a;
+  options_a.heartbeat_interval = absl::Milliseconds(50);  // how long a request holds
+  pair.connect(GetParam(), "defer", options_a);
   ASSERT_NE(pair.reader, nullptr);
   EXPECT_EQ(io_thread_policy(*pair.a), SCHED_OTHER);  // a reader alone changes nothing
-  pair.reader->defer_io_thread();
-  pair.reader->defer_io_thread();  // idempotent
-  EXPECT_EQ(io_thread_policy(*pair.a), SCHED_BATCH);
+  // Asked again and again (every spinning wait asks): it stays deferring.
+  const auto asking_until = std::chrono::steady_clock::now() + 300ms;
+  while (std::chrono::steady_clock::now() < asking_until) {
+    pair.reader->defer_io_thread();
+    EXPECT_EQ(io_thread_policy(*pair.a), SCHED_BATCH);
+    std::this_thread::sleep_for(10ms);
+  }
   EXPECT_EQ(io_thread_policy(*pair.b), SCHED_OTHER);  // the peer's endpoint is its own
-  // Frames still flow.
-  ASSERT_TRUE(pair.b->send(pair.a->id(), message("second")).ok());
+  ASSERT_TRUE(pair.b->send(pair.a->id(), message("second")).ok());  // frames still flow
   EXPECT_TRUE(pair.inbox_a.wait_frames(2));
+  // Nobody asks any more: preempting again within a few heartbeat ticks.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;  // a bound against a hang
+  while (io_thread_policy(*pair.a) != SCHED_OTHER && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(io_thread_policy(*pair.a), SCHED_OTHER);
 }
 
 TEST_P(ChannelTest, PeerReaderPushWritesTheRestOfALargeSendWhileTheIoThreadCannot) {
