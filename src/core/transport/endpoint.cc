@@ -451,51 +451,41 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   enum class Written { kAll, kFull, kError };
 
-  // Writes the queue's front (handshake frames, then, once established, the
-  // pending chunks) with non-blocking gather writes until it is empty or the
-  // socket is full. The queue is the only record of what is left, so any
-  // thread holding out_mu_ may write: a sender finding the connection idle,
-  // a waiting reader's thread (push_here) or the I/O thread (flush), never
-  // two at once. Chunks written whole move to `written`, to be released
-  // after out_mu_ (a payload's release may call back into a sender).
-  // kError leaves the write's errno in *error.
-  Written write_queued_locked(int fd, std::vector<Chunk>& written, int* error = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+  // One non-blocking gather write of `head` (handshake bytes) then the
+  // chunks of `queue`, in order: the bytes written, 0 when the socket is
+  // full, or -errno.
+  static ssize_t send_front(int fd, const std::string& head, std::vector<Chunk>& queue) {
     constexpr int kMaxParts = 64;
-    for (;;) {
-      iovec iov[kMaxParts];
-      int parts = 0;
-      if (!handshake_out_.empty()) iov[parts++] = iovec{handshake_out_.data(), handshake_out_.size()};
-      for (std::size_t i = 0; can_write_ && i < pending_.size() && parts + 2 <= kMaxParts; ++i) {
-        Chunk& chunk = pending_[i];
-        if (!chunk.bytes.empty()) iov[parts++] = iovec{chunk.bytes.data(), chunk.bytes.size()};
-        if (chunk.payload_left() > 0) {
-          iov[parts++] = iovec{const_cast<char*>(chunk.payload.data()) + chunk.payload_sent, chunk.payload_left()};
-        }
+    iovec iov[kMaxParts];
+    int parts = 0;
+    if (!head.empty()) iov[parts++] = iovec{const_cast<char*>(head.data()), head.size()};
+    for (std::size_t i = 0; i < queue.size() && parts + 2 <= kMaxParts; ++i) {
+      Chunk& chunk = queue[i];
+      if (!chunk.bytes.empty()) iov[parts++] = iovec{chunk.bytes.data(), chunk.bytes.size()};
+      if (chunk.payload_left() > 0) {
+        iov[parts++] = iovec{const_cast<char*>(chunk.payload.data()) + chunk.payload_sent, chunk.payload_left()};
       }
-      if (parts == 0) return Written::kAll;
-      msghdr message{};
-      message.msg_iov = iov;
-      message.msg_iovlen = parts;
-      const ssize_t n = ::sendmsg(fd, &message, MSG_DONTWAIT | kNoSigPipe);
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        if (error != nullptr) *error = errno;
-        return Written::kError;
-      }
-      if (n <= 0) return Written::kFull;
-      consume_written_locked(static_cast<std::size_t>(n), written);
     }
+    msghdr message{};
+    message.msg_iov = iov;
+    message.msg_iovlen = parts;
+    const ssize_t n = ::sendmsg(fd, &message, MSG_DONTWAIT | kNoSigPipe);
+    if (n >= 0) return n;
+    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
   }
 
-  // Drops `n` written bytes from the queue's front.
-  void consume_written_locked(std::size_t n, std::vector<Chunk>& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
-    const std::size_t of_handshake = std::min(n, handshake_out_.size());
-    handshake_out_.erase(0, of_handshake);
-    n -= of_handshake;
-    queued_bytes_ -= std::min(queued_bytes_, n);
+  // Drops `n` written bytes from the front of `head` then `queue`; chunks
+  // written whole move to `written`. Returns how many were `queue`'s (the
+  // bytes counted in queued_bytes_).
+  static std::size_t drop_front(std::size_t n, std::string& head, std::vector<Chunk>& queue,
+                                std::vector<Chunk>& written) {
+    const std::size_t of_head = std::min(n, head.size());
+    head.erase(0, of_head);
+    n -= of_head;
+    const std::size_t of_queue = n;
     std::size_t whole = 0;
-    while (n > 0 && whole < pending_.size()) {
-      Chunk& chunk = pending_[whole];
+    while (n > 0 && whole < queue.size()) {
+      Chunk& chunk = queue[whole];
       const std::size_t of_bytes = std::min(n, chunk.bytes.size());
       chunk.bytes.erase(0, of_bytes);
       n -= of_bytes;
@@ -505,8 +495,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (!chunk.bytes.empty() || chunk.payload_left() > 0) break;
       ++whole;
     }
-    for (std::size_t i = 0; i < whole; ++i) written.push_back(std::move(pending_[i]));
-    pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(whole));
+    for (std::size_t i = 0; i < whole; ++i) written.push_back(std::move(queue[i]));
+    queue.erase(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(whole));
+    return of_queue;
+  }
+
+  // Writes the queue (handshake frames, then the pending chunks) from this
+  // thread, holding out_mu_, until it is empty or the socket is full: a
+  // sender finding the connection idle, or a waiting reader's thread while
+  // the I/O thread waits for the socket (push_here). The I/O thread's flush
+  // writes without out_mu_, from chunks it takes out of the queue and puts
+  // back unwritten (io_writing_ meanwhile), so that senders are not held up
+  // by its writes; no two writers ever interleave. Chunks written whole move
+  // to `written`, to be released after out_mu_ (a payload's release may
+  // call back into a sender).
+  Written write_queued_locked(int fd, std::vector<Chunk>& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    while (!handshake_out_.empty() || !pending_.empty()) {
+      const ssize_t n = send_front(fd, handshake_out_, pending_);
+      if (n < 0) return Written::kError;
+      if (n == 0) return Written::kFull;
+      queued_bytes_ -= std::min(queued_bytes_, drop_front(static_cast<std::size_t>(n), handshake_out_, pending_, written));
+    }
+    return Written::kAll;
   }
 
   void set_writing_locked(bool writing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
@@ -538,26 +548,57 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void flush_scheduled_now() { asio::post(owner_.io(), [self = shared_from_this()] { self->flush(); }); }
 
-  // Runs with writing_ set: writes what is queued; when the socket is full,
-  // waits until it is writable and writes again. A reader's thread may
-  // write from the same queue meanwhile (push_here).
+  // Runs with writing_ set: writes what is queued, without out_mu_, from
+  // what it takes out of the queue; when the socket is full it puts the rest
+  // back, waits until the socket is writable and writes again (a reader's
+  // thread may write from the queue meanwhile: push_here).
   void flush() {
-    if (closed_) return;
-    std::vector<Chunk> written;
-    Written result;
-    int error = 0;
-    {
-      detail::MutexLock lock(out_mu_);
-      result = write_queued_locked(socket_.native_handle(), written, &error);
-      if (result == Written::kAll) set_writing_locked(false);
+    for (;;) {
+      if (closed_) return;
+      std::string head;
+      std::vector<Chunk> mine;
+      {
+        detail::MutexLock lock(out_mu_);
+        head.swap(handshake_out_);
+        if (can_write_) mine.swap(pending_);
+        if (head.empty() && mine.empty()) {
+          set_writing_locked(false);
+          return;
+        }
+        io_writing_ = true;
+      }
+      std::vector<Chunk> written;
+      std::size_t counted = 0;
+      ssize_t n = 1;
+      while (n > 0 && (!head.empty() || !mine.empty())) {
+        n = send_front(socket_.native_handle(), head, mine);
+        if (n > 0) counted += drop_front(static_cast<std::size_t>(n), head, mine, written);
+      }
+      {
+        detail::MutexLock lock(out_mu_);
+        io_writing_ = false;
+        queued_bytes_ -= std::min(queued_bytes_, counted);
+        handshake_out_.insert(0, head);  // the unwritten rest goes back in front
+        if (!mine.empty()) {
+          for (Chunk& chunk : pending_) mine.push_back(std::move(chunk));
+          pending_.swap(mine);
+        }
+      }
+      last_tx_ = Clock::now();
+      after_write(written);
+      if (n < 0) {
+        close(lost(absl::StrCat("write to ", peer_), std::error_code(static_cast<int>(-n), std::system_category())),
+              true);
+        return;
+      }
+      if (n == 0) {
+        wait_writable();
+        return;
+      }
     }
-    if (result != Written::kError) last_tx_ = Clock::now();
-    after_write(written);
-    if (result == Written::kError) {
-      close(lost(absl::StrCat("write to ", peer_), std::error_code(error, std::system_category())), true);
-      return;
-    }
-    if (result == Written::kAll) return;
+  }
+
+  void wait_writable() {
     socket_.async_wait(asio::socket_base::wait_write, [self = shared_from_this()](const std::error_code& ec) {
       if (self->closed_ || ec == asio::error::operation_aborted) return;
       if (ec) {
@@ -678,7 +719,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool wrote = false;
     {
       detail::MutexLock lock(out_mu_);
-      if (!writing_ || direct_fd_ < 0) return false;
+      if (!writing_ || io_writing_ || direct_fd_ < 0) return false;
       const std::size_t before = queued_bytes_ + handshake_out_.size();
       (void)write_queued_locked(direct_fd_, written);
       wrote = queued_bytes_ + handshake_out_.size() != before;
@@ -1052,6 +1093,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
   std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
   bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled, or waits for the socket
+  bool io_writing_ ABSL_GUARDED_BY(out_mu_) = false;  // the flush holds chunks taken out of the queue
   std::atomic<bool> output_queued_{false};  // writing_, for a reader's look without out_mu_
   bool can_write_ ABSL_GUARDED_BY(out_mu_) = false;  // handshake done: frame headers may be written
   bool out_closed_ ABSL_GUARDED_BY(out_mu_) = false;
