@@ -598,6 +598,11 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
     poll();
     return false;
   }
+  // The awaited record is often there already (the peer was first): one look
+  // before counting as a poller, which costs two writes to lines the peers'
+  // producers read, and a look after.
+  for (const auto& p : *peers) (void)consume(*p);
+  if (request.done()) return false;
   // More procs on this host than cores: give the peer the core while spinning.
   static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool oversubscribed = peers->size() + 1 > cores;
