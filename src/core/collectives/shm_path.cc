@@ -18,6 +18,7 @@
 #include "core/collectives/thread_cache.h"
 #include "core/log/log.h"
 #include "core/platform/core_contention.h"
+#include "core/platform/process.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/scheduler/futex.h"
@@ -85,10 +86,7 @@ absl::Duration wait_spin(bool oversubscribed) {
 // spin and drain threads serve it (the path before the waiter bells; for
 // A/B measurements, and the behaviour where futex_waitv is missing).
 bool waiter_sleep_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("CASTMESH_SHM_WAITER_SLEEP");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = platform::env_switch_on("CASTMESH_SHM_WAITER_SLEEP");
   return on;
 }
 
@@ -146,10 +144,7 @@ class SpinYield {
 thread_local SpinYield t_spin_yield;
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("CASTMESH_SHM");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = platform::env_switch_on("CASTMESH_SHM");
   return on;
 }
 
@@ -598,10 +593,19 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
     poll();
     return false;
   }
+  auto look = [&] {
+    bool any = false, busy = false;
+    for (const auto& p : *peers) {
+      const Consumed c = consume(*p);
+      any |= c == Consumed::kHandled;
+      busy |= c == Consumed::kBusy;
+    }
+    return std::pair(any, busy);
+  };
   // The awaited record is often there already (the peer was first): one look
   // before counting as a poller, which costs two writes to lines the peers'
   // producers read, and a look after.
-  for (const auto& p : *peers) (void)consume(*p);
+  (void)look();
   if (request.done()) return false;
   // More procs on this host than cores: give the peer the core while spinning.
   static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -612,15 +616,6 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
   for (const auto& p : *peers) p->inbound->start_polling();
   const absl::Time start = absl::Now();
   const absl::Time until = std::min(start + wait_spin(oversubscribed), deadline);
-  auto look = [&] {
-    bool any = false, busy = false;
-    for (const auto& p : *peers) {
-      const Consumed c = consume(*p);
-      any |= c == Consumed::kHandled;
-      busy |= c == Consumed::kBusy;
-    }
-    return std::pair(any, busy);
-  };
   bool yield = oversubscribed || t_spin_yield.at(absl::ToUnixNanos(start));
   for (int i = 0; !request.done(); ++i) {
     const auto [any, busy] = look();

@@ -6,6 +6,7 @@
 
 #include "core/log/log.h"
 #include "core/platform/platform.h"
+#include "core/platform/process.h"
 #include "core/platform/process_memory.h"
 
 namespace castmesh::collectives {
@@ -14,10 +15,7 @@ namespace {
 std::atomic<bool> refused{false};
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("CASTMESH_SINGLE_COPY");
-    return CASTMESH_LINUX_FACILITIES && (v == nullptr || std::string_view(v) != "0");
-  }();
+  static const bool on = CASTMESH_LINUX_FACILITIES && platform::env_switch_on("CASTMESH_SINGLE_COPY");
   return on && !refused.load(std::memory_order_relaxed);
 }
 

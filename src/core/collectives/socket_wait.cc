@@ -22,6 +22,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
 #include "core/collectives/request_state.h"
+#include "core/platform/process.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/scheduler/futex.h"
@@ -42,18 +43,12 @@ std::atomic<uint64_t> g_waiter_sleeps{0};
 thread_local bool t_reading = false;
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("CASTMESH_SOCKET_WAIT");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = platform::env_switch_on("CASTMESH_SOCKET_WAIT");
   return on;
 }
 
 bool io_thread_defers() {
-  static const bool on = [] {
-    const char* v = std::getenv("CASTMESH_SOCKET_IO_DEFER");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = platform::env_switch_on("CASTMESH_SOCKET_IO_DEFER");
   return on;
 }
 

@@ -20,9 +20,11 @@
 // by the sending thread, a large payload included (one non-blocking gather
 // write; whatever does not fit goes the normal way): a lone frame costs no
 // I/O thread wake-up, which on a VM costs tens of microseconds. The queue
-// is the only record of what is left to write: whoever holds its lock
-// writes its front without blocking (the sending thread, the I/O thread,
-// or a PeerReader's thread through push()), so bytes never interleave.
+// is the only record of what is left to write, and one writer at a time
+// writes its front without blocking: the sending thread or a PeerReader's
+// thread (push()) under the queue's lock, or the I/O thread, which takes
+// the chunks out, writes them without the lock (so senders never wait on
+// its system calls) and puts back what the socket did not take.
 //
 // Backpressure: each peer's outbound queue is bounded by
 // EndpointOptions::max_outbound_bytes (bytes queued or being written). A
