@@ -10,6 +10,14 @@ into it (write_from). Best of N per size; GB/s = 1e9 bytes/s.
 
 bench/rdma/run_rdma_bench.sh runs the C++ benchmark, this one with
 castmesh and this one with monarch (in its own venv) in one sitting.
+
+    python bench/rdma/rdma_python_bench.py --interleave=40       # Python against C++
+
+--interleave=N measures what the Python API adds over the C++ call: N rounds
+per size, each a best-of batch through castmesh.rdma and one through the C++
+loop of the castmesh_rdma_loop module (BUILD/bench/rdma on PYTHONPATH), same
+handle, same memory, same thread, in alternating order; it prints the median
+of the rounds' Python/C++ time ratios.
 """
 
 from __future__ import annotations
@@ -65,7 +73,9 @@ def aligned_bytes(n: int, fill: int):
     return data
 
 
-def run_castmesh(sizes, quick):
+def castmesh_trainer():
+    """(procs, trainer): a worker proc whose Trainer actor's make(n) registers n
+    bytes of 7s and returns the RdmaBuffer."""
     from castmesh import Actor, endpoint, this_host
     from castmesh.rdma import RdmaBuffer
 
@@ -81,6 +91,11 @@ def run_castmesh(sizes, quick):
 
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     trainer = procs.spawn("trainer", Trainer)
+    return procs, trainer
+
+
+def run_castmesh(sizes, quick):
+    procs, trainer = castmesh_trainer()
     out = {}
     for size in sizes:
         buf = trainer.make.call_one(size).get()
@@ -93,6 +108,58 @@ def run_castmesh(sizes, quick):
         buf.release().get()
     procs.stop().get()
     return out
+
+
+def run_interleaved(sizes, quick, rounds):
+    """{size: [(python_read_s, cpp_read_s, python_write_s, cpp_write_s) per round]}."""
+    import castmesh_rdma_loop
+
+    procs, trainer = castmesh_trainer()
+    out = {}
+    for size in sizes:
+        buf = trainer.make.call_one(size).get()
+        handle = bytes(buf._handle.serialize())
+        local = aligned_bytes(size, 0)
+        reps = reps_for(size, quick)
+        python = {False: lambda: buf.read_into(local).get(), True: lambda: buf.write_from(local).get()}
+
+        def timed(write: bool, cpp: bool) -> float:
+            if cpp:
+                return castmesh_rdma_loop.best_of(handle, local.ctypes.data, size, reps, write)
+            return best(reps, python[write])
+
+        out[size] = []
+        for i in range(rounds):
+            row = []
+            for write in (False, True):
+                cpp_first = i % 2 == 1  # neither side always runs right after the other kind of batch
+                first = timed(write, cpp_first)
+                second = timed(write, not cpp_first)
+                row += [second, first] if cpp_first else [first, second]
+            out[size].append(tuple(row))
+        assert local[-1] == 7
+        buf.release().get()
+    procs.stop().get()
+    return out
+
+
+def print_interleaved(results) -> None:
+    import statistics
+
+    print("castmesh: Python API against the C++ call, alternating best-of batches in one process")
+    print(f"{'size':>10} {'rounds':>6} {'C++ read':>9} {'Py read':>9} {'read +%':>17} "
+          f"{'C++ write':>9} {'Py write':>9} {'write +%':>17}")
+    for size, rows in results.items():
+        cells = []
+        for py_col, cpp_col in ((0, 1), (2, 3)):
+            cpp = statistics.median(size / r[cpp_col] / 1e9 for r in rows)
+            python = statistics.median(size / r[py_col] / 1e9 for r in rows)
+            over = sorted(100 * (r[py_col] / r[cpp_col] - 1) for r in rows)
+            spread = f"{statistics.median(over):+.1f} ({over[0]:+.0f}..{over[-1]:+.0f})"
+            cells.append(f"{cpp:>9.2f} {python:>9.2f} {spread:>17}")
+        print(f"{size:>10} {len(rows):>6} {cells[0]} {cells[1]}")
+    print("GB/s are medians of the rounds' best-of batches; +% is the median (range) of Python's time over C++'s "
+          "in the same round")
 
 
 def run_monarch(sizes, quick):
@@ -131,8 +198,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="4K,1M,64M")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true", help="print one JSON line {size: [read_s, write_s]}")
+    parser.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                        help="castmesh only: Python against the C++ call, ROUNDS alternating rounds per size")
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
+    if args.interleave:
+        if args.framework != "castmesh":
+            parser.error("--interleave measures castmesh's Python API against its C++ call")
+        print_interleaved(run_interleaved(sizes, args.quick, args.interleave))
+        return
     run = run_castmesh if args.framework == "castmesh" else run_monarch
     results = run(sizes, args.quick)
     if args.json:

@@ -2,7 +2,8 @@
 # Runs the RDMA buffer benchmarks in one sitting and prints their tables:
 #   1. bench/rdma/rdma_bench (C++): castmesh single copy, shared segment and socket paths beside
 #      memcpy and a raw Unix socket stream / round trip;
-#   2. bench/rdma/rdma_python_bench.py with castmesh (Python API);
+#   2. bench/rdma/rdma_python_bench.py with castmesh (Python API), then its
+#      --interleave mode: the Python API against the C++ call in one process;
 #   3. the same Python program with torchmonarch's monarch.rdma (TCP fallback
 #      without a NIC), when --monarch-python names a Python that has it.
 #
@@ -34,6 +35,9 @@ py_sizes=${sizes/,1G/}  # the Python runs stop at 64 MiB (torchmonarch over TCP 
 echo "== Python: castmesh.rdma --sizes=${py_sizes}"
 PYTHONPATH="${build_dir}/python${PYTHONPATH:+:${PYTHONPATH}}" "${python}" "${here}/rdma_python_bench.py" \
   --sizes="${py_sizes}" "${quick[@]}"
+echo "== Python: castmesh.rdma against the C++ call, interleaved --sizes=${py_sizes}"
+PYTHONPATH="${build_dir}/python:${build_dir}/bench/rdma${PYTHONPATH:+:${PYTHONPATH}}" "${python}" \
+  "${here}/rdma_python_bench.py" --sizes="${py_sizes}" --interleave=40 "${quick[@]}"
 if [[ -n ${monarch_python} ]]; then
   echo "== Python: monarch.rdma (torchmonarch) --sizes=${py_sizes}"
   "${monarch_python}" "${here}/rdma_python_bench.py" --framework monarch --sizes="${py_sizes}" "${quick[@]}" 2>&1 |
