@@ -17,6 +17,7 @@
 #include "core/proc/proc_host.h"
 #include "core/rdma/device_staging.h"
 #include "core/rdma/ibverbs_path.h"
+#include "core/rdma/incoming_writes.h"
 #include "core/rdma/one_sided.h"
 #include "core/rdma/read_sink.h"
 #include "core/rdma/registry.h"
@@ -85,65 +86,6 @@ void send_read_chunks(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& p
     at += n;
   } while (at < offset + length);
 }
-
-// Socket writes in progress into this proc's buffers, by (peer, op).
-class IncomingWrites {
- public:
-  // Applies one WRITE_DATA chunk; returns the answer to send, if any.
-  std::optional<v1::RdmaHeader> apply(const ProcId& peer, const v1::RdmaHeader& header, const char* body,
-                                      size_t size) {
-    detail::MutexLock lock(mu_);
-    auto [it, fresh] = writes_.try_emplace(std::make_pair(peer, header.op()));
-    Write& write = it->second;
-    std::optional<absl::Status> failure;
-    if (fresh) {
-      write.op_offset = header.op_offset();
-      write.length = header.length();
-      auto opened = Registry::instance().open(header.buffer(), /*write=*/true, write.op_offset, write.length);
-      if (opened.ok()) write.registration = *std::move(opened);
-      else failure = opened.status();
-    }
-    const bool inside = header.offset() >= write.op_offset && size <= write.length &&
-                        header.offset() - write.op_offset <= write.length - size;
-    if (!failure && write.registration != nullptr && !inside) {
-      failure = absl::InvalidArgumentError(absl::StrCat("a chunk of ", size, " bytes at ", header.offset(),
-                                                        " lies outside the write's range"));
-    }
-    if (!failure && write.registration != nullptr && size > 0) {
-      absl::Status copied = copy_in(*write.registration, header.offset(), body, size);
-      if (!copied.ok()) failure = copied;
-    }
-    write.received += size;
-    std::optional<v1::RdmaHeader> answer;
-    if (failure && !write.failed) {
-      write.failed = true;
-      answer = header_of(v1::RdmaHeader::FAILED, header.op());
-      answer->set_error_code(static_cast<int32_t>(failure->code()));
-      answer->set_error_message(std::string(failure->message()));
-    }
-    if (write.received >= write.length) {
-      if (!write.failed) answer = header_of(v1::RdmaHeader::WRITE_DONE, header.op());
-      writes_.erase(it);
-    }
-    return answer;
-  }
-
-  void forget_peer(const ProcId& peer) {
-    detail::MutexLock lock(mu_);
-    absl::erase_if(writes_, [&peer](const auto& entry) { return entry.first.first == peer; });
-  }
-
- private:
-  struct Write {
-    std::shared_ptr<const Registration> registration;
-    uint64_t op_offset = 0;
-    uint64_t length = 0;
-    uint64_t received = 0;
-    bool failed = false;
-  };
-  detail::Mutex mu_;
-  absl::flat_hash_map<std::pair<ProcId, uint64_t>, Write> writes_ ABSL_GUARDED_BY(mu_);
-};
 
 void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
              const v1::RdmaHeader& header) {
@@ -331,11 +273,19 @@ class RdmaService final : public proc::ProcService {
       }
       dispatch(weak, *host, *writes, peer, header, payload);
     });
-    // Read chunks land straight in the destination (read_sink.h).
-    host.on_data_sink(kRdmaDataType, [](const ProcId& peer, const std::string& header_bytes,
-                                        uint64_t size) -> std::shared_ptr<transport::PayloadSink> {
+    // Read chunks land straight in the destination (read_sink.h), write
+    // chunks straight in the registered memory (incoming_writes.h).
+    host.on_data_sink(kRdmaDataType, [weak, writes = writes_](
+                                         const ProcId& peer, const std::string& header_bytes,
+                                         uint64_t size) -> std::shared_ptr<transport::PayloadSink> {
       v1::RdmaHeader header;
-      if (!header.ParseFromString(header_bytes) || header.kind() != v1::RdmaHeader::READ_DATA) return nullptr;
+      if (!header.ParseFromString(header_bytes)) return nullptr;
+      if (header.kind() == v1::RdmaHeader::WRITE_DATA) {
+        return writes->sink(peer, header, size, [weak, peer](const v1::RdmaHeader& answer) {
+          if (std::shared_ptr<proc::ProcHost> host = weak.lock()) (void)send(*host, peer, answer);
+        });
+      }
+      if (header.kind() != v1::RdmaHeader::READ_DATA) return nullptr;
       std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
       if (transfer == nullptr || transfer->owner != peer) return nullptr;  // late: the handler drops it
       return make_read_sink(std::move(transfer), header.offset(), size);

@@ -452,6 +452,13 @@ TEST_P(RdmaAcrossProcs, OffsetsLengthsAndErrors) {
   auto late = buffer.read_into(dst).get(absl::Seconds(30));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition) << late.status();
   EXPECT_NE(late.status().message().find("released"), std::string::npos) << late.status();
+  // A write of many chunks (the owner receives them in place where the socket has not delivered them yet)
+  // fails once, on the owner's word, and the connection stays usable.
+  auto late_write = buffer.write_from(filled(150000, 6)).get(absl::Seconds(30));
+  EXPECT_EQ(late_write.status().code(), absl::StatusCode::kFailedPrecondition) << late_write.status();
+  RdmaBuffer other = make(0, 1000);
+  ASSERT_TRUE(other.write_from(filled(1000, 7)).get(absl::Seconds(30)).ok());
+  EXPECT_EQ(verify(0, 7, 0, 1000), "");
 }
 
 TEST_P(RdmaAcrossProcs, ConcurrentReadersAndWritersOnOneBuffer) {
