@@ -162,9 +162,10 @@ thread_local bool t_drain_thread = false;
 // (the socket path then sends it in place, without a copy).
 absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
                          std::shared_ptr<const void> owner = nullptr) {
+  // Without an owner the body is borrowed: the transport copies what it keeps.
   return host.send_data(peer, kCollectiveDataType, header,
                         owner != nullptr ? wire::Payload::share(std::move(owner), body.data(), body.size())
-                                         : wire::Payload::copy_of(body));
+                                         : wire::Payload::borrow(body));
 }
 
 // One frame (or compact record) on its way into a ring, possibly in

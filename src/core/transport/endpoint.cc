@@ -58,6 +58,9 @@ constexpr int kRefusedPerRound = 256;
 // connection is written at once by the sending thread (latency); frames that
 // follow each other faster are coalesced by the I/O thread (throughput).
 constexpr auto kDirectWriteGap = std::chrono::microseconds(10);
+// Room a fresh queue chunk reserves for a frame header (they are tens of
+// bytes; a larger one grows the chunk once more).
+constexpr std::size_t kFrameHeaderReserve = 256;
 // send() to a closed peer must not raise SIGPIPE. MSG_NOSIGNAL is POSIX
 // (2008) and on Linux and the BSDs; where it is missing (older macOS) Asio
 // sets SO_NOSIGPIPE on every socket it opens or accepts instead.
@@ -366,6 +369,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (pending_.empty() || !pending_.back().payload.empty()) pending_.emplace_back();
     Chunk& chunk = pending_.back();
     const std::size_t before = chunk.bytes.size();
+    // A fresh chunk: one allocation for the frame header and an inline payload, not one each.
+    if (before == 0) {
+      chunk.bytes.reserve(kFrameHeaderReserve + (payload.size() <= kInlinePayloadLimit ? payload.size() : 0));
+    }
     wire::append_frame_body(frame_header, chunk.bytes);
     std::size_t added = chunk.bytes.size() - before;
     if (payload.size() <= kInlinePayloadLimit) {
@@ -1353,6 +1360,11 @@ void Endpoint::Impl::shutdown() {
 
 absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
                                   SendUrgency urgency) {
+  // enqueue() copies a payload of at most kInlinePayloadLimit bytes into its
+  // queue; every other route keeps the payload after this call returns.
+  if (payload.borrowed() && (peer == id_ || peer.starts_with("local:") || payload.size() > kInlinePayloadLimit)) {
+    payload = payload.owned();
+  }
   if (peer == id_) {
     frame_header.set_version(wire::kWireVersion);
     frame_header.set_payload_size(payload.size());

@@ -93,6 +93,16 @@ Payload Payload::share(std::shared_ptr<const void> owner, const char* data, std:
   return p;
 }
 
+Payload Payload::borrow(std::string_view bytes) {
+  Payload p;
+  p.size_ = bytes.size();
+  p.data_ = std::shared_ptr<const char>(std::shared_ptr<const char>(), bytes.data());  // aliases nothing
+  p.borrowed_ = true;
+  return p;
+}
+
+Payload Payload::owned() const { return borrowed_ ? copy_of(view()) : *this; }
+
 Payload Payload::allocate(std::size_t size, char** writable) {
   if (size >= LargeBufferPool::kPooledMin) {
     std::size_t capacity = 0;

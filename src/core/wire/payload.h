@@ -26,6 +26,15 @@ class Payload {
   static Payload copy_of(std::string_view bytes);
   // Shares `data[0, size)` kept alive by `owner`.
   static Payload share(std::shared_ptr<const void> owner, const char* data, std::size_t size);
+  // The caller's `bytes`, not owned: valid only until the call it is passed
+  // to returns. For sends (transport::Endpoint::send copies a small payload
+  // into its queue before it returns, and takes owned() of any other); a
+  // layer that keeps a payload past the call takes owned() first.
+  static Payload borrow(std::string_view bytes);
+  // This payload if it owns (shares) its bytes, else an owning copy.
+  Payload owned() const;
+  // Whether the bytes are borrowed (see borrow()).
+  bool borrowed() const { return borrowed_; }
   // A buffer of `size` uninitialised bytes for a reader to fill; `writable`
   // is valid until the Payload is handed on. Only the reader that made it
   // writes into it. Buffers of 1 MiB and more are recycled through a
@@ -45,6 +54,7 @@ class Payload {
  private:
   std::shared_ptr<const char> data_;
   std::size_t size_ = 0;
+  bool borrowed_ = false;
 };
 
 }  // namespace castmesh::wire

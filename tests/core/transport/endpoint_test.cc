@@ -960,6 +960,32 @@ TEST(Endpoint, LargeAndSmallPayloadsArriveIntactAndInOrder) {
   }
 }
 
+// A borrowed payload is valid only during send(): whatever route the frame
+// takes (inline in the queue, its own buffer past kInlinePayloadLimit, this
+// endpoint's own handler), the bytes delivered are those at the call.
+TEST(Endpoint, BorrowedPayloadsAreCopiedBeforeSendReturns) {
+  Inbox inbox_a, inbox_b;
+  auto a = start(options_for("tcp:127.0.0.1:0"), inbox_a);
+  auto b = start(options_for(""), inbox_b);
+  ASSERT_TRUE(a && b);
+  const std::vector<std::size_t> sizes = {1024, kInlinePayloadLimit + 1, 8u << 20};
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    std::string source = pattern(sizes[i], char('k' + i));
+    ASSERT_TRUE(b->send(a->id(), message("borrowed", i), wire::Payload::borrow(source), SendUrgency::kNow).ok());
+    source.assign(source.size(), '#');  // the caller reuses its memory at once
+  }
+  std::string mine = pattern(100, 'z');
+  ASSERT_TRUE(a->send(a->id(), message("self", 99), wire::Payload::borrow(mine)).ok());
+  mine.assign(mine.size(), '#');
+  ASSERT_TRUE(inbox_a.wait_messages(sizes.size() + 1, 60s));
+  auto got = inbox_a.messages();
+  for (const auto& m : got) {
+    const std::uint64_t i = m.frame_header.correlation();
+    const std::string want = i == 99 ? pattern(100, 'z') : pattern(sizes[i], char('k' + i));
+    EXPECT_TRUE(m.payload.view() == want) << "payload " << i << " differs";
+  }
+}
+
 TEST(Endpoint, LossOfAPeerIsReported) {
   Inbox inbox_a, inbox_b;
   auto a = start(options_for(listen_url("unix", "a")), inbox_a);

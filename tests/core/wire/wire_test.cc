@@ -75,6 +75,20 @@ TEST(Payload, SharesWithoutCopying) {
   EXPECT_EQ(Payload::copy_of("abc").view(), "abc");
 }
 
+TEST(Payload, BorrowedBytesAreCopiedOnlyWhenOwnedIsAsked) {
+  std::string bytes = "borrowed bytes";
+  Payload borrowed = Payload::borrow(bytes);
+  EXPECT_TRUE(borrowed.borrowed());
+  EXPECT_EQ(borrowed.data(), bytes.data());
+  Payload kept = borrowed.owned();
+  EXPECT_FALSE(kept.borrowed());
+  EXPECT_NE(kept.data(), bytes.data());
+  bytes.assign(bytes.size(), '!');
+  EXPECT_EQ(kept.view(), "borrowed bytes");
+  Payload again = kept.owned();  // owns already: shared, not copied
+  EXPECT_EQ(again.data(), kept.data());
+}
+
 TEST(StatusFromWire, KnownCodesKeepTheirCodeAndOthersBecomeUnknown) {
   EXPECT_TRUE(status_from_wire(0, "ignored").ok());
   const absl::Status not_found = status_from_wire(static_cast<int>(absl::StatusCode::kNotFound), "no actor x");
