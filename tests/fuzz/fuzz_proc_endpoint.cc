@@ -47,7 +47,7 @@ const char* const kControlTypes[] = {
     "castmesh.wire.v1.CastReply",     "castmesh.wire.v1.CollectiveHeader", "castmesh.wire.v1.WorldJoin",
     "castmesh.wire.v1.WorldRoster",
     // Data messages (frame header flag 2, ProcHost::send_data): the data header inside the frame header + a raw body.
-    "castmesh.collectives.v1",        "castmesh.rdma.v1",
+    "castmesh.collectives.v1",        "castmesh.collectives.link.v1", "castmesh.rdma.v1",
 };
 constexpr std::size_t kControlCount = sizeof(kControlTypes) / sizeof(kControlTypes[0]);
 

@@ -33,6 +33,15 @@ class CollectivesService final : public proc::ProcService {
       ShmProgressScope io_thread;  // replies it sends must not wait for ring space
       Exchange::instance().on_frame(weak, peer, header, std::move(payload), *raw);
     });
+    host.on_data(kCollectiveLinkDataType, [raw](const ProcId& peer, const std::string& header, wire::Payload) {
+      v1::CollectiveHeader link;
+      if (!link.ParseFromString(header) || link.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
+        CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed link frame from {}", peer);
+        return;
+      }
+      ShmProgressScope io_thread;
+      on_shm_link_frame(*raw, peer, link);
+    });
     // Bodies of frames whose receive is already posted land in its buffer.
     host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, const std::string& header, uint64_t size) {
       return Exchange::instance().sink_for_frame(peer, header, size);
@@ -285,7 +294,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
     return;
   }
   if (header.channel() >= v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
-    if (delivering != nullptr) on_shm_link_frame(*delivering, peer, header);  // never through a ring
+    CASTMESH_LOG_WARN("castmesh-collectives: dropping a link frame from {} sent as a data frame", peer);
     return;
   }
   if (delivering != nullptr) watch_socket_peer(host, peer);  // a socket frame: later ones, the waiter reads

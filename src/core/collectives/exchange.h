@@ -37,6 +37,9 @@ struct CompactMessage;
 
 // The ProcHost data message type of communicator frames.
 inline constexpr char kCollectiveDataType[] = "castmesh.collectives.v1";
+// The type of the shared-memory link handshake (CHANNEL_LINK_*), which only
+// the I/O thread handles: a waiter tells it from the frame header alone.
+inline constexpr char kCollectiveLinkDataType[] = "castmesh.collectives.link.v1";
 
 class Exchange {
  public:

@@ -152,7 +152,7 @@ void RankMailbox::deliver(MessageKey key, const char* data, size_t size, wire::P
       wire::Payload bytes;
       if (key.remote != nullptr) {
         // the body stays with the sender until a receive matches
-      } else if (payload.empty()) {
+      } else if (payload.empty() || payload.borrowed()) {  // borrowed: only during this call
         bytes = wire::Payload::copy_of(std::string_view(data, size));
       } else {
         auto owner = std::make_shared<wire::Payload>(std::move(payload));

@@ -168,6 +168,11 @@ absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::st
                                          : wire::Payload::borrow(body));
 }
 
+// A link handshake frame (CHANNEL_LINK_*): always over the socket, as its own type.
+absl::Status link_send(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& header) {
+  return host.send_data(peer, kCollectiveLinkDataType, header.SerializeAsString());
+}
+
 // One frame (or compact record) on its way into a ring, possibly in
 // several records.
 struct Outgoing {
@@ -369,7 +374,7 @@ void Links::offer(proc::ProcHost& host, Peer& p) {
   h.set_link((*ring)->name());
   p.outbound = *std::move(ring);
   p.out_state.store(OutState::kOffered, std::memory_order_release);
-  if (!socket_send(host, p.id, h.SerializeAsString(), {}).ok()) {
+  if (!link_send(host, p.id, h).ok()) {
     p.outbound.reset();  // unlinks
     p.out_state.store(OutState::kRefused, std::memory_order_release);
   }
@@ -777,7 +782,7 @@ void Links::on_offer(proc::ProcHost& host, const ProcId& peer, const std::string
   answer.set_channel(v1::CollectiveHeader::CHANNEL_LINK_ACCEPT);
   answer.set_signature(error);
   if (error.empty()) answer.set_link_features(kFeatureCompact);
-  (void)socket_send(host, peer, answer.SerializeAsString(), {});
+  (void)link_send(host, peer, answer);
 }
 
 void Links::on_accept(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h) {
@@ -797,7 +802,7 @@ void Links::on_accept(proc::ProcHost& host, const ProcId& peer, const v1::Collec
   }
   v1::CollectiveHeader start;
   start.set_channel(v1::CollectiveHeader::CHANNEL_LINK_START);
-  if (!socket_send(host, peer, start.SerializeAsString(), {}).ok()) {
+  if (!link_send(host, peer, start).ok()) {
     p->outbound.reset();
     p->out_state.store(OutState::kRefused);
     return;

@@ -85,12 +85,10 @@ void note_spin(bool ended_the_wait) {
 }
 
 // Communicator data frames, which the waiting thread may deliver itself;
-// the link handshake (shared-memory rings) stays on the I/O thread.
+// the link handshake (shared-memory rings, kCollectiveLinkDataType) stays on
+// the I/O thread.
 bool waiter_may_deliver(const wire::v1::FrameHeader& frame_header) {
-  if (!proc::ProcHost::is_data_message(frame_header, kCollectiveDataType)) return false;
-  v1::CollectiveHeader header;
-  return header.ParseFromString(frame_header.data_header()) &&
-         header.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER;
+  return proc::ProcHost::is_data_message(frame_header, kCollectiveDataType);
 }
 
 bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);

@@ -71,8 +71,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
  public:
   using ControlHandler = std::function<void(const ProcId& peer, uint64_t correlation, const std::string& payload)>;
   using PeerLostObserver = std::function<void(const ProcId& peer, const absl::Status& why)>;
-  // Receives a data message (send_data) on the I/O thread: the sender's
-  // header bytes and the raw body (shared, not copied). Must not block.
+  // Receives a data message (send_data) on the I/O thread, or on a
+  // transport::PeerReader's thread for the types its filter accepts: the
+  // sender's header bytes and the raw body (shared, not copied; borrowed
+  // when a reader delivers it, so owned() to keep it). Must not block.
   using DataHandler = std::function<void(const ProcId& peer, const std::string& header, wire::Payload payload)>;
   // Asked on the I/O thread for a data message whose payload (`size` bytes)
   // has not arrived yet: a sink that receives it in place (e.g. straight

@@ -851,8 +851,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       rbegin_ += wire::kLengthPrefixSize + body_size;
       if (payload_size <= have) {
-        wire::Payload payload =
-            payload_size == 0 ? wire::Payload() : wire::Payload::copy_of({rbuf_.get() + rbegin_, payload_size});
+        // A reader's handler runs here, before the buffer moves on: its
+        // payload is borrowed from the buffer (PeerReader).
+        const std::string_view bytes(rbuf_.get() + rbegin_, payload_size);
+        wire::Payload payload = payload_size == 0 ? wire::Payload()
+                                : mine != nullptr ? wire::Payload::borrow(bytes)
+                                                  : wire::Payload::copy_of(bytes);
         rbegin_ += payload_size;
         if (!deliver(std::move(*frame_header), std::move(payload), mine)) return Parsed::kClosed;
         continue;

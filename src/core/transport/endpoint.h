@@ -139,7 +139,9 @@ using FrameFilter = std::function<bool(const wire::v1::FrameHeader& frame_header
 // accepts (reading a large payload straight into its destination as it
 // comes, taking turns with the I/O thread), and leaves the first other one,
 // and what follows it until the I/O thread has read it, to the I/O thread.
-// Handlers of accepted frames run on the reading thread, inside pump().
+// Handlers of accepted frames run on the reading thread, inside pump(), and
+// a payload that was buffered with its frame is borrowed from the read
+// buffer (wire::Payload::borrow): a handler that keeps it takes owned().
 // Use a reader only while its Endpoint lives. Thread-safe.
 class PeerReader {
  public:

@@ -1074,6 +1074,7 @@ struct ReaderInbox {
   std::condition_variable cv;
   std::vector<std::pair<std::string, std::thread::id>> frames;  // message type, delivering thread
   std::vector<std::size_t> payload_sizes;                        // of each frame
+  std::vector<std::pair<std::string, bool>> payloads;            // bytes seen in the handler, and borrowed()
   std::shared_ptr<PeerReader> reader;
   std::vector<std::pair<std::string, absl::Status>> lost;
 
@@ -1088,6 +1089,7 @@ struct ReaderInbox {
       if (made != nullptr) reader = std::move(made);
       frames.emplace_back(frame_header.message_type(), std::this_thread::get_id());
       payload_sizes.push_back(payload.size());
+      payloads.emplace_back(std::string(payload.view()), payload.borrowed());
       cv.notify_all();
     };
   }
@@ -1298,6 +1300,9 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
   for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(inbox_a.frames[i].first, order[i]) << i;
   const std::thread::id me = std::this_thread::get_id();
   EXPECT_EQ(inbox_a.frames[1].second, me);  // the I/O thread was held: only the reader could
+  // The reader lends a buffered payload for the handler's call; the I/O thread's are owned.
+  EXPECT_EQ(inbox_a.payloads[1], std::make_pair(std::string("small"), true));
+  EXPECT_FALSE(inbox_a.payloads[6].second);  // other-big
   EXPECT_EQ(inbox_a.frames[2].second, me);
   EXPECT_NE(inbox_a.frames[3].second, me);  // refused by the filter
   EXPECT_EQ(inbox_a.frames[5].second, me);  // the I/O thread was held
