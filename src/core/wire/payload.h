@@ -11,9 +11,10 @@
 namespace castmesh::wire {
 
 // The bytes of one message on their way through the transport. Copying a
-// Payload shares the bytes (reference counted); the bytes are never copied
-// by the transport on the way out, and on the way in a large payload is read
-// straight into the buffer the receiver gets. Immutable once built, so any
+// Payload shares the bytes (reference counted); the transport copies only a
+// small payload into its outbound queue (or a borrowed one it must keep),
+// and on the way in a large payload is read straight into the buffer the
+// receiver gets. Immutable once built, so any
 // thread may read a Payload; one Payload object must not be assigned
 // concurrently.
 class Payload {
