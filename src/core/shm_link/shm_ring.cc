@@ -212,11 +212,16 @@ bool ShmRing::try_write(uint32_t kind, std::string_view meta, std::string_view b
   if (kind == kSkip || kind > kMaxKind || payload > max_payload()) return false;
   const size_t bytes = align_up(kRecordHeaderBytes + payload);
   const uint64_t tail = layout_->tail.load(std::memory_order_relaxed);
-  const uint64_t head = layout_->head.load(std::memory_order_acquire);
   size_t pos = tail & (capacity_ - 1);
   const size_t to_end = capacity_ - pos;
   const size_t skip = bytes <= to_end ? 0 : to_end;
-  if (tail - head + skip + bytes > capacity_) return false;
+  // The consumer's head moves only forward: the last one read bounds the
+  // free space from below, and reading it again (a cache line the consumer
+  // writes at every record, so a miss) is needed only when that bound is short.
+  if (tail - cached_head_ + skip + bytes > capacity_) {
+    cached_head_ = layout_->head.load(std::memory_order_acquire);
+    if (tail - cached_head_ + skip + bytes > capacity_) return false;
+  }
   if (skip != 0) {
     const uint32_t head_words[4] = {static_cast<uint32_t>(skip), kSkip, 0, 0};
     std::memcpy(data_ + pos, head_words, sizeof head_words);
@@ -289,7 +294,8 @@ absl::StatusOr<std::optional<ShmRing::Record>> ShmRing::peek() {
 
 void ShmRing::pop() {
   if (peeked_bytes_ == 0) return;
-  layout_->head.fetch_add(peeked_bytes_, std::memory_order_release);
+  // Only the consumer writes head: a plain store, not a locked read-modify-write.
+  layout_->head.store(layout_->head.load(std::memory_order_relaxed) + peeked_bytes_, std::memory_order_release);
   peeked_bytes_ = 0;
 }
 

@@ -137,6 +137,8 @@ class ShmRing {
   bool creator_ = false;
   // The consumer's peeked record's length in the ring (skip included).
   uint64_t peeked_bytes_ = 0;
+  // Producer: the consumer's head as last read (it only grows).
+  uint64_t cached_head_ = 0;
 };
 
 }  // namespace castmesh::shm_link
