@@ -5,20 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/rdma/device_staging.h"
+#include "core/rdma/service.h"
 
 namespace castmesh::rdma {
-namespace {
 
 namespace v1 = wire::v1;
-
-v1::RdmaHeader answer_header(v1::RdmaHeader::Kind kind, uint64_t op) {
-  v1::RdmaHeader header;
-  header.set_kind(kind);
-  header.set_op(op);
-  return header;
-}
-
-}  // namespace
 
 // Receives one chunk's body: into the registered memory itself (host
 // memory), into a buffer copied in when complete (device memory), or past
@@ -123,12 +114,10 @@ std::optional<v1::RdmaHeader> IncomingWrites::arrived(const ProcId& peer, uint64
   std::optional<v1::RdmaHeader> answer;
   if (failure && !write.failed) {
     write.failed = true;
-    answer = answer_header(v1::RdmaHeader::FAILED, op);
-    answer->set_error_code(static_cast<int32_t>(failure->code()));
-    answer->set_error_message(std::string(failure->message()));
+    answer = failure_header(op, *failure);
   }
   if (write.received >= write.length) {
-    if (!write.failed) answer = answer_header(v1::RdmaHeader::WRITE_DONE, op);
+    if (!write.failed) answer = header_of(v1::RdmaHeader::WRITE_DONE, op);
     writes_.erase(it);
   }
   return answer;

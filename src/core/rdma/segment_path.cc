@@ -49,21 +49,6 @@ absl::Status send(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader
   return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), {});
 }
 
-v1::RdmaHeader header_of(v1::RdmaHeader::Kind kind, uint64_t op) {
-  v1::RdmaHeader header;
-  header.set_kind(kind);
-  header.set_op(op);
-  return header;
-}
-
-void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const absl::Status& why,
-                  v1::RdmaHeader::Kind kind = v1::RdmaHeader::FAILED) {
-  v1::RdmaHeader failed = header_of(kind, op);
-  failed.set_error_code(static_cast<int32_t>(why.code()));
-  failed.set_error_message(std::string(why.message()));
-  (void)send(host, peer, failed);  // a lost peer needs no answer
-}
-
 bool is_finished(const std::shared_ptr<Transfer>& transfer) {
   detail::MutexLock lock(transfer->mu);
   return transfer->finished;

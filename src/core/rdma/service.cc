@@ -36,22 +36,8 @@ constexpr uint64_t kMaxChunk = uint64_t{64} << 20;
 
 std::atomic<bool> cross_memory_refused{false};
 
-v1::RdmaHeader header_of(v1::RdmaHeader::Kind kind, uint64_t op) {
-  v1::RdmaHeader header;
-  header.set_kind(kind);
-  header.set_op(op);
-  return header;
-}
-
 absl::Status send(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header, wire::Payload body = {}) {
   return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), std::move(body));
-}
-
-void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const absl::Status& why) {
-  v1::RdmaHeader failed = header_of(v1::RdmaHeader::FAILED, op);
-  failed.set_error_code(static_cast<int32_t>(why.code()));
-  failed.set_error_message(std::string(why.message()));
-  (void)send(host, peer, failed);  // a lost peer needs no answer
 }
 
 absl::Status status_of(const v1::RdmaHeader& header) {
@@ -360,6 +346,25 @@ class RdmaService final : public proc::ProcService {
 }();
 
 }  // namespace
+
+v1::RdmaHeader header_of(v1::RdmaHeader::Kind kind, uint64_t op) {
+  v1::RdmaHeader header;
+  header.set_kind(kind);
+  header.set_op(op);
+  return header;
+}
+
+v1::RdmaHeader failure_header(uint64_t op, const absl::Status& why, v1::RdmaHeader::Kind kind) {
+  v1::RdmaHeader failed = header_of(kind, op);
+  failed.set_error_code(static_cast<int32_t>(why.code()));
+  failed.set_error_message(std::string(why.message()));
+  return failed;
+}
+
+void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const absl::Status& why,
+                  v1::RdmaHeader::Kind kind) {
+  (void)send(host, peer, failure_header(op, why, kind));  // a lost peer needs no answer
+}
 
 size_t chunk_bytes() {
   const char* text = std::getenv("CASTMESH_RDMA_CHUNK_BYTES");

@@ -17,12 +17,23 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "castmesh/wire/v1/rdma.pb.h"
 #include "core/rdma/transfers.h"
 
 namespace castmesh::rdma {
 
 // The data message type of the service.
 inline constexpr char kRdmaDataType[] = "castmesh.rdma.v1";
+
+// A message header of `kind` about operation `op`.
+wire::v1::RdmaHeader header_of(wire::v1::RdmaHeader::Kind kind, uint64_t op);
+// A header of `kind` (FAILED, or a path's own refusal) about `op` carrying
+// `why`'s code and message, which the requester turns back into a status.
+wire::v1::RdmaHeader failure_header(uint64_t op, const absl::Status& why,
+                                    wire::v1::RdmaHeader::Kind kind = wire::v1::RdmaHeader::FAILED);
+// Sends failure_header(op, why, kind) to `peer` (a lost peer needs no answer).
+void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const absl::Status& why,
+                  wire::v1::RdmaHeader::Kind kind = wire::v1::RdmaHeader::FAILED);
 
 // Sends the first message of `transfer` (already tracked by Transfers) by
 // its transport: READ, WRITE_DATA chunks, LEASE or RELEASE. A send error
