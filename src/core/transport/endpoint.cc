@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -701,7 +702,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return PeerReader::Pumped::kBusy;
     }
     PeerReader::Pumped result = PeerReader::Pumped::kBusy;
-    if (!io_turn_.load(std::memory_order_acquire) && !read_closed_.load(std::memory_order_acquire)) {
+    if (io_turn_.load(std::memory_order_acquire) || read_closed_.load(std::memory_order_acquire)) {
+      // the I/O thread's turn after all
+    } else if (!readable_now()) {
+      // A reader's drain() ends with no complete frame it may take left in
+      // the buffer, so a quiet socket means nothing to deliver.
+      result = PeerReader::Pumped::kNothing;
+    } else {
       const std::uint64_t before = expected_sequence_;
       const Parsed parsed = drain(&mine);
       result = parsed == Parsed::kClosed       ? PeerReader::Pumped::kGone
@@ -714,6 +721,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
     }
     return result;
+  }
+
+  // Whether the socket has bytes (or news of its end) for a reader. poll()
+  // asks without the socket's lock, which a recv() that finds nothing takes:
+  // a reader spinning on recv() would hold off the peer's frame arriving.
+  bool readable_now() const {
+    pollfd p{reader_fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;
   }
 
   // A PeerReader's turn to write (any thread but the I/O thread): what the
@@ -754,6 +769,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Parsed drain(const FrameFilter* mine) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     const int fd = mine == nullptr ? socket_.native_handle() : reader_fd_;
     std::size_t payload_bytes = 0;
+    // A recv() that filled less than the room it had emptied the socket at
+    // that instant, as an EAGAIN would say: the one after it is skipped.
+    // On a spinning reader's critical path that one is a syscall taking the
+    // socket's lock, which delays the peer's next frame into it.
+    bool emptied = false;
     for (;;) {
       if (partial_.has_value()) {
         const Parsed parsed = read_partial(fd, mine, &payload_bytes);
@@ -763,6 +783,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       const Parsed parsed = parse_buffered(mine);
       if (parsed != Parsed::kMore) return parsed;
       if (partial_.has_value()) continue;
+      if (emptied) return Parsed::kMore;
       if (rbegin_ == rend_) {
         rbegin_ = rend_ = 0;
       } else if (rbegin_ > 0 && rcap_ - rend_ < owner_.options().limits.max_body_size + 64) {
@@ -770,9 +791,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         rend_ -= rbegin_;
         rbegin_ = 0;
       }
-      const ssize_t r = ::recv(fd, rbuf_.get() + rend_, rcap_ - rend_, MSG_DONTWAIT);
+      const std::size_t room = rcap_ - rend_;
+      const ssize_t r = ::recv(fd, rbuf_.get() + rend_, room, MSG_DONTWAIT);
       if (r > 0) {
         rend_ += static_cast<std::size_t>(r);
+        emptied = static_cast<std::size_t>(r) < room;
         last_rx_.store(Clock::now(), std::memory_order_relaxed);
         continue;
       }
