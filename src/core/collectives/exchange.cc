@@ -28,14 +28,13 @@ class CollectivesService final : public proc::ProcService {
   explicit CollectivesService(proc::ProcHost& host) : id_(host.id()) {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
     proc::ProcHost* raw = &host;  // handlers run on its I/O thread, while it lives
-    host.on_data(kCollectiveDataType, [weak, raw](const ProcId& peer, const std::string& header,
-                                                  wire::Payload payload) {
+    host.on_data(kCollectiveDataType, [weak, raw](const ProcId& peer, std::string_view header, wire::Payload payload) {
       ShmProgressScope io_thread;  // replies it sends must not wait for ring space
       Exchange::instance().on_frame(weak, peer, header, std::move(payload), *raw);
     });
-    host.on_data(kCollectiveLinkDataType, [raw](const ProcId& peer, const std::string& header, wire::Payload) {
+    host.on_data(kCollectiveLinkDataType, [raw](const ProcId& peer, std::string_view header, wire::Payload) {
       v1::CollectiveHeader link;
-      if (!link.ParseFromString(header) || link.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
+      if (!link.ParseFromArray(header.data(), static_cast<int>(header.size())) || link.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
         CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed link frame from {}", peer);
         return;
       }
@@ -43,7 +42,7 @@ class CollectivesService final : public proc::ProcService {
       on_shm_link_frame(*raw, peer, link);
     });
     // Bodies of frames whose receive is already posted land in its buffer.
-    host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, const std::string& header, uint64_t size) {
+    host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, std::string_view header, uint64_t size) {
       return Exchange::instance().sink_for_frame(peer, header, size);
     });
     observer_ = host.add_peer_lost_observer(
@@ -279,11 +278,11 @@ void Exchange::deliver_fallback_body(const ProcId& peer, uint64_t token, const c
   RankMailbox::fill(parked->recv, parked->key, body, size);
 }
 
-void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header_bytes,
+void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
                         wire::Payload payload, proc::ProcHost& delivering) {
   const char* body = payload.data();
   const size_t body_size = payload.size();
-  on_frame(host, peer, std::string_view(header_bytes), body, body_size, std::move(payload), &delivering);
+  on_frame(host, peer, header_bytes, body, body_size, std::move(payload), &delivering);
 }
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
@@ -318,10 +317,10 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
   box->deliver(std::move(key), body, body_size, std::move(payload));
 }
 
-std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& peer, const std::string& header_bytes,
+std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& peer, std::string_view header_bytes,
                                                                 uint64_t size) {
   v1::CollectiveHeader header;
-  if (!header.ParseFromString(header_bytes) || header.token() != 0 || header.fallback_body() ||
+  if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size())) || header.token() != 0 || header.fallback_body() ||
       (header.channel() != v1::CollectiveHeader::CHANNEL_P2P &&
        header.channel() != v1::CollectiveHeader::CHANNEL_COLLECTIVE)) {
     return nullptr;  // on_frame handles (or drops) it

@@ -67,7 +67,7 @@ class Exchange {
 
   // A frame from proc `peer` to proc `host` (ProcHost data handler, on
   // `delivering`'s I/O thread: `delivering` is `host`, alive for the call).
-  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, const std::string& header,
+  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
                 wire::Payload payload, proc::ProcHost& delivering);
   // The same for a frame whose body is `body[0, size)`, owned by `owner`
   // when not empty (else read before this returns): a shared-memory ring
@@ -81,7 +81,7 @@ class Exchange {
   void on_compact(const CompactMessage& message, const char* body, size_t size);
   // A sink for the body of a frame whose header arrived from `peer`, when a
   // posted receive matches it (RankMailbox::sink_for); else nullptr.
-  std::shared_ptr<transport::PayloadSink> sink_for_frame(const ProcId& peer, const std::string& header,
+  std::shared_ptr<transport::PayloadSink> sink_for_frame(const ProcId& peer, std::string_view header,
                                                          uint64_t size);
   // A single-copy receive that must wait for the body as a frame (the
   // kernel refused the read): parked until that frame comes.

@@ -87,9 +87,7 @@ void note_spin(bool ended_the_wait) {
 // Communicator data frames, which the waiting thread may deliver itself;
 // the link handshake (shared-memory rings, kCollectiveLinkDataType) stays on
 // the I/O thread.
-bool waiter_may_deliver(const wire::v1::FrameHeader& frame_header) {
-  return proc::ProcHost::is_data_message(frame_header, kCollectiveDataType);
-}
+bool waiter_may_deliver(std::string_view data_type) { return data_type == kCollectiveDataType; }
 
 bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);
 

@@ -19,9 +19,7 @@ namespace {
 
 namespace v1 = wire::v1;
 using Seam = detail::RuntimeTransportSeam;
-constexpr uint32_t kReplyFlag = 1;
-// A data message (send_data): the payload is the body itself, no protobuf.
-constexpr uint32_t kDataFlag = 2;
+constexpr uint32_t kReplyFlag = wire::kControlReplyFlag;
 
 // Hosts by runtime, so a second allocation on one runtime reuses its host.
 struct HostDirectory {
@@ -149,9 +147,13 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
         raw->on_message(peer, std::move(frame_header), std::move(payload));
       },
       [raw](const std::string& peer, const absl::Status& why) { raw->on_peer_lost(peer, why); },
-      [raw](const std::string& peer, const wire::v1::FrameHeader& frame_header) {
-        return raw->payload_sink(peer, frame_header);
-      });
+      transport::DataHandlers{
+          [raw](const std::string& peer, std::string_view type, std::string_view header, wire::Payload payload) {
+            raw->deliver_data(peer, type, header, std::move(payload));
+          },
+          [raw](const std::string& peer, std::string_view type, std::string_view header, uint64_t size) {
+            return raw->payload_sink(peer, type, header, size);
+          }});
   if (!endpoint.ok()) return endpoint.status();
   host->endpoint_ = std::move(*endpoint);
   host->id_ = host->endpoint_->id();
@@ -251,50 +253,37 @@ absl::StatusOr<std::string> ProcHost::request(const ProcId& peer, const google::
   return pending->result;
 }
 
-absl::Status ProcHost::send_data(const ProcId& peer, const std::string& type_name, std::string header,
+absl::Status ProcHost::send_data(const ProcId& peer, std::string_view type_name, std::string_view header,
                                  wire::Payload payload) {
-  v1::FrameHeader frame_header;
-  frame_header.set_kind(v1::FrameHeader::KIND_CONTROL);
-  frame_header.set_message_type(type_name);
-  frame_header.set_flags(kDataFlag);
-  frame_header.set_data_header(std::move(header));
   // Data messages are latency-bound (a collective step, an RDMA handshake):
   // a small one is written by this thread when the connection is idle.
   absl::Status sent =
-      endpoint_->send(peer, std::move(frame_header), std::move(payload), transport::SendUrgency::kNow);
+      endpoint_->send_data(peer, type_name, header, std::move(payload), transport::SendUrgency::kNow);
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
   return sent;
 }
 
-bool ProcHost::is_data_message(const wire::v1::FrameHeader& frame_header, std::string_view type_name) {
-  return frame_header.kind() == v1::FrameHeader::KIND_CONTROL && (frame_header.flags() & kDataFlag) != 0 &&
-         (frame_header.flags() & kReplyFlag) == 0 && frame_header.message_type() == type_name;
-}
-
 void ProcHost::on_data(const std::string& type_name, DataHandler handler) {
   detail::MutexLock lock(mu_);
-  data_handlers_[type_name] = std::move(handler);
+  data_handlers_[type_name] = std::make_shared<const DataHandler>(std::move(handler));
 }
 
 void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provider) {
   detail::MutexLock lock(mu_);
-  data_sinks_[type_name] = std::move(provider);
+  data_sinks_[type_name] = std::make_shared<const DataSinkProvider>(std::move(provider));
 }
 
-std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer,
-                                                               const wire::v1::FrameHeader& frame_header) {
-  if (!ready_.load(std::memory_order_acquire) || frame_header.kind() != v1::FrameHeader::KIND_CONTROL ||
-      (frame_header.flags() & kDataFlag) == 0) {
-    return nullptr;
-  }
-  DataSinkProvider provider;
+std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer, std::string_view type_name,
+                                                               std::string_view header, uint64_t size) {
+  if (!ready_.load(std::memory_order_acquire)) return nullptr;
+  std::shared_ptr<const DataSinkProvider> provider;
   {
     detail::MutexLock lock(mu_);
-    auto it = data_sinks_.find(frame_header.message_type());
+    auto it = data_sinks_.find(absl::string_view(type_name.data(), type_name.size()));
     if (it == data_sinks_.end()) return nullptr;
     provider = it->second;
   }
-  return provider(peer, frame_header.data_header(), frame_header.payload_size());
+  return (*provider)(peer, header, size);
 }
 
 std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {
@@ -337,10 +326,6 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
         if (it != pending_.end()) pending = it->second;
       }
       if (pending) pending->complete(std::string(payload.view()));
-      return;
-    }
-    if (frame_header.flags() & kDataFlag) {
-      deliver_data(peer, frame_header.message_type(), frame_header.data_header(), std::move(payload));
       return;
     }
     ControlHandler handler;
@@ -390,18 +375,19 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
   }
 }
 
-void ProcHost::deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
+void ProcHost::deliver_data(const std::string& peer, std::string_view type_name, std::string_view header,
                             wire::Payload payload) {
-  DataHandler handler;
+  if (!ready_.load(std::memory_order_acquire)) return;
+  std::shared_ptr<const DataHandler> handler;  // not the function itself: copying one may allocate
   {
     detail::MutexLock lock(mu_);
-    auto it = data_handlers_.find(type_name);
+    auto it = data_handlers_.find(absl::string_view(type_name.data(), type_name.size()));
     if (it != data_handlers_.end()) handler = it->second;
   }
-  if (handler) {
-    handler(peer, header, std::move(payload));
+  if (handler != nullptr) {
+    (*handler)(peer, header, std::move(payload));
   } else {
-    CASTMESH_LOG_WARN("castmesh-proc {}: unknown data message '{}' from {}", id(), type_name, peer);
+    CASTMESH_LOG_WARN("castmesh-proc {}: unknown data message '{}' from {}", id(), log::printable(type_name), peer);
   }
 }
 

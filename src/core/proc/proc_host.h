@@ -75,13 +75,13 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // transport::PeerReader's thread for the types its filter accepts: the
   // sender's header bytes and the raw body (shared, not copied; borrowed
   // when a reader delivers it, so owned() to keep it). Must not block.
-  using DataHandler = std::function<void(const ProcId& peer, const std::string& header, wire::Payload payload)>;
+  using DataHandler = std::function<void(const ProcId& peer, std::string_view header, wire::Payload payload)>;
   // Asked on the I/O thread for a data message whose payload (`size` bytes)
   // has not arrived yet: a sink that receives it in place (e.g. straight
   // into a user's buffer), or nullptr for the DataHandler path. A message
   // given a sink does not reach the DataHandler. Must not block.
   using DataSinkProvider = std::function<std::shared_ptr<transport::PayloadSink>(
-      const ProcId& peer, const std::string& header, uint64_t size)>;
+      const ProcId& peer, std::string_view header, uint64_t size)>;
 
   // Starts the endpoint, sets runtime's proc id to its address, installs
   // the router and the services. The runtime must outlive the host; one
@@ -113,11 +113,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // from its own buffer (Payload::share sends user memory without a copy).
   // A small one finding the connection idle is written by the calling
   // thread at once (transport::SendUrgency::kNow).
-  absl::Status send_data(const ProcId& peer, const std::string& type_name, std::string header,
+  absl::Status send_data(const ProcId& peer, std::string_view type_name, std::string_view header,
                          wire::Payload payload = {});
-  // Whether `frame_header` carries a data message of type `type_name`
-  // (send_data), whose handler is the one on_data installed.
-  static bool is_data_message(const wire::v1::FrameHeader& frame_header, std::string_view type_name);
   // Handles incoming data messages of one type (see send_data).
   void on_data(const std::string& type_name, DataHandler handler);
   // Offers sinks for the payloads of one data message type (see DataSinkProvider).
@@ -151,10 +148,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   ProcHost(Runtime& runtime, std::string secret) : runtime_(runtime), secret_(std::move(secret)) {}
   void on_message(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload);
   void on_peer_lost(const std::string& peer, const absl::Status& why);
-  void deliver_data(const std::string& peer, const std::string& type_name, const std::string& header,
+  void deliver_data(const std::string& peer, std::string_view type_name, std::string_view header,
                     wire::Payload payload);
-  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer,
-                                                       const wire::v1::FrameHeader& frame_header);
+  std::shared_ptr<transport::PayloadSink> payload_sink(const std::string& peer, std::string_view type_name,
+                                                       std::string_view header, uint64_t size);
   // Installs the proc's own services, then the registered ones.
   void install_services();
 
@@ -176,8 +173,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
 
   mutable detail::Mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, DataHandler> data_handlers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, DataSinkProvider> data_sinks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const DataHandler>> data_handlers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const DataSinkProvider>> data_sinks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ProcId, std::string> descriptions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -248,12 +248,12 @@ class RdmaService final : public proc::ProcService {
  public:
   explicit RdmaService(proc::ProcHost& host) : writes_(std::make_shared<IncomingWrites>()) {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
-    host.on_data(kRdmaDataType, [weak, writes = writes_](const ProcId& peer, const std::string& header_bytes,
+    host.on_data(kRdmaDataType, [weak, writes = writes_](const ProcId& peer, std::string_view header_bytes,
                                                           wire::Payload payload) {
       std::shared_ptr<proc::ProcHost> host = weak.lock();
       v1::RdmaHeader header;
       if (host == nullptr) return;
-      if (!header.ParseFromString(header_bytes)) {
+      if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) {
         CASTMESH_LOG_WARN("castmesh-rdma: dropping a malformed message from {}", peer);
         return;
       }
@@ -262,10 +262,10 @@ class RdmaService final : public proc::ProcService {
     // Read chunks land straight in the destination (read_sink.h), write
     // chunks straight in the registered memory (incoming_writes.h).
     host.on_data_sink(kRdmaDataType, [weak, writes = writes_](
-                                         const ProcId& peer, const std::string& header_bytes,
+                                         const ProcId& peer, std::string_view header_bytes,
                                          uint64_t size) -> std::shared_ptr<transport::PayloadSink> {
       v1::RdmaHeader header;
-      if (!header.ParseFromString(header_bytes)) return nullptr;
+      if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) return nullptr;
       if (header.kind() == v1::RdmaHeader::WRITE_DATA) {
         return writes->sink(peer, header, size, [weak, peer](const v1::RdmaHeader& answer) {
           if (std::shared_ptr<proc::ProcHost> host = weak.lock()) (void)send(*host, peer, answer);

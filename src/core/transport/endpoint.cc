@@ -168,22 +168,30 @@ LocalRegistry& local_registry() {
 
 class Connection;
 
+// What one send() or send_data() queues: a message's frame header, or a
+// data frame's type and header (borrowed for the call).
+struct Outgoing {
+  explicit Outgoing(v1::FrameHeader* frame_header) : message(frame_header) {}
+  Outgoing(std::string_view type, std::string_view header) : data_type(type), data_header(header) {}
+  v1::FrameHeader* message = nullptr;
+  std::string_view data_type;
+  std::string_view data_header;
+};
+
 class Endpoint::Impl {
  public:
-  Impl(EndpointOptions options, MessageHandler on_message, PeerLostHandler on_peer_lost,
-       PayloadSinkProvider payload_sinks)
+  Impl(EndpointOptions options, MessageHandler on_message, PeerLostHandler on_peer_lost, DataHandlers data)
       : options_(std::move(options)),
         on_message_(std::move(on_message)),
         on_peer_lost_(std::move(on_peer_lost)),
-        payload_sinks_(std::move(payload_sinks)),
+        data_(std::move(data)),
         heartbeat_timer_(io_),
         accept_timer_(io_) {}
   ~Impl() { shutdown(); }
 
   absl::Status start();
   void shutdown();
-  absl::Status send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
-                    SendUrgency urgency);
+  absl::Status send(std::string_view peer, Outgoing out, wire::Payload payload, SendUrgency urgency);
   void disconnect(std::string_view peer);
   std::vector<std::string> peers() const;
   std::optional<long> peer_pid(std::string_view peer) const;
@@ -212,10 +220,12 @@ class Endpoint::Impl {
   absl::Duration handshake_deadline() const;
   void on_closed(const std::shared_ptr<Connection>& connection, const absl::Status& why, bool report);
   void deliver(const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload);
-  // The receiver's sink for a payload not yet buffered, or nullptr.
-  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, const v1::FrameHeader& frame_header) {
-    if (stopping() || !payload_sinks_) return nullptr;
-    return payload_sinks_(peer, frame_header);
+  void deliver_data(const std::string& peer, std::string_view type, std::string_view header, wire::Payload payload);
+  // The receiver's sink for a data frame's payload not yet buffered, or nullptr.
+  std::shared_ptr<PayloadSink> payload_sink(const std::string& peer, std::string_view type, std::string_view header,
+                                            uint64_t size) {
+    if (stopping() || !data_.sinks) return nullptr;
+    return data_.sinks(peer, type, header, size);
   }
 
   const EndpointOptions& options() const { return options_; }
@@ -231,12 +241,12 @@ class Endpoint::Impl {
   void admit(Socket socket);
   void release_admission(Connection& connection);
   void arm_heartbeat();
-  absl::Status send_local(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload);
+  absl::Status send_in_process(std::string_view peer, Outgoing out, wire::Payload payload);
 
   EndpointOptions options_;
   MessageHandler on_message_;
   PeerLostHandler on_peer_lost_;
-  PayloadSinkProvider payload_sinks_;
+  DataHandlers data_;
   std::string id_;
   std::string local_name_;       // registered local: name, if any
   std::string unix_path_;        // filesystem socket to unlink at shutdown, if any
@@ -347,10 +357,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Any thread. See the backpressure policy in endpoint.h.
-  absl::Status enqueue(v1::FrameHeader& frame_header, wire::Payload&& payload, bool on_io_thread,
+  absl::Status enqueue(const Outgoing& out, wire::Payload&& payload, bool on_io_thread,
                        SendUrgency urgency = SendUrgency::kCoalesce) {
-    frame_header.set_version(wire::kWireVersion);
-    frame_header.set_payload_size(payload.size());
     const EndpointOptions& options = owner_.options();
     detail::MutexLock lock(out_mu_);
     if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
@@ -366,7 +374,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       if (out_closed_) return absl::UnavailableError(absl::StrCat("connection to ", peer_, " is closed"));
     }
-    frame_header.set_sequence(next_sequence_++);
     if (pending_.empty() || !pending_.back().payload.empty()) pending_.emplace_back();
     Chunk& chunk = pending_.back();
     const std::size_t before = chunk.bytes.size();
@@ -374,7 +381,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (before == 0) {
       chunk.bytes.reserve(kFrameHeaderReserve + (payload.size() <= kInlinePayloadLimit ? payload.size() : 0));
     }
-    wire::append_frame_body(frame_header, chunk.bytes);
+    append_head(out, payload.size(), chunk.bytes);
     std::size_t added = chunk.bytes.size() - before;
     if (payload.size() <= kInlinePayloadLimit) {
       chunk.bytes.append(payload.data(), payload.size());
@@ -445,7 +452,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (now - last_tx_ >= absl::ToChronoNanoseconds(owner_.options().heartbeat_interval)) {
       v1::FrameHeader heartbeat;
       heartbeat.set_kind(v1::FrameHeader::KIND_HEARTBEAT);
-      (void)enqueue(heartbeat, {}, true);  // a full queue means traffic: no heartbeat needed
+      (void)enqueue(Outgoing(&heartbeat), {}, true);  // a full queue means traffic: no heartbeat needed
     }
   }
 
@@ -458,6 +465,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
   enum class Written { kAll, kFull, kError };
+
+  // Appends the next frame's length prefix and head to `bytes`. A data
+  // frame's head is encoded from data_head_, whose fields keep their memory
+  // between frames: no allocation per frame.
+  void append_head(const Outgoing& out, std::uint64_t payload_size, std::string& bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    v1::FrameHeader& head = out.message != nullptr ? *out.message : data_head_;
+    if (out.message == nullptr) {
+      data_head_.set_kind(v1::FrameHeader::KIND_CONTROL);
+      data_head_.set_flags(wire::kDataFrameFlag);
+      data_head_.mutable_message_type()->assign(out.data_type.data(), out.data_type.size());
+      data_head_.mutable_data_header()->assign(out.data_header.data(), out.data_header.size());
+    }
+    head.set_version(wire::kWireVersion);
+    head.set_sequence(next_sequence_++);
+    head.set_payload_size(payload_size);
+    wire::append_frame_body(head, bytes);
+  }
 
   // One non-blocking gather write of `head` (handshake bytes) then the
   // chunks of `queue`, in order: the bytes written, 0 when the socket is
@@ -861,14 +886,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
         on_handshake_frame(body, body_size);
         continue;
       }
-      absl::StatusOr<v1::FrameHeader> frame_header = wire::parse_frame_header(body, body_size, limits);
-      if (!frame_header.ok()) {
-        read_failed(mine, frame_header.status(), /*protocol=*/true);
+      if (absl::Status st = wire::parse_frame_header_into(body, body_size, limits, parsed_); !st.ok()) {
+        read_failed(mine, st, /*protocol=*/true);
         return Parsed::kClosed;
       }
-      const std::uint64_t payload_size = frame_header->payload_size();
+      const std::uint64_t payload_size = parsed_.payload_size();
       const std::size_t have = avail - wire::kLengthPrefixSize - body_size;
-      if (mine != nullptr && frame_header->kind() != v1::FrameHeader::KIND_HEARTBEAT && !(*mine)(*frame_header)) {
+      if (!reader_takes(mine, parsed_)) {
         io_turn_.store(true, std::memory_order_release);
         return Parsed::kHandOver;
       }
@@ -881,11 +905,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                 : mine != nullptr ? wire::Payload::borrow(bytes)
                                                   : wire::Payload::copy_of(bytes);
         rbegin_ += payload_size;
-        if (!deliver(std::move(*frame_header), std::move(payload), mine)) return Parsed::kClosed;
+        if (!deliver(parsed_, std::move(payload), mine)) return Parsed::kClosed;
         continue;
       }
-      return start_partial(std::move(*frame_header), have, mine) ? Parsed::kMore : Parsed::kClosed;
+      return start_partial(std::move(parsed_), have, mine) ? Parsed::kMore : Parsed::kClosed;
     }
+  }
+
+  // Whether the thread reading with filter `mine` (nullptr: the I/O thread)
+  // delivers `frame_header`'s frame: a reader takes heartbeats and the data
+  // frames its filter accepts.
+  static bool reader_takes(const FrameFilter* mine, const v1::FrameHeader& frame_header) {
+    return mine == nullptr || frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT ||
+           (wire::is_data_frame(frame_header) && (*mine)(frame_header.message_type()));
   }
 
   // A payload larger than what is buffered (all of the buffer is its start):
@@ -896,8 +928,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool start_partial(v1::FrameHeader frame_header, std::size_t have, const FrameFilter* mine)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     PartialPayload partial;
-    if (frame_header.kind() != v1::FrameHeader::KIND_HEARTBEAT && frame_header.sequence() == expected_sequence_) {
-      partial.sink = owner_.payload_sink(peer_, frame_header);
+    if (wire::is_data_frame(frame_header) && frame_header.sequence() == expected_sequence_) {
+      partial.sink = owner_.payload_sink(peer_, frame_header.message_type(), frame_header.data_header(),
+                                         frame_header.payload_size());
     }
     if (partial.sink != nullptr) {
       if (!feed_buffered(*partial.sink, have)) {
@@ -927,7 +960,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Parsed read_partial(int fd, const FrameFilter* mine, std::size_t* payload_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     PartialPayload& partial = *partial_;
-    if (mine != nullptr && !(*mine)(partial.frame_header)) {
+    if (!reader_takes(mine, partial.frame_header)) {
       io_turn_.store(true, std::memory_order_release);
       return Parsed::kHandOver;
     }
@@ -970,7 +1003,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       done.sink->finish(true);
       return Parsed::kDone;
     }
-    return deliver(std::move(done.frame_header), std::move(done.payload), mine) ? Parsed::kDone : Parsed::kClosed;
+    return deliver(done.frame_header, std::move(done.payload), mine) ? Parsed::kDone : Parsed::kClosed;
   }
 
   // The connection is lost with a payload in progress: its sink learns it.
@@ -1000,7 +1033,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Checks the frame's sequence number and hands it to the owner's handler
   // on this thread. False when the connection fails instead.
-  bool deliver(v1::FrameHeader&& frame_header, wire::Payload payload, const FrameFilter* mine)
+  bool deliver(v1::FrameHeader& frame_header, wire::Payload payload, const FrameFilter* mine)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     if (frame_header.sequence() != expected_sequence_) {
       read_failed(mine,
@@ -1013,7 +1046,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT) return true;
     Connection* const saved = t_delivering;
     t_delivering = this;
-    owner_.deliver(peer_, std::move(frame_header), std::move(payload));
+    if (wire::is_data_frame(frame_header)) {
+      owner_.deliver_data(peer_, frame_header.message_type(), frame_header.data_header(), std::move(payload));
+    } else {
+      owner_.deliver(peer_, std::move(frame_header), std::move(payload));
+    }
     t_delivering = saved;
     return true;
   }
@@ -1126,6 +1163,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::vector<Chunk> pending_ ABSL_GUARDED_BY(out_mu_);
   std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
   std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
+  v1::FrameHeader data_head_ ABSL_GUARDED_BY(out_mu_);  // see append_head()
   bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled, or waits for the socket
   bool io_writing_ ABSL_GUARDED_BY(out_mu_) = false;  // the flush holds chunks taken out of the queue
   std::atomic<bool> output_queued_{false};  // writing_, for a reader's look without out_mu_
@@ -1142,6 +1180,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t rbegin_ ABSL_GUARDED_BY(read_mu_) = 0;
   std::size_t rend_ ABSL_GUARDED_BY(read_mu_) = 0;
   std::uint64_t expected_sequence_ ABSL_GUARDED_BY(read_mu_) = 1;
+  // Every frame header is parsed into this one, whose fields keep their
+  // memory between frames (a message's handler may take them).
+  v1::FrameHeader parsed_ ABSL_GUARDED_BY(read_mu_);
   // A payload larger than what came with its frame header, as it arrives.
   struct PartialPayload {
     v1::FrameHeader frame_header;
@@ -1385,22 +1426,13 @@ void Endpoint::Impl::shutdown() {
   CASTMESH_LOG_DEBUG("castmesh-proc {}: endpoint down", id_);
 }
 
-absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
-                                  SendUrgency urgency) {
+absl::Status Endpoint::Impl::send(std::string_view peer, Outgoing out, wire::Payload payload, SendUrgency urgency) {
   // enqueue() copies a payload of at most kInlinePayloadLimit bytes into its
   // queue; every other route keeps the payload after this call returns.
   if (payload.borrowed() && (peer == id_ || peer.starts_with("local:") || payload.size() > kInlinePayloadLimit)) {
     payload = payload.owned();
   }
-  if (peer == id_) {
-    frame_header.set_version(wire::kWireVersion);
-    frame_header.set_payload_size(payload.size());
-    asio::post(io_, [this, frame_header = std::move(frame_header), payload = std::move(payload)]() mutable {
-      deliver(id_, std::move(frame_header), std::move(payload));
-    });
-    return absl::OkStatus();
-  }
-  if (peer.starts_with("local:")) return send_local(peer, std::move(frame_header), std::move(payload));
+  if (peer == id_ || peer.starts_with("local:")) return send_in_process(peer, out, std::move(payload));
   if (payload.size() > options_.limits.max_payload_size) {
     // The receiver would close the connection (every proc of a mesh has
     // the same limit unless configured otherwise): refuse it here instead.
@@ -1431,7 +1463,7 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_h
   }
   // Queue first, then dial: a dial that fails at once must not race this
   // frame into an "already closed" error (the loss is reported instead).
-  absl::Status queued = connection->enqueue(frame_header, std::move(payload), on_io_thread(), urgency);
+  absl::Status queued = connection->enqueue(out, std::move(payload), on_io_thread(), urgency);
   if (dial) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: dialing {}", id_, std::string(peer));
     asio::post(io_, [connection, address = *dial] { connection->start_dial(address); });
@@ -1439,9 +1471,28 @@ absl::Status Endpoint::Impl::send(std::string_view peer, v1::FrameHeader frame_h
   return queued;
 }
 
-absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload) {
-  frame_header.set_version(wire::kWireVersion);
-  frame_header.set_payload_size(payload.size());
+absl::Status Endpoint::Impl::send_in_process(std::string_view peer, Outgoing out, wire::Payload payload) {
+  std::optional<v1::FrameHeader> message;
+  if (out.message != nullptr) {
+    message = std::move(*out.message);
+    message->set_version(wire::kWireVersion);
+    message->set_payload_size(payload.size());
+  }
+  auto delivery = [from = id_, message = std::move(message), type = std::string(out.data_type),
+                   header = std::string(out.data_header), payload = std::move(payload)](Impl* target) mutable {
+    return [target, from = std::move(from), message = std::move(message), type = std::move(type),
+            header = std::move(header), payload = std::move(payload)]() mutable {
+      if (message.has_value()) {
+        target->deliver(from, *std::move(message), std::move(payload));
+      } else {
+        target->deliver_data(from, type, header, std::move(payload));
+      }
+    };
+  };
+  if (peer == id_) {
+    asio::post(io_, delivery(this));
+    return absl::OkStatus();
+  }
   detail::MutexLock lock(local_registry().mu);
   auto it = local_registry().by_name.find(std::string(peer.substr(6)));
   if (it == local_registry().by_name.end()) {
@@ -1450,10 +1501,7 @@ absl::Status Endpoint::Impl::send_local(std::string_view peer, v1::FrameHeader f
   Impl* target = it->second;
   // Posted while the registry lock is held, so the target cannot finish
   // shutting down in between; it runs everything posted before it joins.
-  asio::post(target->io_, [target, from = id_, frame_header = std::move(frame_header),
-                           payload = std::move(payload)]() mutable {
-    target->deliver(from, std::move(frame_header), std::move(payload));
-  });
+  asio::post(target->io_, delivery(target));
   return absl::OkStatus();
 }
 
@@ -1536,13 +1584,24 @@ void Endpoint::Impl::deliver(const std::string& peer, v1::FrameHeader&& frame_he
   }
 }
 
+void Endpoint::Impl::deliver_data(const std::string& peer, std::string_view type, std::string_view header,
+                                  wire::Payload payload) {
+  if (stopping() || !data_.deliver) return;
+  try {
+    data_.deliver(peer, type, header, std::move(payload));
+  } catch (const std::exception& e) {
+    CASTMESH_LOG_ERROR("castmesh-proc {}: data handler threw on a '{}' frame from {}: {}", id_,
+                       log::printable(type), peer, e.what());
+  }
+}
+
 // --- Endpoint ----------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<Endpoint>> Endpoint::start(EndpointOptions options, MessageHandler on_message,
                                                           PeerLostHandler on_peer_lost,
-                                                          PayloadSinkProvider payload_sinks) {
+                                                          DataHandlers data) {
   auto impl = std::make_unique<Impl>(std::move(options), std::move(on_message), std::move(on_peer_lost),
-                                     std::move(payload_sinks));
+                                     std::move(data));
   if (absl::Status st = impl->start(); !st.ok()) return st;
   return std::unique_ptr<Endpoint>(new Endpoint(std::move(impl)));
 }
@@ -1553,7 +1612,11 @@ void Endpoint::shutdown() { impl_->shutdown(); }
 const std::string& Endpoint::id() const { return impl_->id(); }
 absl::Status Endpoint::send(std::string_view peer, v1::FrameHeader frame_header, wire::Payload payload,
                             SendUrgency urgency) {
-  return impl_->send(peer, std::move(frame_header), std::move(payload), urgency);
+  return impl_->send(peer, Outgoing(&frame_header), std::move(payload), urgency);
+}
+absl::Status Endpoint::send_data(std::string_view peer, std::string_view type, std::string_view header,
+                                 wire::Payload payload, SendUrgency urgency) {
+  return impl_->send(peer, Outgoing(type, header), std::move(payload), urgency);
 }
 void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }
 std::vector<std::string> Endpoint::peers() const { return impl_->peers(); }

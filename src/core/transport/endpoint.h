@@ -91,10 +91,15 @@ struct EndpointOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
 };
 
-// Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL frame header,
-// with the peer's proc id.
+// Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL frame header
+// that is not a data frame, with the peer's proc id.
 using MessageHandler =
     std::function<void(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload)>;
+// Called for every data frame (Endpoint::send_data) on the I/O thread, or
+// on a PeerReader's thread for the types its filter accepts: its type, the
+// sender's header bytes (valid for the call) and the raw payload.
+using DataHandler = std::function<void(const std::string& peer, std::string_view type, std::string_view header,
+                                       wire::Payload payload)>;
 // Called on the I/O thread when the connection to `peer` is lost (closed,
 // reset, heartbeat timeout, protocol error) or could not be opened. Not
 // called while the endpoint is being destroyed.
@@ -116,19 +121,26 @@ class PayloadSink {
   // was lost first.
   virtual void finish(bool complete) = 0;
 };
-// Asked on the I/O thread for an authenticated frame header whose payload is not
-// yet buffered: a sink for its payload, or nullptr (the payload then arrives
-// in its own buffer, through the MessageHandler). A sink's frame header is not
-// passed to the MessageHandler.
-using PayloadSinkProvider =
-    std::function<std::shared_ptr<PayloadSink>(const std::string& peer, const wire::v1::FrameHeader& frame_header)>;
+// Asked on the I/O thread (or a PeerReader's, for a frame it takes) for an
+// authenticated data frame whose payload (`size` bytes) is not yet
+// buffered: a sink for its payload, or nullptr (the payload then arrives in
+// its own buffer, through the DataHandler). A sink's frame is not passed to
+// the DataHandler.
+using PayloadSinkProvider = std::function<std::shared_ptr<PayloadSink>(
+    const std::string& peer, std::string_view type, std::string_view header, uint64_t size)>;
+// Where an endpoint's data frames go.
+struct DataHandlers {
+  DataHandler deliver;       // empty: data frames are dropped
+  PayloadSinkProvider sinks;  // empty: every payload arrives in its own buffer
+};
 
 // How send() writes a small frame on an idle connection.
 enum class SendUrgency { kCoalesce, kNow };
 
-// Which frames a PeerReader's thread may deliver itself (those whose
-// handlers may run off the I/O thread).
-using FrameFilter = std::function<bool(const wire::v1::FrameHeader& frame_header)>;
+// Which data frames, by type, a PeerReader's thread may deliver itself
+// (those whose handlers may run off the I/O thread). Every other frame is
+// the I/O thread's.
+using FrameFilter = std::function<bool(std::string_view data_type)>;
 
 // Lets a thread other than the I/O thread read one connection while it
 // waits for a frame from that peer (collectives: the waiting caller reads
@@ -180,7 +192,7 @@ class Endpoint {
   static absl::StatusOr<std::unique_ptr<Endpoint>> start(EndpointOptions options,
                                                          MessageHandler on_message,
                                                          PeerLostHandler on_peer_lost = {},
-                                                         PayloadSinkProvider payload_sinks = {});
+                                                         DataHandlers data = {});
   // Closes every connection and the listener, joins the I/O thread. Do not
   // destroy an endpoint from inside one of its own handlers.
   ~Endpoint();
@@ -206,6 +218,14 @@ class Endpoint {
   absl::Status send(std::string_view peer, wire::v1::FrameHeader frame_header, wire::Payload payload = {},
                     SendUrgency urgency = SendUrgency::kCoalesce);
 
+  // Queues a data frame for `peer`: a message of `type` (a service's name
+  // for its messages) made of a small `header` (the service's own encoding,
+  // at most a few KiB) and `payload`, the raw body, written from its own
+  // buffer when large. Delivered to the peer's DataHandler, in order with
+  // every other frame to `peer`; otherwise as send(). Any thread.
+  absl::Status send_data(std::string_view peer, std::string_view type, std::string_view header,
+                         wire::Payload payload = {}, SendUrgency urgency = SendUrgency::kNow);
+
   // Closes the connection to `peer` (if any) without reporting it lost.
   void disconnect(std::string_view peer);
 
@@ -220,7 +240,7 @@ class Endpoint {
   // True on this endpoint's I/O thread.
   bool on_io_thread() const;
 
-  // From inside the MessageHandler (on whatever thread delivers): a reader
+  // From inside a MessageHandler or DataHandler (on whatever thread delivers): a reader
   // of the connection that delivered the current frame, with filter `mine`;
   // nullptr outside a handler or when the system cannot lend one.
   static std::shared_ptr<PeerReader> delivering_reader(FrameFilter mine);

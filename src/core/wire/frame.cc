@@ -74,6 +74,17 @@ absl::Status check_header_text(const v1::FrameHeader& frame_header) {
 absl::StatusOr<v1::FrameHeader> parse_frame_header(const char* body, std::size_t size,
                                             const FrameLimits& limits) {
   v1::FrameHeader frame_header;
+  if (absl::Status st = parse_frame_header_into(body, size, limits, frame_header); !st.ok()) return st;
+  return frame_header;
+}
+
+bool is_data_frame(const v1::FrameHeader& frame_header) {
+  return frame_header.kind() == v1::FrameHeader::KIND_CONTROL && (frame_header.flags() & kDataFrameFlag) != 0 &&
+         (frame_header.flags() & kControlReplyFlag) == 0;
+}
+
+absl::Status parse_frame_header_into(const char* body, std::size_t size, const FrameLimits& limits,
+                                     v1::FrameHeader& frame_header) {
   if (!frame_header.ParseFromArray(body, static_cast<int>(size))) {
     return absl::InvalidArgumentError(absl::StrCat("malformed frame header (", size, " bytes)"));
   }
@@ -86,8 +97,7 @@ absl::StatusOr<v1::FrameHeader> parse_frame_header(const char* body, std::size_t
                                                    " bytes exceeds the limit of ",
                                                    limits.max_payload_size));
   }
-  if (absl::Status st = check_header_text(frame_header); !st.ok()) return st;
-  return frame_header;
+  return check_header_text(frame_header);
 }
 
 absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits) {

@@ -57,6 +57,18 @@ inline constexpr std::size_t kMaxHeaderNameSize = 1024;
 // peer's text escaped and cut, log::printable).
 absl::StatusOr<v1::FrameHeader> parse_frame_header(const char* body, std::size_t size,
                                             const FrameLimits& limits);
+// The same, into `frame_header`, whose fields' memory a parse reuses (a
+// connection's reader parses every frame into one message: no allocation
+// per frame).
+absl::Status parse_frame_header_into(const char* body, std::size_t size, const FrameLimits& limits,
+                                     v1::FrameHeader& frame_header);
+
+// `flags` bit of a data frame (FrameHeader.data_header): KIND_CONTROL, this
+// bit set, bit 1 (a control reply) clear.
+inline constexpr std::uint32_t kDataFrameFlag = 2;
+inline constexpr std::uint32_t kControlReplyFlag = 1;
+// Whether `frame_header` heads a data frame (transport::Endpoint::send_data).
+bool is_data_frame(const v1::FrameHeader& frame_header);
 
 // Sends libprotobuf's own log lines (e.g. about a `string` field that is
 // not UTF-8 in a message some peer sent) through castmesh's logger,

@@ -314,6 +314,117 @@ TEST_P(ChannelTest, RequestAndReplyCarryEveryFrameHeaderField) {
   }
 }
 
+// Records messages and data frames in one log, in delivery order, and
+// takes the payloads of "svc.sink" data frames through a PayloadSink.
+class DataLog {
+ public:
+  class Sink final : public PayloadSink {
+   public:
+    Sink(DataLog& log, uint64_t size) : log_(log) { bytes_.resize(size); }
+    size_t receive(size_t offset, size_t n, const std::function<size_t(char*, size_t)>& take) override {
+      return take(bytes_.data() + offset, n);
+    }
+    void finish(bool complete) override { log_.add(complete ? "sink:" + bytes_ : "sink failed"); }
+
+   private:
+    DataLog& log_;
+    std::string bytes_;
+  };
+
+  MessageHandler messages() {
+    return [this](const std::string&, v1::FrameHeader&& frame_header, wire::Payload payload) {
+      add("message " + frame_header.message_type() + ":" + std::string(payload.view()));
+    };
+  }
+  DataHandlers data() {
+    return {[this](const std::string&, std::string_view type, std::string_view header, wire::Payload payload) {
+              add("data " + std::string(type) + "/" + std::string(header) + ":" + std::string(payload.view()));
+            },
+            [this](const std::string&, std::string_view type, std::string_view header,
+                   uint64_t size) -> std::shared_ptr<PayloadSink> {
+              if (type != "svc.sink") return nullptr;
+              add("sink for " + std::string(header));
+              return std::make_shared<Sink>(*this, size);
+            }};
+  }
+  void add(std::string entry) {
+    std::lock_guard lock(mu_);
+    entries_.push_back(std::move(entry));
+    cv_.notify_all();
+  }
+  std::vector<std::string> wait(std::size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, 10s, [&] { return entries_.size() >= n; });
+    return entries_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> entries_;
+};
+
+TEST_P(ChannelTest, DataFramesReachTheDataHandlerInOrderWithMessages) {
+  DataLog log;
+  auto a = Endpoint::start(options_for(listen_url(GetParam(), "data-a")), log.messages(), {}, log.data());
+  if (!a.ok() && GetParam() == "tcp6") GTEST_SKIP() << "no IPv6 loopback here: " << a.status();
+  ASSERT_TRUE(a.ok()) << a.status();
+  Inbox inbox_b;
+  auto b = start(options_for(listen_url(GetParam(), "data-b")), inbox_b);
+  ASSERT_TRUE(b);
+  const std::string to_a = (*a)->id();
+  const std::string big(3 << 20, 'B');  // more than one read: its sink takes it as it comes
+  std::string lent = "lent";
+  ASSERT_TRUE(b->send(to_a, message("m1"), wire::Payload::copy_of("x")).ok());
+  ASSERT_TRUE(b->send_data(to_a, "svc.a", "hdr-1", wire::Payload::borrow(lent)).ok());
+  lent.assign("gone");  // a borrowed payload is the sender's again once send_data returns
+  ASSERT_TRUE(b->send_data(to_a, "svc.a", "").ok());
+  ASSERT_TRUE(b->send(to_a, message("m2")).ok());
+  ASSERT_TRUE(b->send_data(to_a, "svc.sink", "hdr-big", wire::Payload::copy_of(big)).ok());
+  ASSERT_TRUE(b->send_data(to_a, "svc.b", std::string(3000, 'h'), wire::Payload::copy_of("last")).ok());
+  ASSERT_TRUE((*a)->send_data(to_a, "svc.self", "own", wire::Payload::copy_of("me")).ok());
+
+  const bool sockets = GetParam() != "local";  // in-process frames arrive whole, without a sink
+  std::vector<std::string> want = {"message m1:x", "data svc.a/hdr-1:lent", "data svc.a/:", "message m2:"};
+  if (sockets) {
+    want.push_back("sink for hdr-big");
+    want.push_back("sink:" + big);
+  } else {
+    want.push_back("data svc.sink/hdr-big:" + big);
+  }
+  want.push_back("data svc.b/" + std::string(3000, 'h') + ":last");
+  std::vector<std::string> got = log.wait(want.size() + 1);
+  ASSERT_EQ(got.size(), want.size() + 1);
+  // From b, in order; the frame a sent itself comes in anywhere.
+  auto own = std::find(got.begin(), got.end(), "data svc.self/own:me");
+  ASSERT_NE(own, got.end());
+  got.erase(own);
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].substr(0, 80), want[i].substr(0, 80)) << i;
+  EXPECT_EQ(got, want);
+}
+
+TEST(Endpoint, DataFrameFromAPeerBuildingItsOwnFrameHeaderReachesTheDataHandler) {
+  DataLog log;
+  auto a = Endpoint::start(options_for(listen_url("unix", "data-raw")), log.messages(), {}, log.data());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto raw = RawPeer::connect_to((*a)->id());
+  ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-data"));
+  // The wire form of a data frame (frame.proto): KIND_CONTROL, flags bit 2,
+  // the type in message_type and the service's header in data_header.
+  v1::FrameHeader data = message("svc.raw");
+  data.set_kind(v1::FrameHeader::KIND_CONTROL);
+  data.set_flags(wire::kDataFrameFlag);
+  data.set_data_header("h");
+  data.set_version(wire::kWireVersion);
+  data.set_sequence(1);
+  raw->write_frame(data);
+  v1::FrameHeader reply = data;  // a control reply is a message, whatever its other flags
+  reply.set_flags(wire::kDataFrameFlag | wire::kControlReplyFlag);
+  reply.set_sequence(2);
+  raw->write_frame(reply);
+  EXPECT_EQ(log.wait(2), (std::vector<std::string>{"data svc.raw/h:", "message svc.raw:"}));
+}
+
 INSTANTIATE_TEST_SUITE_P(AllChannels, ChannelTest,
                          ::testing::ValuesIn(abstract_unix_sockets_supported()
                                                  ? std::vector<std::string>{"unix-path", "unix-abstract", "tcp4",
@@ -1078,20 +1189,30 @@ struct ReaderInbox {
   std::shared_ptr<PeerReader> reader;
   std::vector<std::pair<std::string, absl::Status>> lost;
 
+  // Messages and data frames alike, by message or data type; the reader
+  // takes the data frames whose type starts with "mine".
   MessageHandler handler() {
     return [this](const std::string&, v1::FrameHeader&& frame_header, wire::Payload payload) {
-      std::shared_ptr<PeerReader> made;
-      if (reader == nullptr) {  // handlers of one connection never run at once
-        made = Endpoint::delivering_reader(
-            [](const v1::FrameHeader& h) { return h.message_type().rfind("mine", 0) == 0; });
-      }
-      std::lock_guard lock(mu);
-      if (made != nullptr) reader = std::move(made);
-      frames.emplace_back(frame_header.message_type(), std::this_thread::get_id());
-      payload_sizes.push_back(payload.size());
-      payloads.emplace_back(std::string(payload.view()), payload.borrowed());
-      cv.notify_all();
+      record(frame_header.message_type(), payload);
     };
+  }
+  DataHandlers data_handlers() {
+    return {[this](const std::string&, std::string_view type, std::string_view, wire::Payload payload) {
+              record(type, payload);
+            },
+            {}};
+  }
+  void record(std::string_view type, const wire::Payload& payload) {
+    std::shared_ptr<PeerReader> made;
+    if (reader == nullptr) {  // handlers of one connection never run at once
+      made = Endpoint::delivering_reader([](std::string_view t) { return t.rfind("mine", 0) == 0; });
+    }
+    std::lock_guard lock(mu);
+    if (made != nullptr) reader = std::move(made);
+    frames.emplace_back(std::string(type), std::this_thread::get_id());
+    payload_sizes.push_back(payload.size());
+    payloads.emplace_back(std::string(payload.view()), payload.borrowed());
+    cv.notify_all();
   }
   PeerLostHandler lost_handler() {
     return [this](const std::string& peer, const absl::Status& why) {
@@ -1165,7 +1286,8 @@ struct ReaderPair {
   void connect(const std::string& channel, const std::string& name, EndpointOptions options_a = {}) {
     options_a.listen = listen_url(channel, name + "-a");
     options_a.secret = kSecret;
-    auto started = Endpoint::start(std::move(options_a), inbox_a.handler(), inbox_a.lost_handler());
+    auto started =
+        Endpoint::start(std::move(options_a), inbox_a.handler(), inbox_a.lost_handler(), inbox_a.data_handlers());
     ASSERT_TRUE(started.ok()) << started.status();
     a = *std::move(started);
     b = start(options_for(listen_url(channel, name + "-b")), inbox_b);
@@ -1261,10 +1383,10 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
   const std::string big(1 << 20, 'x');  // more than one read
   {
     IoThreadHold hold(a);
-    ASSERT_TRUE(b.send(to_a, message("mine-1"), wire::Payload::copy_of("small")).ok());
-    ASSERT_TRUE(b.send(to_a, message("mine-2")).ok());
-    ASSERT_TRUE(b.send(to_a, message("other-3")).ok());
-    ASSERT_TRUE(b.send(to_a, message("mine-4")).ok());
+    ASSERT_TRUE(b.send_data(to_a, "mine-1", "h1", wire::Payload::copy_of("small")).ok());
+    ASSERT_TRUE(b.send_data(to_a, "mine-2", "").ok());
+    ASSERT_TRUE(b.send(to_a, message("other-3")).ok());  // a message: never a reader's
+    ASSERT_TRUE(b.send_data(to_a, "mine-4", "h4").ok());
     ASSERT_TRUE(pump_until(reader, inbox_a, 3));
     PeerReader::Pumped pumped = PeerReader::Pumped::kNothing;  // until other-3 is in
     const auto deadline = std::chrono::steady_clock::now() + 10s;  // a bound against a hang
@@ -1286,11 +1408,11 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
     // A payload larger than one read, of a frame the reader takes: the
     // reader reads all of it as it comes (the I/O thread is held).
     IoThreadHold hold(a);
-    ASSERT_TRUE(b.send(to_a, message("mine-big"), wire::Payload::copy_of(big)).ok());
+    ASSERT_TRUE(b.send_data(to_a, "mine-big", "hb", wire::Payload::copy_of(big)).ok());
     ASSERT_TRUE(pump_until(reader, inbox_a, 6));
   }
-  ASSERT_TRUE(b.send(to_a, message("other-big"), wire::Payload::copy_of(big)).ok());
-  ASSERT_TRUE(b.send(to_a, message("mine-8")).ok());
+  ASSERT_TRUE(b.send_data(to_a, "other-big", "", wire::Payload::copy_of(big)).ok());  // a type the filter refuses
+  ASSERT_TRUE(b.send_data(to_a, "mine-8", "h8").ok());
   ASSERT_TRUE(pump_until(reader, inbox_a, 8));
 
   std::lock_guard lock(inbox_a.mu);
@@ -1314,7 +1436,8 @@ TEST_P(ChannelTest, PeerReaderDeliversItsFramesOnItsThreadInOrderAndLeavesTheRes
 
 TEST(Endpoint, PeerReaderThatReadsABadFrameClosesTheConnectionAndReportsIt) {
   ReaderInbox inbox;
-  auto a = Endpoint::start(options_for(listen_url("unix", "reader-bad")), inbox.handler(), inbox.lost_handler());
+  auto a = Endpoint::start(options_for(listen_url("unix", "reader-bad")), inbox.handler(), inbox.lost_handler(),
+                           inbox.data_handlers());
   ASSERT_TRUE(a.ok()) << a.status();
   auto raw = RawPeer::connect_to((*a)->id());
   ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-reader-bad"));
@@ -1331,7 +1454,9 @@ TEST(Endpoint, PeerReaderThatReadsABadFrameClosesTheConnectionAndReportsIt) {
   ASSERT_NE(reader, nullptr);
   {
     IoThreadHold hold(**a);
-    v1::FrameHeader gap = message("mine-gap");
+    v1::FrameHeader gap = message("mine-gap");  // a data frame the reader takes
+    gap.set_kind(v1::FrameHeader::KIND_CONTROL);
+    gap.set_flags(wire::kDataFrameFlag);
     gap.set_version(wire::kWireVersion);
     gap.set_sequence(5);  // 2 expected
     raw->write_frame(gap);
@@ -1353,7 +1478,8 @@ TEST(Endpoint, PeerReaderThatReadsABadFrameClosesTheConnectionAndReportsIt) {
 TEST(Endpoint, PeerReaderOfAClosedConnectionSaysGone) {
   ReaderInbox inbox_a;
   Inbox inbox_b;
-  auto a = Endpoint::start(options_for(listen_url("unix", "reader-gone-a")), inbox_a.handler(), inbox_a.lost_handler());
+  auto a = Endpoint::start(options_for(listen_url("unix", "reader-gone-a")), inbox_a.handler(), inbox_a.lost_handler(),
+                           inbox_a.data_handlers());
   ASSERT_TRUE(a.ok()) << a.status();
   auto b = start(options_for(listen_url("unix", "reader-gone-b")), inbox_b);
   ASSERT_TRUE(b->send((*a)->id(), message("first")).ok());
