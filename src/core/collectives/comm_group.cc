@@ -11,6 +11,7 @@
 #include "core/collectives/exchange.h"
 #include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
+#include "core/collectives/thread_cache.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 
@@ -90,17 +91,18 @@ std::shared_ptr<RequestState> CommGroup::start_send_frame(Channel channel, int d
   if (bytes >= collectives::kSingleCopyMinBytes && collectives::single_copy_towards(proc)) {
     return start_single_copy(PendingSend{dest, channel, tag, signature, sequence, data, bytes, nullptr, nullptr});
   }
-  v1::CollectiveHeader header = frame_header(channel, dest, tag, signature, sequence);
+  collectives::ThreadLoan<v1::CollectiveHeader> header;  // no allocation per frame
+  fill_frame_header(*header, channel, dest, tag, signature, sequence);
   if (bytes >= collectives::kSingleCopyMinBytes) {
     // Written to the socket from `data` itself: the request completes when
     // the transport lets go of the body (written, or the connection lost:
     // then the receiver fails on its own). A ring copies it at once.
     auto request = std::make_shared<RequestState>();
     std::shared_ptr<const void> owner(nullptr, [request, sent](const void*) { request->complete(sent); });
-    if (absl::Status st = send_frame(dest, header, data, bytes, std::move(owner)); !st.ok()) request->complete(st);
+    if (absl::Status st = send_frame(dest, *header, data, bytes, std::move(owner)); !st.ok()) request->complete(st);
     return request;
   }
-  absl::Status st = send_frame(dest, header, data, bytes);
+  absl::Status st = send_frame(dest, *header, data, bytes);
   return RequestState::Done(st.ok() ? absl::StatusOr<MessageStatus>(sent) : absl::StatusOr<MessageStatus>(st));
 }
 
@@ -108,7 +110,8 @@ std::shared_ptr<RequestState> CommGroup::start_single_copy(PendingSend send) {
   const uint64_t token = next_token.fetch_add(1, std::memory_order_relaxed);
   auto request = std::make_shared<RequestState>();
   send.request = request;
-  v1::CollectiveHeader header = frame_header(send.channel, send.dest, send.tag, send.signature, send.sequence);
+  v1::CollectiveHeader header;
+  fill_frame_header(header, send.channel, send.dest, send.tag, send.signature, send.sequence);
   header.set_token(token);
   header.set_body_pid(::getpid());
   header.set_body_address(reinterpret_cast<uint64_t>(send.data));
@@ -140,7 +143,8 @@ void CommGroup::on_send_done(uint64_t token, bool fallback) {
   }
   absl::Status st;
   if (fallback) {  // the receiver could not read our memory: send the bytes
-    v1::CollectiveHeader header = frame_header(send->channel, send->dest, send->tag, send->signature, send->sequence);
+    v1::CollectiveHeader header;
+    fill_frame_header(header, send->channel, send->dest, send->tag, send->signature, send->sequence);
     header.set_token(token);
     header.set_fallback_body(true);
     st = send_frame(send->dest, header, send->data, send->bytes);
@@ -196,28 +200,28 @@ void CommGroup::fail_sends_to(const ProcId& proc, const absl::Status& why) {
   }
 }
 
-v1::CollectiveHeader CommGroup::frame_header(Channel channel, int dest, int64_t tag, const std::string& signature,
-                                             uint64_t sequence) const {
-  v1::CollectiveHeader header;
-  header.set_comm(layout_.id);
+void CommGroup::fill_frame_header(v1::CollectiveHeader& header, Channel channel, int dest, int64_t tag,
+                                  std::string_view signature, uint64_t sequence) const {
+  header.Clear();  // keeps the memory of its string fields
+  header.mutable_comm()->assign(layout_.id);
   header.set_source(static_cast<uint32_t>(rank()));
   header.set_dest(static_cast<uint32_t>(dest));
   header.set_channel(channel == Channel::kCollective ? v1::CollectiveHeader::CHANNEL_COLLECTIVE
                                                      : v1::CollectiveHeader::CHANNEL_P2P);
   header.set_tag(tag);
   header.set_sequence(sequence);
-  header.set_signature(signature);
-  return header;
+  header.mutable_signature()->assign(signature.data(), signature.size());
 }
 
-absl::Status CommGroup::send_frame(int dest, v1::CollectiveHeader& header, const void* body, size_t bytes,
+absl::Status CommGroup::send_frame(int dest, const v1::CollectiveHeader& header, const void* body, size_t bytes,
                                    std::shared_ptr<const void> body_owner) {
   std::shared_ptr<proc::ProcHost> host = layout_.host.lock();
   if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
   const ProcId& proc = layout_.procs[dest];
+  collectives::ThreadLoan<std::string> encoded;
+  header.SerializeToString(&*encoded);
   absl::Status sent = collectives::send_collective_frame(
-      *host, proc, header.SerializeAsString(), std::string_view(static_cast<const char*>(body), bytes),
-      std::move(body_owner));
+      *host, proc, *encoded, std::string_view(static_cast<const char*>(body), bytes), std::move(body_owner));
   if (!sent.ok()) {
     return absl::Status(sent.code(), absl::StrCat("sending to rank ", dest, " (proc ", proc, "): ", sent.message()));
   }
@@ -245,7 +249,8 @@ void CommGroup::abort(uint64_t sequence, const absl::Status& why) {
       Exchange::instance().mailbox(layout_.id, r)->abort_collective(sequence, error);
       continue;
     }
-    v1::CollectiveHeader header = frame_header(Channel::kCollective, r, 0, std::string(error.message()), sequence);
+    v1::CollectiveHeader header;
+    fill_frame_header(header, Channel::kCollective, r, 0, std::string(error.message()), sequence);
     header.set_channel(v1::CollectiveHeader::CHANNEL_ABORT);
     (void)send_frame(r, header, nullptr, 0);
   }

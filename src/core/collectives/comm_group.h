@@ -107,13 +107,13 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
     std::shared_ptr<RequestState> request;
     std::shared_ptr<const std::string> abandoned;  // the bytes, once abandon_send copied them
   };
-  // A frame header from this rank to `dest`.
-  wire::v1::CollectiveHeader frame_header(collectives::Channel channel, int dest, int64_t tag,
-                                          const std::string& signature, uint64_t sequence) const;
+  // Sets `header` (cleared first) to a frame header from this rank to `dest`.
+  void fill_frame_header(wire::v1::CollectiveHeader& header, collectives::Channel channel, int dest, int64_t tag,
+                         std::string_view signature, uint64_t sequence) const;
   // Sends one frame to rank `dest` of another proc; with `body_owner`, a
   // body that goes over the socket leaves from `body` itself and
   // `body_owner` is released once the transport is done with it.
-  absl::Status send_frame(int dest, wire::v1::CollectiveHeader& header, const void* body, size_t bytes,
+  absl::Status send_frame(int dest, const wire::v1::CollectiveHeader& header, const void* body, size_t bytes,
                           std::shared_ptr<const void> body_owner = nullptr);
   std::shared_ptr<RequestState> start_single_copy(PendingSend send);
   // The sends that complete before they return (bad rank, dead rank, this

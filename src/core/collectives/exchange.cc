@@ -287,7 +287,8 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
                         const char* body, size_t body_size, wire::Payload payload, proc::ProcHost* delivering) {
-  v1::CollectiveHeader header;
+  ThreadLoan<v1::CollectiveHeader> loan;  // its fields keep their memory: no allocation per frame
+  v1::CollectiveHeader& header = *loan;
   if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
     return;
@@ -303,13 +304,22 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
     return;
   }
   if (header.fallback_body()) return deliver_fallback_body(peer, header.token(), body, body_size);
-  std::shared_ptr<RankMailbox> box = mailbox(header.comm(), dest);
+  std::shared_ptr<RankMailbox> box = cached_mailbox(header.comm(), dest);
   if (header.channel() == v1::CollectiveHeader::CHANNEL_ABORT) {
     box->abort_collective(header.sequence(), absl::AbortedError(header.signature()));
     return;
   }
+  const Channel channel =
+      header.channel() == v1::CollectiveHeader::CHANNEL_COLLECTIVE ? Channel::kCollective : Channel::kP2P;
+  if (header.token() == 0 && (payload.empty() || payload.borrowed())) {
+    // The body is read before this returns anyway (a ring record, a lent
+    // socket frame): matched from the header's own fields, nothing copied
+    // unless it must wait.
+    box->deliver_view(channel, static_cast<int>(header.source()), header.tag(), header.signature(), body, body_size);
+    return;
+  }
   MessageKey key;
-  key.channel = header.channel() == v1::CollectiveHeader::CHANNEL_COLLECTIVE ? Channel::kCollective : Channel::kP2P;
+  key.channel = channel;
   key.source = static_cast<int>(header.source());
   key.tag = header.tag();
   key.signature = header.signature();

@@ -160,7 +160,7 @@ thread_local bool t_drain_thread = false;
 
 // `owner`, when set, keeps `body` valid until the transport has written it
 // (the socket path then sends it in place, without a copy).
-absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
+absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, std::string_view header, std::string_view body,
                          std::shared_ptr<const void> owner = nullptr) {
   // Without an owner the body is borrowed: the transport copies what it keeps.
   return host.send_data(peer, kCollectiveDataType, header,
@@ -270,7 +270,7 @@ class Links {
     return *links;
   }
 
-  absl::Status send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
+  absl::Status send(proc::ProcHost& host, const ProcId& peer, std::string_view header, std::string_view body,
                     std::shared_ptr<const void> owner);
   std::optional<absl::Status> try_send_compact(const ProcId& peer, const CompactMessage& m, std::string_view body);
   void on_link_frame(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h);
@@ -337,7 +337,7 @@ std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> Links::readers() {
   return readers_;
 }
 
-absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, const std::string& header, std::string_view body,
+absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, std::string_view header, std::string_view body,
                          std::shared_ptr<const void> owner) {
   if (!enabled() || !platform::proc_on_this_host(peer)) return socket_send(host, peer, header, body, std::move(owner));
   std::shared_ptr<Peer> p = get(peer);
@@ -893,7 +893,7 @@ ShmPathStats Links::stats() {
 
 }  // namespace
 
-absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
+absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, std::string_view header,
                                    std::string_view body, std::shared_ptr<const void> body_owner) {
   return Links::instance().send(host, peer, header, body, std::move(body_owner));
 }

@@ -63,7 +63,7 @@ inline constexpr size_t kShmRingBytes = size_t{1} << 20;
 // proc's connection. Any thread. With `body_owner`, a body that goes over
 // the socket is written from `body` itself (no copy) and `body_owner` is
 // released once the transport is done with it (a ring copies it at once).
-absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, const std::string& header,
+absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, std::string_view header,
                                    std::string_view body, std::shared_ptr<const void> body_owner = nullptr);
 
 // A data message (a point-to-point message or a collective step without

@@ -28,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
@@ -62,6 +63,8 @@ constexpr auto kDirectWriteGap = std::chrono::microseconds(10);
 // Room a fresh queue chunk reserves for a frame header (they are tens of
 // bytes; a larger one grows the chunk once more).
 constexpr std::size_t kFrameHeaderReserve = 256;
+// Largest frame buffer a connection keeps for reuse (recycle_locked).
+constexpr std::size_t kMaxSpareChunkBytes = 64 * 1024;
 // send() to a closed peer must not raise SIGPIPE. MSG_NOSIGNAL is POSIX
 // (2008) and on Linux and the BSDs; where it is missing (older macOS) Asio
 // sets SO_NOSIGPIPE on every socket it opens or accepts instead.
@@ -377,9 +380,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (pending_.empty() || !pending_.back().payload.empty()) pending_.emplace_back();
     Chunk& chunk = pending_.back();
     const std::size_t before = chunk.bytes.size();
-    // A fresh chunk: one allocation for the frame header and an inline payload, not one each.
+    // A fresh chunk: one allocation for the frame header and an inline
+    // payload, not one each; none while a recycled buffer is big enough.
     if (before == 0) {
-      chunk.bytes.reserve(kFrameHeaderReserve + (payload.size() <= kInlinePayloadLimit ? payload.size() : 0));
+      const std::size_t want = kFrameHeaderReserve + (payload.size() <= kInlinePayloadLimit ? payload.size() : 0);
+      if (spare_bytes_.capacity() >= want) chunk.bytes = std::move(spare_bytes_);
+      chunk.bytes.reserve(want);
     }
     append_head(out, payload.size(), chunk.bytes);
     std::size_t added = chunk.bytes.size() - before;
@@ -399,7 +405,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // gather write from this thread, so that a lone frame costs no I/O
     // thread wake-up. What is left (the socket full, or an error, which the
     // I/O thread's write then sees) goes to a flush.
-    std::vector<Chunk> written;
+    WrittenChunks written;
     if (sparse && direct_fd_ >= 0 && write_queued_locked(direct_fd_, written) == Written::kAll) {
       lock.unlock();
       return absl::OkStatus();  // `written` (the caller's payload) is released unlocked
@@ -464,7 +470,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     std::size_t payload_left() const { return payload.size() - payload_sent; }
   };
 
+  // Chunks written whole, released after out_mu_; usually one or two.
+  using WrittenChunks = absl::InlinedVector<Chunk, 2>;
+
   enum class Written { kAll, kFull, kError };
+
+  // Keeps the frame buffer of a chunk written whole for the next fresh chunk
+  // (the common case: one small frame written at once, then another), so a
+  // frame costs no allocation. Payloads are still released after out_mu_.
+  void recycle_locked(WrittenChunks& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    for (Chunk& chunk : written) {
+      const std::size_t capacity = chunk.bytes.capacity();
+      if (capacity <= kMaxSpareChunkBytes && capacity > spare_bytes_.capacity()) {
+        chunk.bytes.clear();
+        spare_bytes_ = std::move(chunk.bytes);
+      }
+    }
+  }
 
   // Appends the next frame's length prefix and head to `bytes`. A data
   // frame's head is encoded from data_head_, whose fields keep their memory
@@ -511,7 +533,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // written whole move to `written`. Returns how many were `queue`'s (the
   // bytes counted in queued_bytes_).
   static std::size_t drop_front(std::size_t n, std::string& head, std::vector<Chunk>& queue,
-                                std::vector<Chunk>& written) {
+                                WrittenChunks& written) {
     const std::size_t of_head = std::min(n, head.size());
     head.erase(0, of_head);
     n -= of_head;
@@ -542,12 +564,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // by its writes; no two writers ever interleave. Chunks written whole move
   // to `written`, to be released after out_mu_ (a payload's release may
   // call back into a sender).
-  Written write_queued_locked(int fd, std::vector<Chunk>& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+  Written write_queued_locked(int fd, WrittenChunks& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
     while (!handshake_out_.empty() || !pending_.empty()) {
       const ssize_t n = send_front(fd, handshake_out_, pending_);
       if (n < 0) return Written::kError;
       if (n == 0) return Written::kFull;
       queued_bytes_ -= std::min(queued_bytes_, drop_front(static_cast<std::size_t>(n), handshake_out_, pending_, written));
+      recycle_locked(written);
     }
     return Written::kAll;
   }
@@ -600,7 +623,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         io_writing_ = true;
       }
-      std::vector<Chunk> written;
+      WrittenChunks written;
       std::size_t counted = 0;
       ssize_t n = 1;
       while (n > 0 && (!head.empty() || !mine.empty())) {
@@ -611,6 +634,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         detail::MutexLock lock(out_mu_);
         io_writing_ = false;
         queued_bytes_ -= std::min(queued_bytes_, counted);
+        recycle_locked(written);
         handshake_out_.insert(0, head);  // the unwritten rest goes back in front
         if (!mine.empty()) {
           for (Chunk& chunk : pending_) mine.push_back(std::move(chunk));
@@ -644,7 +668,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // After a write, out_mu_ released: frees what went out and wakes senders
   // waiting for queue space.
-  void after_write(std::vector<Chunk>& written) {
+  void after_write(WrittenChunks& written) {
     written.clear();
     out_cv_.notify_all();
   }
@@ -762,7 +786,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // it wrote something.
   bool push_here() {
     if (!output_queued_.load(std::memory_order_acquire) || owner_.on_io_thread()) return false;
-    std::vector<Chunk> written;
+    WrittenChunks written;
     bool wrote = false;
     {
       detail::MutexLock lock(out_mu_);
@@ -1164,6 +1188,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
   std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
   v1::FrameHeader data_head_ ABSL_GUARDED_BY(out_mu_);  // see append_head()
+  std::string spare_bytes_ ABSL_GUARDED_BY(out_mu_);     // see recycle_locked()
   bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled, or waits for the socket
   bool io_writing_ ABSL_GUARDED_BY(out_mu_) = false;  // the flush holds chunks taken out of the queue
   std::atomic<bool> output_queued_{false};  // writing_, for a reader's look without out_mu_
