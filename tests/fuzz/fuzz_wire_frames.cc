@@ -43,11 +43,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   bool handshake_done = false;
   std::size_t at = 0;
   while (size - at >= wire::kLengthPrefixSize) {
-    const std::uint32_t body_size = wire::read_length_prefix(bytes + at);
+    const std::uint32_t prefix = wire::read_length_prefix(bytes + at);
+    const bool binary = handshake_done && (prefix & wire::kBinaryDataFrameBit) != 0;
+    const std::uint32_t body_size = binary ? prefix & ~wire::kBinaryDataFrameBit : prefix;
     if (!wire::check_body_size(body_size, limits).ok()) break;
     if (size - at - wire::kLengthPrefixSize < body_size) break;
     const char* body = bytes + at + wire::kLengthPrefixSize;
     at += wire::kLengthPrefixSize + body_size;
+    if (binary) {
+      auto head = wire::parse_binary_data_frame(body, body_size, limits);
+      if (!head.ok()) {
+        check_error_text(std::string(head.status().message()));
+        break;
+      }
+      check_printable(head->type);
+      if (head->type.data() + head->type.size() > body + body_size ||
+          head->header.data() + head->header.size() != body + body_size) {
+        __builtin_trap();  // the views must lie inside the body
+      }
+      if (head->payload_size > size - at) break;
+      at += static_cast<std::size_t>(head->payload_size);
+      continue;
+    }
     if (!handshake_done) {
       auto handshake = wire::parse_handshake(body, body_size);
       if (!handshake.ok()) {

@@ -323,6 +323,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     challenge->set_version(wire::kWireVersion);
     challenge->set_nonce(my_nonce_);
     challenge->set_proc(owner_.id());
+    challenge->set_features(my_features());
     write_handshake(hs);
     arm_handshake_timeout(deadline);
     pump_on_io();
@@ -489,10 +490,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // Appends the next frame's length prefix and head to `bytes`. A data
-  // frame's head is encoded from data_head_, whose fields keep their memory
-  // between frames: no allocation per frame.
+  // frame goes in the binary form to a peer that reads it, else its head
+  // is encoded from data_head_, whose fields keep their memory between
+  // frames: no allocation per frame either way.
   void append_head(const Outgoing& out, std::uint64_t payload_size, std::string& bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(out_mu_) {
+    if (out.message == nullptr && peer_reads_binary_) {
+      wire::append_binary_data_frame(next_sequence_++, payload_size, out.data_type, out.data_header, bytes);
+      return;
+    }
     v1::FrameHeader& head = out.message != nullptr ? *out.message : data_head_;
     if (out.message == nullptr) {
       data_head_.set_kind(v1::FrameHeader::KIND_CONTROL);
@@ -898,7 +904,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (mine == nullptr ? closed_ : read_closed_.load(std::memory_order_acquire)) return Parsed::kClosed;
       const std::size_t avail = rend_ - rbegin_;
       if (avail < wire::kLengthPrefixSize) return Parsed::kMore;
-      const std::uint32_t body_size = wire::read_length_prefix(rbuf_.get() + rbegin_);
+      const std::uint32_t prefix = wire::read_length_prefix(rbuf_.get() + rbegin_);
+      const bool binary = established_ && (prefix & wire::kBinaryDataFrameBit) != 0;
+      const std::uint32_t body_size = binary ? prefix & ~wire::kBinaryDataFrameBit : prefix;
       if (absl::Status st = wire::check_body_size(body_size, limits); !st.ok()) {
         read_failed(mine, st, /*protocol=*/true);
         return Parsed::kClosed;
@@ -910,13 +918,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
         on_handshake_frame(body, body_size);
         continue;
       }
-      if (absl::Status st = wire::parse_frame_header_into(body, body_size, limits, parsed_); !st.ok()) {
-        read_failed(mine, st, /*protocol=*/true);
+      absl::StatusOr<IncomingHead> head = binary ? binary_head(body, body_size) : parsed_head(body, body_size);
+      if (!head.ok()) {
+        read_failed(mine, head.status(), /*protocol=*/true);
         return Parsed::kClosed;
       }
-      const std::uint64_t payload_size = parsed_.payload_size();
+      const std::uint64_t payload_size = head->payload_size;
       const std::size_t have = avail - wire::kLengthPrefixSize - body_size;
-      if (!reader_takes(mine, parsed_)) {
+      if (!reader_takes(mine, *head)) {
         io_turn_.store(true, std::memory_order_release);
         return Parsed::kHandOver;
       }
@@ -929,19 +938,64 @@ class Connection : public std::enable_shared_from_this<Connection> {
                                 : mine != nullptr ? wire::Payload::borrow(bytes)
                                                   : wire::Payload::copy_of(bytes);
         rbegin_ += payload_size;
-        if (!deliver(parsed_, std::move(payload), mine)) return Parsed::kClosed;
+        if (!deliver(*head, std::move(payload), mine)) return Parsed::kClosed;
         continue;
       }
-      return start_partial(std::move(parsed_), have, mine) ? Parsed::kMore : Parsed::kClosed;
+      return start_partial(*head, have, mine) ? Parsed::kMore : Parsed::kClosed;
     }
   }
 
+  // The head of one incoming frame: a message or heartbeat (`message`), or
+  // a data frame of either form, whose type and header it views (the read
+  // buffer's bytes, or parsed_'s fields, or a PartialPayload's).
+  struct IncomingHead {
+    v1::FrameHeader* message = nullptr;  // not a data frame
+    bool heartbeat = false;
+    std::uint64_t sequence = 0;
+    std::uint64_t payload_size = 0;
+    std::string_view type, header;  // a data frame's
+  };
+
+  // A frame header, parsed into parsed_ (whose fields keep their memory
+  // between frames).
+  absl::StatusOr<IncomingHead> parsed_head(const char* body, std::size_t size) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    if (absl::Status st = wire::parse_frame_header_into(body, size, owner_.options().limits, parsed_); !st.ok()) {
+      return st;
+    }
+    IncomingHead head;
+    head.sequence = parsed_.sequence();
+    head.payload_size = parsed_.payload_size();
+    if (wire::is_data_frame(parsed_)) {
+      head.type = parsed_.message_type();
+      head.header = parsed_.data_header();
+    } else {
+      head.message = &parsed_;
+      head.heartbeat = parsed_.kind() == v1::FrameHeader::KIND_HEARTBEAT;
+    }
+    return head;
+  }
+
+  // A binary data frame (frame.proto), which only a peer this proc offered
+  // them to may send.
+  absl::StatusOr<IncomingHead> binary_head(const char* body, std::size_t size) {
+    if (!owner_.options().binary_data_frames) {
+      return absl::InvalidArgumentError("a binary data frame, which this proc did not offer");
+    }
+    absl::StatusOr<wire::BinaryDataFrameHead> binary = wire::parse_binary_data_frame(body, size, owner_.options().limits);
+    if (!binary.ok()) return binary.status();
+    IncomingHead head;
+    head.sequence = binary->sequence;
+    head.payload_size = binary->payload_size;
+    head.type = binary->type;
+    head.header = binary->header;
+    return head;
+  }
+
   // Whether the thread reading with filter `mine` (nullptr: the I/O thread)
-  // delivers `frame_header`'s frame: a reader takes heartbeats and the data
-  // frames its filter accepts.
-  static bool reader_takes(const FrameFilter* mine, const v1::FrameHeader& frame_header) {
-    return mine == nullptr || frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT ||
-           (wire::is_data_frame(frame_header) && (*mine)(frame_header.message_type()));
+  // delivers `head`'s frame: a reader takes heartbeats and the data frames
+  // its filter accepts.
+  static bool reader_takes(const FrameFilter* mine, const IncomingHead& head) {
+    return mine == nullptr || head.heartbeat || (head.message == nullptr && (*mine)(head.type));
   }
 
   // A payload larger than what is buffered (all of the buffer is its start):
@@ -949,12 +1003,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // into a buffer of its own, by read_partial(). The size is the peer's
   // claim (bounded by limits.max_payload_size): memory that cannot be had
   // costs this connection, never the proc.
-  bool start_partial(v1::FrameHeader frame_header, std::size_t have, const FrameFilter* mine)
+  bool start_partial(const IncomingHead& head, std::size_t have, const FrameFilter* mine)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     PartialPayload partial;
-    if (wire::is_data_frame(frame_header) && frame_header.sequence() == expected_sequence_) {
-      partial.sink = owner_.payload_sink(peer_, frame_header.message_type(), frame_header.data_header(),
-                                         frame_header.payload_size());
+    partial.sequence = head.sequence;
+    partial.payload_size = head.payload_size;
+    if (head.message != nullptr) {
+      partial.message = std::move(*head.message);
+    } else {
+      partial.data = true;
+      partial.type.assign(head.type);
+      partial.header.assign(head.header);
+      if (head.sequence == expected_sequence_) {
+        partial.sink = owner_.payload_sink(peer_, head.type, head.header, head.payload_size);
+      }
     }
     if (partial.sink != nullptr) {
       if (!feed_buffered(*partial.sink, have)) {
@@ -963,7 +1025,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return false;
       }
     } else {
-      absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(frame_header.payload_size(), &partial.writable);
+      absl::StatusOr<wire::Payload> payload = wire::Payload::try_allocate(head.payload_size, &partial.writable);
       if (!payload.ok()) {
         read_failed(mine, payload.status(), /*protocol=*/true);
         return false;
@@ -973,7 +1035,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
       rbegin_ = rend_ = 0;
     }
     partial.got = have;
-    partial.frame_header = std::move(frame_header);
     partial_ = std::move(partial);
     return true;
   }
@@ -984,11 +1045,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Parsed read_partial(int fd, const FrameFilter* mine, std::size_t* payload_bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     PartialPayload& partial = *partial_;
-    if (!reader_takes(mine, partial.frame_header)) {
+    if (!reader_takes(mine, partial.head())) {
       io_turn_.store(true, std::memory_order_release);
       return Parsed::kHandOver;
     }
-    const std::size_t size = partial.frame_header.payload_size();
+    const std::size_t size = partial.payload_size;
     while (partial.got < size) {
       if (mine == nullptr ? closed_ : read_closed_.load(std::memory_order_acquire)) return Parsed::kClosed;
       if (mine == nullptr && *payload_bytes >= kPayloadChunk) return Parsed::kYield;
@@ -1027,7 +1088,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       done.sink->finish(true);
       return Parsed::kDone;
     }
-    return deliver(done.frame_header, std::move(done.payload), mine) ? Parsed::kDone : Parsed::kClosed;
+    return deliver(done.head(), std::move(done.payload), mine) ? Parsed::kDone : Parsed::kClosed;
   }
 
   // The connection is lost with a payload in progress: its sink learns it.
@@ -1057,23 +1118,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Checks the frame's sequence number and hands it to the owner's handler
   // on this thread. False when the connection fails instead.
-  bool deliver(v1::FrameHeader& frame_header, wire::Payload payload, const FrameFilter* mine)
+  bool deliver(const IncomingHead& head, wire::Payload payload, const FrameFilter* mine)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
-    if (frame_header.sequence() != expected_sequence_) {
+    if (head.sequence != expected_sequence_) {
       read_failed(mine,
-                  absl::DataLossError(absl::StrCat("sequence ", frame_header.sequence(), " where ",
-                                                   expected_sequence_, " was expected")),
+                  absl::DataLossError(
+                      absl::StrCat("sequence ", head.sequence, " where ", expected_sequence_, " was expected")),
                   /*protocol=*/true);
       return false;
     }
     ++expected_sequence_;
-    if (frame_header.kind() == v1::FrameHeader::KIND_HEARTBEAT) return true;
+    if (head.heartbeat) return true;
     Connection* const saved = t_delivering;
     t_delivering = this;
-    if (wire::is_data_frame(frame_header)) {
-      owner_.deliver_data(peer_, frame_header.message_type(), frame_header.data_header(), std::move(payload));
+    if (head.message == nullptr) {
+      owner_.deliver_data(peer_, head.type, head.header, std::move(payload));
     } else {
-      owner_.deliver(peer_, std::move(frame_header), std::move(payload));
+      owner_.deliver(peer_, std::move(*head.message), std::move(payload));
     }
     t_delivering = saved;
     return true;
@@ -1106,12 +1167,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       acceptor_nonce_ = challenge.nonce();
       acceptor_proc_ = challenge.proc();
+      note_peer_features(challenge.features());
       v1::Handshake reply;
       auto* response = reply.mutable_response();
       response->set_version(wire::kWireVersion);
       response->set_nonce(my_nonce_);
       response->set_proc(owner_.id());
       response->set_mac(wire::connector_mac(secret, acceptor_nonce_, my_nonce_, owner_.id()));
+      response->set_features(my_features());
       write_handshake(reply);
       return;
     }
@@ -1145,6 +1208,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return;
       }
       peer_ = response.proc();
+      note_peer_features(response.features());
       v1::Handshake reply;
       reply.mutable_accept()->set_mac(wire::acceptor_mac(secret, response.nonce(), my_nonce_, owner_.id()));
       write_handshake(reply);
@@ -1152,6 +1216,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     protocol_error(absl::InvalidArgumentError("unexpected handshake step"));
+  }
+
+  // What this endpoint announces it reads (v1::Feature bits).
+  std::uint32_t my_features() const {
+    return owner_.options().binary_data_frames ? v1::FEATURE_BINARY_DATA_FRAMES : v1::FEATURE_NONE;
+  }
+
+  // The peer's handshake step announced `features`: what this side may
+  // send it. Frames queued before are in the forms every peer reads.
+  void note_peer_features(std::uint32_t features) {
+    detail::MutexLock lock(out_mu_);
+    peer_reads_binary_ = owner_.options().binary_data_frames && (features & v1::FEATURE_BINARY_DATA_FRAMES) != 0;
   }
 
   void protocol_error(const absl::Status& why) {
@@ -1188,6 +1264,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t queued_bytes_ ABSL_GUARDED_BY(out_mu_) = 0;
   std::uint64_t next_sequence_ ABSL_GUARDED_BY(out_mu_) = 1;
   v1::FrameHeader data_head_ ABSL_GUARDED_BY(out_mu_);  // see append_head()
+  bool peer_reads_binary_ ABSL_GUARDED_BY(out_mu_) = false;  // the peer announced binary data frames
   std::string spare_bytes_ ABSL_GUARDED_BY(out_mu_);     // see recycle_locked()
   bool writing_ ABSL_GUARDED_BY(out_mu_) = false;    // a flush is scheduled, or waits for the socket
   bool io_writing_ ABSL_GUARDED_BY(out_mu_) = false;  // the flush holds chunks taken out of the queue
@@ -1210,7 +1287,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   v1::FrameHeader parsed_ ABSL_GUARDED_BY(read_mu_);
   // A payload larger than what came with its frame header, as it arrives.
   struct PartialPayload {
-    v1::FrameHeader frame_header;
+    bool data = false;        // a data frame (type, header), else a message
+    v1::FrameHeader message;  // a message's header
+    std::string type, header;
+    std::uint64_t sequence = 0;
+    std::uint64_t payload_size = 0;
+    IncomingHead head() {
+      IncomingHead h;
+      h.sequence = sequence;
+      h.payload_size = payload_size;
+      if (data) {
+        h.type = type;
+        h.header = header;
+      } else {
+        h.message = &message;
+      }
+      return h;
+    }
     std::shared_ptr<PayloadSink> sink;  // its destination; or, when null:
     wire::Payload payload;              // a buffer of its own,
     char* writable = nullptr;           // whose memory this is

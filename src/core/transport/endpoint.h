@@ -89,6 +89,10 @@ struct EndpointOptions {
   // nothing arrived for heartbeat_timeout is declared lost.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // Announce, read and send binary data frames (wire/v1/frame.proto), which
+  // skip protobuf for data frames between two procs that both do. Off:
+  // speak as a proc without them (tests of mixed versions).
+  bool binary_data_frames = true;
 };
 
 // Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL frame header

@@ -3,6 +3,7 @@
 #include <google/protobuf/stubs/common.h>
 
 #include <charconv>
+#include <cstring>
 #include <mutex>
 #include <cstdlib>
 #include <string>
@@ -98,6 +99,64 @@ absl::Status parse_frame_header_into(const char* body, std::size_t size, const F
                                                    limits.max_payload_size));
   }
   return check_header_text(frame_header);
+}
+
+namespace {
+
+void put_le(unsigned char* p, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+std::uint64_t get_le(const char* p, int bytes) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= std::uint64_t{u[i]} << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+void append_binary_data_frame(std::uint64_t sequence, std::uint64_t payload_size, std::string_view type,
+                              std::string_view header, std::string& out) {
+  const std::size_t body = kBinaryDataFrameFixedSize + type.size() + header.size();
+  const std::size_t at = out.size();
+  out.resize(at + kLengthPrefixSize + body);
+  auto* p = reinterpret_cast<unsigned char*>(out.data() + at);
+  put_le(p, kBinaryDataFrameBit | static_cast<std::uint32_t>(body), 4);
+  put_le(p + 4, sequence, 8);
+  put_le(p + 12, payload_size, 8);
+  put_le(p + 20, type.size(), 4);
+  put_le(p + 24, header.size(), 4);
+  std::memcpy(p + kLengthPrefixSize + kBinaryDataFrameFixedSize, type.data(), type.size());
+  std::memcpy(p + kLengthPrefixSize + kBinaryDataFrameFixedSize + type.size(), header.data(), header.size());
+}
+
+absl::StatusOr<BinaryDataFrameHead> parse_binary_data_frame(const char* body, std::size_t size,
+                                                            const FrameLimits& limits) {
+  if (size < kBinaryDataFrameFixedSize) {
+    return absl::InvalidArgumentError(absl::StrCat("binary data frame of ", size, " bytes is shorter than its head"));
+  }
+  BinaryDataFrameHead head;
+  head.sequence = get_le(body, 8);
+  head.payload_size = get_le(body + 8, 8);
+  const std::uint64_t type_size = get_le(body + 16, 4);
+  const std::uint64_t header_size = get_le(body + 20, 4);
+  if (kBinaryDataFrameFixedSize + type_size + header_size != size) {
+    return absl::InvalidArgumentError(absl::StrCat("binary data frame of ", size, " bytes claims a type of ",
+                                                   type_size, " and a header of ", header_size, " bytes"));
+  }
+  if (head.payload_size > limits.max_payload_size) {
+    return absl::InvalidArgumentError(absl::StrCat("payload of ", head.payload_size, " bytes exceeds the limit of ",
+                                                   limits.max_payload_size));
+  }
+  head.type = std::string_view(body + kBinaryDataFrameFixedSize, type_size);
+  head.header = std::string_view(body + kBinaryDataFrameFixedSize + type_size, header_size);
+  if (head.type.size() > kMaxHeaderNameSize || !log::is_printable(head.type)) {
+    return absl::InvalidArgumentError(absl::StrCat("binary data frame type is not printable UTF-8 of at most ",
+                                                   kMaxHeaderNameSize, " bytes: \"", log::printable(head.type, 64),
+                                                   "\""));
+  }
+  return head;
 }
 
 absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits) {

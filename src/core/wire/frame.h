@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -69,6 +70,31 @@ inline constexpr std::uint32_t kDataFrameFlag = 2;
 inline constexpr std::uint32_t kControlReplyFlag = 1;
 // Whether `frame_header` heads a data frame (transport::Endpoint::send_data).
 bool is_data_frame(const v1::FrameHeader& frame_header);
+
+// Binary data frames (frame.proto): the length prefix's marker bit and the
+// fixed part of the body.
+inline constexpr std::uint32_t kBinaryDataFrameBit = 0x80000000u;
+inline constexpr std::size_t kBinaryDataFrameFixedSize = 24;
+
+// A data frame's head as the binary form carries it; `type` and `header`
+// view the frame's bytes.
+struct BinaryDataFrameHead {
+  std::uint64_t sequence = 0;
+  std::uint64_t payload_size = 0;
+  std::string_view type;
+  std::string_view header;
+};
+
+// Appends a binary data frame's length prefix and body to `out`.
+void append_binary_data_frame(std::uint64_t sequence, std::uint64_t payload_size, std::string_view type,
+                              std::string_view header, std::string& out);
+
+// Parses a binary data frame's body (the prefix's size with the marker bit
+// cleared, already checked against limits.max_body_size): InvalidArgument
+// when its sizes disagree, the type is not printable UTF-8 of at most
+// kMaxHeaderNameSize bytes, or the payload is above the limit.
+absl::StatusOr<BinaryDataFrameHead> parse_binary_data_frame(const char* body, std::size_t size,
+                                                            const FrameLimits& limits);
 
 // Sends libprotobuf's own log lines (e.g. about a `string` field that is
 // not UTF-8 in a message some peer sent) through castmesh's logger,

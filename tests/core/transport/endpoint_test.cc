@@ -178,6 +178,31 @@ class RawPeer {
     body.resize(wire::read_length_prefix(prefix));
     return read_exact(body.data(), body.size());
   }
+  // The next frame after the handshake, skipping heartbeats: whether it is
+  // a binary data frame, its body and `payload` bytes of payload.
+  bool read_frame(bool& binary, std::string& body, std::string& payload) {
+    for (;;) {
+      char prefix[wire::kLengthPrefixSize];
+      if (!read_exact(prefix, sizeof(prefix))) return false;
+      const std::uint32_t size = wire::read_length_prefix(prefix);
+      binary = (size & wire::kBinaryDataFrameBit) != 0;
+      body.resize(size & ~wire::kBinaryDataFrameBit);
+      if (!read_exact(body.data(), body.size())) return false;
+      std::uint64_t payload_size = 0;
+      if (binary) {
+        auto head = wire::parse_binary_data_frame(body.data(), body.size(), wire::FrameLimits{});
+        if (!head.ok()) return false;
+        payload_size = head->payload_size;
+      } else {
+        auto head = wire::parse_frame_header(body.data(), body.size(), wire::FrameLimits{});
+        if (!head.ok()) return false;
+        if (head->kind() == v1::FrameHeader::KIND_HEARTBEAT) continue;
+        payload_size = head->payload_size();
+      }
+      payload.resize(payload_size);
+      return read_exact(payload.data(), payload.size());
+    }
+  }
   // True when the other side closes within the timeout (ignores data).
   bool closed_by_peer(std::chrono::milliseconds timeout = 5s) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -191,7 +216,7 @@ class RawPeer {
     return false;
   }
   // Connector side of the handshake with `secret`; true when accepted.
-  bool handshake_as_connector(const std::string& secret, const std::string& my_id) {
+  bool handshake_as_connector(const std::string& secret, const std::string& my_id, std::uint32_t features = 0) {
     std::string body;
     if (!read_body(body)) return false;
     auto hs = wire::parse_handshake(body.data(), body.size());
@@ -202,6 +227,7 @@ class RawPeer {
     reply.mutable_response()->set_nonce(nonce);
     reply.mutable_response()->set_proc(my_id);
     reply.mutable_response()->set_mac(wire::connector_mac(secret, hs->challenge().nonce(), nonce, my_id));
+    reply.mutable_response()->set_features(features);
     write_frame(reply);
     if (!read_body(body)) return false;
     auto accept = wire::parse_handshake(body.data(), body.size());
@@ -352,6 +378,10 @@ class DataLog {
     entries_.push_back(std::move(entry));
     cv_.notify_all();
   }
+  std::vector<std::string> now() {
+    std::lock_guard lock(mu_);
+    return entries_;
+  }
   std::vector<std::string> wait(std::size_t n) {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, 10s, [&] { return entries_.size() >= n; });
@@ -423,6 +453,99 @@ TEST(Endpoint, DataFrameFromAPeerBuildingItsOwnFrameHeaderReachesTheDataHandler)
   reply.set_sequence(2);
   raw->write_frame(reply);
   EXPECT_EQ(log.wait(2), (std::vector<std::string>{"data svc.raw/h:", "message svc.raw:"}));
+}
+
+TEST(Endpoint, DataFramesGoBinaryOnlyToAPeerThatAnnouncedThem) {
+  DataLog log;
+  auto a = Endpoint::start(options_for(listen_url("unix", "binary")), log.messages(), {}, log.data());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto plain = RawPeer::connect_to((*a)->id());
+  ASSERT_TRUE(plain->handshake_as_connector(kSecret, "unix:@raw-plain"));
+  auto binary = RawPeer::connect_to((*a)->id());
+  ASSERT_TRUE(binary->handshake_as_connector(kSecret, "unix:@raw-binary", v1::FEATURE_BINARY_DATA_FRAMES));
+
+  bool is_binary = true;
+  std::string body, payload;
+  ASSERT_TRUE((*a)->send_data("unix:@raw-plain", "svc.x", "h1", wire::Payload::copy_of("p1")).ok());
+  ASSERT_TRUE(plain->read_frame(is_binary, body, payload));
+  EXPECT_FALSE(is_binary);  // a peer that announced nothing gets the frame header form
+  auto frame_header = wire::parse_frame_header(body.data(), body.size(), wire::FrameLimits{});
+  ASSERT_TRUE(frame_header.ok()) << frame_header.status();
+  EXPECT_TRUE(wire::is_data_frame(*frame_header));
+  EXPECT_EQ(frame_header->message_type(), "svc.x");
+  EXPECT_EQ(frame_header->data_header(), "h1");
+  EXPECT_EQ(payload, "p1");
+
+  ASSERT_TRUE((*a)->send_data("unix:@raw-binary", "svc.y", "h2", wire::Payload::copy_of("p2")).ok());
+  ASSERT_TRUE((*a)->send("unix:@raw-binary", message("m3")).ok());
+  ASSERT_TRUE(binary->read_frame(is_binary, body, payload));
+  ASSERT_TRUE(is_binary);
+  auto head = wire::parse_binary_data_frame(body.data(), body.size(), wire::FrameLimits{});
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->sequence, 1u);
+  EXPECT_EQ(head->type, "svc.y");
+  EXPECT_EQ(head->header, "h2");
+  EXPECT_EQ(payload, "p2");
+  ASSERT_TRUE(binary->read_frame(is_binary, body, payload));
+  EXPECT_FALSE(is_binary);  // messages keep their frame header
+  frame_header = wire::parse_frame_header(body.data(), body.size(), wire::FrameLimits{});
+  ASSERT_TRUE(frame_header.ok());
+  EXPECT_EQ(frame_header->sequence(), 2u);  // one sequence for both forms
+
+  // And the peer's binary frames come in, in order with its other frames.
+  std::string frame;
+  wire::append_binary_data_frame(1, 3, "svc.in", "hdr", frame);
+  frame += "abc";
+  binary->write_bytes(frame);
+  binary->write_frame([] {
+    v1::FrameHeader next = message("m-in");
+    next.set_version(wire::kWireVersion);
+    next.set_sequence(2);
+    return next;
+  }());
+  EXPECT_EQ(log.wait(2), (std::vector<std::string>{"data svc.in/hdr:abc", "message m-in:"}));
+}
+
+TEST(Endpoint, MalformedOrUnofferedBinaryDataFrameClosesTheConnectionAndSaysWhy) {
+  struct Case {
+    bool offered;
+    std::string why;
+  };
+  for (const Case& c : {Case{true, "claims a type of 1 and a header of 9"},
+                        Case{false, "a binary data frame, which this proc did not offer"}}) {
+    DataLog log;
+    Inbox inbox;
+    EndpointOptions options = options_for(listen_url("unix", "binary-bad"));
+    options.binary_data_frames = c.offered;
+    auto a = Endpoint::start(options, log.messages(), inbox.lost_handler(), log.data());
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto raw = RawPeer::connect_to((*a)->id());
+    ASSERT_TRUE(raw->handshake_as_connector(kSecret, "unix:@raw-binary-bad", v1::FEATURE_BINARY_DATA_FRAMES));
+    std::string frame;
+    wire::append_binary_data_frame(1, 0, "t", "hh", frame);
+    if (c.offered) frame[wire::kLengthPrefixSize + 20] = 9;  // header_size 9, two bytes there
+    raw->write_bytes(frame);
+    EXPECT_TRUE(raw->closed_by_peer());
+    ASSERT_TRUE(inbox.wait_lost(1));
+    EXPECT_NE(inbox.lost()[0].second.message().find(c.why), std::string::npos) << inbox.lost()[0].second;
+    EXPECT_TRUE(log.now().empty());  // nothing of the bad frame was delivered
+  }
+}
+
+TEST(Endpoint, DataFramesFlowBetweenAProcWithBinaryDataFramesAndOneWithout) {
+  DataLog log_a, log_b;
+  EndpointOptions options_a = options_for(listen_url("unix", "mixed-a"));
+  options_a.binary_data_frames = false;  // a proc of a build without them
+  auto a = Endpoint::start(options_a, log_a.messages(), {}, log_a.data());
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Endpoint::start(options_for(listen_url("unix", "mixed-b")), log_b.messages(), {}, log_b.data());
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::string big(2 << 20, 'M');
+  ASSERT_TRUE((*b)->send_data((*a)->id(), "svc.sink", "to-a", wire::Payload::copy_of(big)).ok());
+  ASSERT_TRUE((*b)->send_data((*a)->id(), "svc.a", "h", wire::Payload::copy_of("1")).ok());
+  ASSERT_TRUE((*a)->send_data((*b)->id(), "svc.b", "h", wire::Payload::copy_of("2")).ok());
+  EXPECT_EQ(log_a.wait(3), (std::vector<std::string>{"sink for to-a", "sink:" + big, "data svc.a/h:1"}));
+  EXPECT_EQ(log_b.wait(1), (std::vector<std::string>{"data svc.b/h:2"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllChannels, ChannelTest,

@@ -52,6 +52,47 @@ TEST(Frame, RejectsUnknownVersionOversizeAndGarbage) {
   EXPECT_FALSE(parse_handshake(garbage.data(), garbage.size()).ok());
 }
 
+TEST(Frame, RoundTripsABinaryDataFrame) {
+  std::string frame = "x";  // appended after what is there
+  append_binary_data_frame(7, 1000, "svc.type", std::string("h\0dr", 4), frame);
+  const std::uint32_t prefix = read_length_prefix(frame.data() + 1);
+  ASSERT_NE(prefix & kBinaryDataFrameBit, 0u);
+  const std::uint32_t body = prefix & ~kBinaryDataFrameBit;
+  ASSERT_EQ(1 + kLengthPrefixSize + body, frame.size());
+  auto head = parse_binary_data_frame(frame.data() + 1 + kLengthPrefixSize, body, FrameLimits{});
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->sequence, 7u);
+  EXPECT_EQ(head->payload_size, 1000u);
+  EXPECT_EQ(head->type, "svc.type");
+  EXPECT_EQ(head->header, std::string_view("h\0dr", 4));
+  // Little-endian on every host: the sequence's low byte comes first.
+  EXPECT_EQ(frame[1 + kLengthPrefixSize], '\x07');
+}
+
+TEST(Frame, RejectsBinaryDataFramesWhoseSizesTypeOrPayloadAreWrong) {
+  FrameLimits limits;
+  limits.max_payload_size = 100;
+  auto parse = [&](const std::string& frame) {
+    const std::uint32_t body = read_length_prefix(frame.data()) & ~kBinaryDataFrameBit;
+    return parse_binary_data_frame(frame.data() + kLengthPrefixSize, body, limits);
+  };
+  std::string frame;
+  append_binary_data_frame(1, 101, "t", "", frame);
+  EXPECT_NE(parse(frame).status().message().find("exceeds the limit"), std::string::npos) << parse(frame).status();
+  frame.clear();
+  append_binary_data_frame(1, 0, "bad\ntype", "", frame);
+  EXPECT_NE(parse(frame).status().message().find("not printable"), std::string::npos) << parse(frame).status();
+  frame.clear();
+  append_binary_data_frame(1, 0, "t", "hh", frame);
+  frame[kLengthPrefixSize + 20] = 5;  // header_size 5, two bytes there
+  EXPECT_NE(parse(frame).status().message().find("claims a type of 1 and a header of 5"), std::string::npos)
+      << parse(frame).status();
+  frame[kLengthPrefixSize + 16] = static_cast<char>(0xff);  // a type size near 2^32: no overflow
+  frame[kLengthPrefixSize + 19] = static_cast<char>(0xff);
+  EXPECT_FALSE(parse(frame).ok());
+  EXPECT_FALSE(parse_binary_data_frame(frame.data(), kBinaryDataFrameFixedSize - 1, limits).ok());
+}
+
 TEST(Handshake, MacsDependOnSecretNoncesAndRole) {
   const std::string a = make_nonce(), c = make_nonce();
   EXPECT_EQ(a.size(), kNonceSize);
