@@ -61,7 +61,7 @@ bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
   bool waited = false;  // the spinner slept until done or the deadline
   if (!done()) {
-    const absl::Time deadline = absl::Now() + timeout;
+    WaitDeadline deadline(timeout);
     if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
       waited = spin(*this, deadline, WaitMode::kWait);
     }
@@ -91,11 +91,12 @@ absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
 }
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
+  WaitDeadline now(absl::ZeroDuration());  // a look has no deadline to keep
   if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr && !done()) {
-    (void)spin(*this, absl::InfinitePast(), WaitMode::kLook);
+    (void)spin(*this, now, WaitMode::kLook);
   }
   if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire); sockets != nullptr && !done()) {
-    (void)sockets(*this, absl::InfinitePast(), WaitMode::kLook);
+    (void)sockets(*this, now, WaitMode::kLook);
   }
   detail::MutexLock lock(mu_);
   if (!done_) return std::nullopt;

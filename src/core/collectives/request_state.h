@@ -34,6 +34,27 @@ class RequestState;
 // How RequestState calls the wait spinner: one look at the rings (test()),
 // or a whole wait (wait()).
 enum class WaitMode { kLook, kWait };
+// A wait's deadline, read from the clock only when a waiter first needs it:
+// a wait whose answer is there at the first look never reads the clock
+// (which costs tens of nanoseconds on a VM). Used by one waiting thread.
+class WaitDeadline {
+ public:
+  explicit WaitDeadline(absl::Duration timeout) : timeout_(timeout) {}
+  // The deadline, fixed as `now` + the timeout the first time it is asked.
+  absl::Time at(absl::Time now) {
+    if (!fixed_) {
+      at_ = timeout_ == absl::InfiniteDuration() ? absl::InfiniteFuture() : now + timeout_;
+      fixed_ = true;
+    }
+    return at_;
+  }
+  absl::Time at() { return fixed_ ? at_ : at(absl::Now()); }
+
+ private:
+  absl::Duration timeout_;
+  absl::Time at_;
+  bool fixed_ = false;
+};
 // Drives progress that needs the waiting thread itself (shared-memory
 // rings, core/collectives/shm_path.h). kLook: one look, then returns false.
 // kWait: spins a bounded time (never past `deadline`), then, where it can,
@@ -41,7 +62,7 @@ enum class WaitMode { kLook, kWait };
 // rings itself when woken, until the request is done or `deadline`; true
 // when it did so, false when the caller must still sleep its own way. Set
 // once a ring is up; any thread.
-using WaitSpinner = bool (*)(RequestState& request, absl::Time deadline, WaitMode mode);
+using WaitSpinner = bool (*)(RequestState& request, WaitDeadline& deadline, WaitMode mode);
 void set_wait_spinner(WaitSpinner spinner);
 // The same for sockets (core/collectives/socket_wait.h): the waiting thread
 // reads its peers' sockets itself; called when the spinner did not wait.

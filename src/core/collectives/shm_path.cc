@@ -280,7 +280,7 @@ class Links {
   // handled a record.
   bool poll();
   // RequestState's wait spinner.
-  bool wait(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);
+  bool wait(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode);
   ShmPathStats stats();
   // The started inbound rings, each marked polled once more (ShmPollScope).
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> hold_polled();
@@ -592,7 +592,7 @@ bool Links::poll() {
   return any;
 }
 
-bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode) {
+bool Links::wait(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode) {
   auto peers = readers();
   if (peers->empty()) return false;
   if (mode == detail::WaitMode::kLook) {
@@ -621,7 +621,7 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
   // their records to this thread (core/shm_link/shm_ring.h).
   for (const auto& p : *peers) p->inbound->start_polling();
   const absl::Time start = absl::Now();
-  const absl::Time until = std::min(start + wait_spin(oversubscribed), deadline);
+  const absl::Time until = std::min(start + wait_spin(oversubscribed), deadline.at(start));
   bool yield = oversubscribed || t_spin_yield.at(absl::ToUnixNanos(start));
   for (int i = 0; !request.done(); ++i) {
     const auto [any, busy] = look();
@@ -643,9 +643,9 @@ bool Links::wait(detail::RequestState& request, absl::Time deadline, detail::Wai
     }
   }
   bool waited = false;
-  if (!request.done() && absl::Now() < deadline && peers->size() < detail::kFutexWaitAnyMax &&
+  if (!request.done() && absl::Now() < deadline.at() && peers->size() < detail::kFutexWaitAnyMax &&
       waiter_sleep_enabled()) {
-    waited = sleep(request, *peers, deadline, look);
+    waited = sleep(request, *peers, deadline.at(), look);
   }
   for (const auto& p : *peers) p->inbound->stop_polling();
   poll();  // a record published while we spun may not have rung the drain thread
@@ -822,7 +822,7 @@ void Links::on_start(const ProcId& peer) {
     next->push_back(p);
     readers_ = std::move(next);
   }
-  detail::set_wait_spinner([](detail::RequestState& request, absl::Time deadline, detail::WaitMode mode) {
+  detail::set_wait_spinner([](detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode) {
     return Links::instance().wait(request, deadline, mode);
   });
   p->local_bell.fetch_add(1);

@@ -89,7 +89,7 @@ void note_spin(bool ended_the_wait) {
 // the I/O thread.
 bool waiter_may_deliver(std::string_view data_type) { return data_type == kCollectiveDataType; }
 
-bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode);
+bool wait_on_sockets(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode);
 
 // One watched connection.
 struct Watched {
@@ -266,7 +266,7 @@ bool sleep(detail::RequestState& request, const WatchList& list, absl::Time dead
   return true;
 }
 
-bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail::WaitMode mode) {
+bool wait_on_sockets(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode) {
   if (t_reading) return false;
   const std::shared_ptr<const WatchList> list = Watches::instance().snapshot();
   if (list->empty()) return false;
@@ -274,13 +274,16 @@ bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail:
     read_all(*list, nullptr);
     return false;
   }
+  // The awaited frame is often there already: one look before the clock.
+  if (read_all(*list, nullptr), request.done()) return true;
   // More procs of this host than cores: looks give the core away.
   static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t local = std::count_if(list->begin(), list->end(), [](const auto& w) { return w->on_this_host; });
   const bool oversubscribed = local + 1 > cores;
   const bool spin = spin_pays();
   if (spin && io_thread_defers()) defer_io_threads(*list);
-  const absl::Time until = std::min(absl::Now() + (spin ? spin_time() : absl::ZeroDuration()), deadline);
+  const absl::Time start = absl::Now();
+  const absl::Time until = std::min(start + (spin ? spin_time() : absl::ZeroDuration()), deadline.at(start));
   bool first = true;
   for (int i = 0; !request.done(); ++i) {
     if (!read_all(*list, nullptr)) {
@@ -294,8 +297,8 @@ bool wait_on_sockets(detail::RequestState& request, absl::Time deadline, detail:
     first = false;
   }
   note_spin(request.done());
-  if (request.done() || absl::Now() >= deadline) return true;
-  return sleep(request, *list, deadline);
+  if (request.done() || absl::Now() >= deadline.at()) return true;
+  return sleep(request, *list, deadline.at());
 }
 
 }  // namespace
