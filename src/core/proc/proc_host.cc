@@ -264,26 +264,29 @@ absl::Status ProcHost::send_data(const ProcId& peer, std::string_view type_name,
 }
 
 void ProcHost::on_data(const std::string& type_name, DataHandler handler) {
-  detail::MutexLock lock(mu_);
-  data_handlers_[type_name] = std::make_shared<const DataHandler>(std::move(handler));
+  if (ready_.load(std::memory_order_acquire)) {
+    CASTMESH_LOG_ERROR("castmesh-proc {}: a data handler for '{}' registered after the proc is up is ignored", id(),
+                       type_name);
+    return;
+  }
+  data_handlers_[type_name] = std::move(handler);
 }
 
 void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provider) {
-  detail::MutexLock lock(mu_);
-  data_sinks_[type_name] = std::make_shared<const DataSinkProvider>(std::move(provider));
+  if (ready_.load(std::memory_order_acquire)) {
+    CASTMESH_LOG_ERROR("castmesh-proc {}: a payload sink for '{}' registered after the proc is up is ignored", id(),
+                       type_name);
+    return;
+  }
+  data_sinks_[type_name] = std::move(provider);
 }
 
 std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer, std::string_view type_name,
                                                                std::string_view header, uint64_t size) {
-  if (!ready_.load(std::memory_order_acquire)) return nullptr;
-  std::shared_ptr<const DataSinkProvider> provider;
-  {
-    detail::MutexLock lock(mu_);
-    auto it = data_sinks_.find(absl::string_view(type_name.data(), type_name.size()));
-    if (it == data_sinks_.end()) return nullptr;
-    provider = it->second;
-  }
-  return (*provider)(peer, header, size);
+  if (!ready_.load(std::memory_order_acquire)) return nullptr;  // after it, the table is read-only
+  auto it = data_sinks_.find(absl::string_view(type_name.data(), type_name.size()));
+  if (it == data_sinks_.end()) return nullptr;
+  return it->second(peer, header, size);
 }
 
 std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {
@@ -377,15 +380,10 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
 
 void ProcHost::deliver_data(const std::string& peer, std::string_view type_name, std::string_view header,
                             wire::Payload payload) {
-  if (!ready_.load(std::memory_order_acquire)) return;
-  std::shared_ptr<const DataHandler> handler;  // not the function itself: copying one may allocate
-  {
-    detail::MutexLock lock(mu_);
-    auto it = data_handlers_.find(absl::string_view(type_name.data(), type_name.size()));
-    if (it != data_handlers_.end()) handler = it->second;
-  }
-  if (handler != nullptr) {
-    (*handler)(peer, header, std::move(payload));
+  if (!ready_.load(std::memory_order_acquire)) return;  // after it, the table is read-only
+  auto it = data_handlers_.find(absl::string_view(type_name.data(), type_name.size()));
+  if (it != data_handlers_.end()) {
+    it->second(peer, header, std::move(payload));
   } else {
     CASTMESH_LOG_WARN("castmesh-proc {}: unknown data message '{}' from {}", id(), log::printable(type_name), peer);
   }

@@ -115,9 +115,13 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // thread at once (transport::SendUrgency::kNow).
   absl::Status send_data(const ProcId& peer, std::string_view type_name, std::string_view header,
                          wire::Payload payload = {});
-  // Handles incoming data messages of one type (see send_data).
+  // Handles incoming data messages of one type (see send_data). Only while
+  // the host installs its services (a service's constructor): once the
+  // proc is up, every frame reads these tables without a lock, and a later
+  // call is refused with an error line.
   void on_data(const std::string& type_name, DataHandler handler);
-  // Offers sinks for the payloads of one data message type (see DataSinkProvider).
+  // Offers sinks for the payloads of one data message type (see
+  // DataSinkProvider); when on_data may be called.
   void on_data_sink(const std::string& type_name, DataSinkProvider provider);
   // The service installed as `name` on this host, or nullptr: a registered
   // one (core/proc/proc_service.h) or the proc's own (kSupervisionService,
@@ -173,8 +177,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
 
   mutable detail::Mutex mu_;
   absl::flat_hash_map<std::string, ControlHandler> control_handlers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::shared_ptr<const DataHandler>> data_handlers_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::shared_ptr<const DataSinkProvider>> data_sinks_ ABSL_GUARDED_BY(mu_);
+  // Filled while the services are installed, before ready_; read-only
+  // (and read without mu_) once ready_ is set.
+  absl::flat_hash_map<std::string, DataHandler> data_handlers_;
+  absl::flat_hash_map<std::string, DataSinkProvider> data_sinks_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ProcId, std::string> descriptions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

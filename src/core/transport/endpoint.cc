@@ -23,6 +23,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <thread>
 
@@ -44,6 +45,22 @@ namespace {
 using Socket = asio::generic::stream_protocol::socket;
 using GenericEndpoint = asio::generic::stream_protocol::endpoint;
 using Clock = std::chrono::steady_clock;
+
+// The time of the latest bytes from a peer (last_rx_), which only the
+// heartbeat timeout (seconds) reads: a coarse clock, at most a few
+// milliseconds behind, costs a fraction of a precise read, and every
+// received frame takes one. steady_clock is CLOCK_MONOTONIC where the coarse
+// one exists.
+Clock::time_point receive_time() {
+#if defined(__linux__) && defined(CLOCK_MONOTONIC_COARSE)
+  timespec ts{};
+  if (::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0) {
+    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                         std::chrono::nanoseconds(ts.tv_nsec)));
+  }
+#endif
+  return Clock::now();
+}
 namespace v1 = wire::v1;
 
 // Bytes read per read(): small frames are parsed out of this buffer; a large
@@ -851,7 +868,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (r > 0) {
         rend_ += static_cast<std::size_t>(r);
         emptied = static_cast<std::size_t>(r) < room;
-        last_rx_.store(Clock::now(), std::memory_order_relaxed);
+        last_rx_.store(receive_time(), std::memory_order_relaxed);
         continue;
       }
       const int error = r == 0 ? 0 : errno;
@@ -1068,7 +1085,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (n > 0) {
         partial.got += n;
         *payload_bytes += n;
-        last_rx_.store(Clock::now(), std::memory_order_relaxed);
+        last_rx_.store(receive_time(), std::memory_order_relaxed);
         continue;
       }
       if (called && error == EINTR) continue;
