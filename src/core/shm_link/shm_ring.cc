@@ -90,6 +90,17 @@ struct ShmRing::Layout {
 
 namespace {
 constexpr size_t kHeaderBytes = 4096;
+// Both ends map the whole ring at once: otherwise every page faults the
+// first time the records reach it, on the producer and on the consumer,
+// which made the first lap of a ring (about 900 records of 1 KiB) cost 2-3x
+// per message (measured: 2.1-3.9 us per 1 KiB allreduce for the first 900
+// calls of a 2-rank job, 0.65 after). Where the system has no such flag
+// the pages fault in as before.
+#ifdef MAP_POPULATE
+constexpr int kPrefault = MAP_POPULATE;
+#else
+constexpr int kPrefault = 0;
+#endif
 // Systems with larger pages (macOS on arm64: 16 KiB) round a segment's size up.
 constexpr size_t kSizeSlack = 64 * 1024;
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && std::atomic<uint64_t>::is_always_lock_free);
@@ -143,7 +154,7 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Create(size_t capacity) {
     ::shm_unlink(name.c_str());
     return st;
   }
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | kPrefault, fd, 0);
   ::close(fd);
   if (base == MAP_FAILED) {
     absl::Status st = errno_status(absl::StrCat("mmap(", name, ")"));
@@ -181,7 +192,7 @@ absl::StatusOr<std::unique_ptr<ShmRing>> ShmRing::Open(const std::string& name) 
     ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat("shm segment ", name, " has ", size, " bytes, not a ring's size"));
   }
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | kPrefault, fd, 0);
   ::close(fd);
   if (base == MAP_FAILED) return errno_status(absl::StrCat("mmap(", name, ")"));
   std::atomic_thread_fence(std::memory_order_acquire);
