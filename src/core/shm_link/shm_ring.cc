@@ -23,7 +23,7 @@ namespace castmesh::shm_link {
 
 namespace {
 constexpr uint64_t kMagic = 0x676e69726d736d63ULL;  // "cmsmring"
-constexpr uint32_t kVersion = 2;  // 2: the waiter bell
+constexpr uint32_t kVersion = 3;  // 2: the waiter bell; 3: pollers on a line of its own
 constexpr size_t kMinCapacity = 4096;
 constexpr size_t kMaxCapacity = size_t{256} << 20;
 constexpr size_t kAlign = 16;
@@ -82,7 +82,10 @@ struct ShmRing::Layout {
   alignas(64) std::atomic<uint64_t> tail;  // producer: bytes written
   alignas(64) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
-  std::atomic<uint32_t> pollers;
+  // On a line of its own: consumer threads write it at every wait they spin
+  // through, and the producer reads `sleeping` at every record (pollers only
+  // when that is set), so sharing a line cost the producer a miss per record.
+  alignas(64) std::atomic<uint32_t> pollers;
   // Consumer threads asleep on waiter_bell (they read the ring themselves).
   alignas(64) std::atomic<uint32_t> waiter_bell;
   std::atomic<uint32_t> waiter_sleepers;
