@@ -13,6 +13,8 @@
 //   Unix peer credentials       core/transport/unix_socket_names.cc
 //   involuntary switches       core/platform/core_contention.cc (fallback: the process's count)
 //   cross-memory attach         core/platform/process_memory.cc (fallback: the caller's transport)
+//   coarse monotonic clock      core/transport/endpoint.cc (fallback: steady_clock)
+//   prefaulted shared mappings  core/shm_link/shm_ring.cc (fallback: pages fault in on first use)
 // Include only from .cc files of the core.
 #pragma once
 

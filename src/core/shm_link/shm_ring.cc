@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/platform/platform.h"
 #include "core/scheduler/futex.h"
 
 namespace castmesh::shm_link {
@@ -99,7 +100,7 @@ constexpr size_t kHeaderBytes = 4096;
 // per message (measured: 2.1-3.9 us per 1 KiB allreduce for the first 900
 // calls of a 2-rank job, 0.65 after). Where the system has no such flag
 // the pages fault in as before.
-#ifdef MAP_POPULATE
+#if CASTMESH_LINUX_FACILITIES
 constexpr int kPrefault = MAP_POPULATE;
 #else
 constexpr int kPrefault = 0;

@@ -34,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
 #include "core/log/log.h"
+#include "core/platform/platform.h"
 #include "core/platform/process.h"
 #include "core/transport/address.h"
 #include "core/transport/unix_socket_names.h"
@@ -49,10 +50,10 @@ using Clock = std::chrono::steady_clock;
 // The time of the latest bytes from a peer (last_rx_), which only the
 // heartbeat timeout (seconds) reads: a coarse clock, at most a few
 // milliseconds behind, costs a fraction of a precise read, and every
-// received frame takes one. steady_clock is CLOCK_MONOTONIC where the coarse
-// one exists.
+// received frame takes one. On Linux steady_clock is CLOCK_MONOTONIC, of
+// which CLOCK_MONOTONIC_COARSE is the tick-granular reading.
 Clock::time_point receive_time() {
-#if defined(__linux__) && defined(CLOCK_MONOTONIC_COARSE)
+#if CASTMESH_LINUX_FACILITIES
   timespec ts{};
   if (::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0) {
     return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
