@@ -342,15 +342,18 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
       layout.procs[right] != layout.self_proc && !single_copy_towards(layout.procs[right]);
   SendsInFlight sends(call.group, right, sends_hold_buffers);
   PostedReceives reduce_recvs(call.group), gather_recvs(call.group);
-  // Every allgather receive lands in `out`: post them all now, so segments
-  // are read as soon as they are offered.
-  for (int st = 0; st < p - 1; ++st) {
-    const int b = mod(r - st, p);
-    for (size_t j = 0; j < nseg; ++j) {
-      auto [sb, se] = plan.range(b, j);
-      gather_recvs.add(st * nseg + j, s.post(left, plan.step(p - 1 + st, j), at(out, sb * item), (se - sb) * item));
-    }
-  }
+  // Every allgather receive lands in `out`, so that segments are read as
+  // soon as they are offered. Allgather step st brings block r - st, which
+  // this rank wrote in reduce step st - 1: its receive is posted right after
+  // that write, before the segment goes on to the right (its final value can
+  // only come round after that), so the thread that delivers it is ordered
+  // after the write through the mailbox and not only through the other
+  // ranks. Block r, which this rank never writes, is posted now.
+  auto post_gather = [&](int st, size_t j) {
+    auto [sb, se] = plan.range(mod(r - st, p), j);
+    gather_recvs.add(st * nseg + j, s.post(left, plan.step(p - 1 + st, j), at(out, sb * item), (se - sb) * item));
+  };
+  for (size_t j = 0; j < nseg; ++j) post_gather(0, j);
   auto post_reduce = [&](size_t index) {
     const int st = static_cast<int>(index / nseg);
     const size_t j = index % nseg;
@@ -379,6 +382,7 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
     }
     if (index + window < reduce_total) post_reduce(index + window);
     if (st < p - 2) {
+      post_gather(st + 1, j);
       sends.add(s.start_send(right, plan.step(st + 1, j), dst, (se - sb) * item));
     } else {  // the segment is complete here: finish it and start it round the ring
       op.finalize(dst, se - sb, p);
