@@ -15,6 +15,7 @@
 #include "core/platform/process_memory.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
+#include "core/wire/frame.h"
 
 namespace castmesh::collectives {
 namespace {
@@ -34,7 +35,7 @@ class CollectivesService final : public proc::ProcService {
     });
     host.on_data(kCollectiveLinkDataType, [raw](const ProcId& peer, std::string_view header, wire::Payload) {
       v1::CollectiveHeader link;
-      if (!link.ParseFromArray(header.data(), static_cast<int>(header.size())) || link.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
+      if (!wire::parse_message(header, link) || link.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
         CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed link frame from {}", peer);
         return;
       }
@@ -289,7 +290,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
                         const char* body, size_t body_size, wire::Payload payload, proc::ProcHost* delivering) {
   ThreadLoan<v1::CollectiveHeader> loan;  // its fields keep their memory: no allocation per frame
   v1::CollectiveHeader& header = *loan;
-  if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) {
+  if (!wire::parse_message(header_bytes, header)) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
     return;
   }
@@ -330,7 +331,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
 std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& peer, std::string_view header_bytes,
                                                                 uint64_t size) {
   v1::CollectiveHeader header;
-  if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size())) || header.token() != 0 || header.fallback_body() ||
+  if (!wire::parse_message(header_bytes, header) || header.token() != 0 || header.fallback_body() ||
       (header.channel() != v1::CollectiveHeader::CHANNEL_P2P &&
        header.channel() != v1::CollectiveHeader::CHANNEL_COLLECTIVE)) {
     return nullptr;  // on_frame handles (or drops) it

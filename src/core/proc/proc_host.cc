@@ -19,7 +19,6 @@ namespace {
 
 namespace v1 = wire::v1;
 using Seam = detail::RuntimeTransportSeam;
-constexpr uint32_t kReplyFlag = wire::kControlReplyFlag;
 
 // Hosts by runtime, so a second allocation on one runtime reuses its host.
 struct HostDirectory {
@@ -219,7 +218,7 @@ absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::
   frame_header.set_kind(v1::FrameHeader::KIND_CONTROL);
   frame_header.set_message_type(message.GetTypeName());
   frame_header.set_correlation(correlation);
-  if (is_reply) frame_header.set_flags(kReplyFlag);
+  if (is_reply) frame_header.set_flags(wire::kControlReplyFlag);
   absl::Status sent = endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(message.SerializeAsString()));
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
   return sent;
@@ -321,7 +320,7 @@ std::string ProcHost::describe(const ProcId& peer) const {
 void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload) {
   if (!ready_.load(std::memory_order_acquire)) return;
   if (frame_header.kind() == v1::FrameHeader::KIND_CONTROL) {
-    if (frame_header.flags() & kReplyFlag) {
+    if (frame_header.flags() & wire::kControlReplyFlag) {
       std::shared_ptr<PendingRequest> pending;
       {
         detail::MutexLock lock(mu_);

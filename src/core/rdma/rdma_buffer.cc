@@ -25,6 +25,7 @@
 #include "core/rdma/service.h"
 #include "core/rdma/transfers.h"
 #include "core/tensor/device_engine.h"
+#include "core/wire/frame.h"
 
 namespace castmesh {
 
@@ -378,7 +379,7 @@ std::string RdmaBuffer::serialize() const {
 absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
   if (bytes.empty()) return RdmaBuffer();
   wire::v1::RdmaHandle wire;
-  if (!wire.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) || wire.owner().empty() ||
+  if (!castmesh::wire::parse_message(bytes, wire) || wire.owner().empty() ||
       wire.access() == 0 || wire.access() > 3) {
     return absl::InvalidArgumentError("malformed RdmaBuffer handle");
   }

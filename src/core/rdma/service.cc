@@ -22,6 +22,7 @@
 #include "core/rdma/read_sink.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
+#include "core/wire/frame.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -253,7 +254,7 @@ class RdmaService final : public proc::ProcService {
       std::shared_ptr<proc::ProcHost> host = weak.lock();
       v1::RdmaHeader header;
       if (host == nullptr) return;
-      if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) {
+      if (!wire::parse_message(header_bytes, header)) {
         CASTMESH_LOG_WARN("castmesh-rdma: dropping a malformed message from {}", peer);
         return;
       }
@@ -265,7 +266,7 @@ class RdmaService final : public proc::ProcService {
                                          const ProcId& peer, std::string_view header_bytes,
                                          uint64_t size) -> std::shared_ptr<transport::PayloadSink> {
       v1::RdmaHeader header;
-      if (!header.ParseFromArray(header_bytes.data(), static_cast<int>(header_bytes.size()))) return nullptr;
+      if (!wire::parse_message(header_bytes, header)) return nullptr;
       if (header.kind() == v1::RdmaHeader::WRITE_DATA) {
         return writes->sink(peer, header, size, [weak, peer](const v1::RdmaHeader& answer) {
           if (std::shared_ptr<proc::ProcHost> host = weak.lock()) (void)send(*host, peer, answer);

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <cstdlib>
 #include <string>
@@ -29,6 +30,11 @@ void append_frame_body(const google::protobuf::MessageLite& message, std::string
   p[2] = static_cast<unsigned char>(body >> 16);
   p[3] = static_cast<unsigned char>(body >> 24);
   message.SerializeWithCachedSizesToArray(p + kLengthPrefixSize);
+}
+
+bool parse_message(std::string_view bytes, google::protobuf::MessageLite& message) {
+  return bytes.size() <= static_cast<std::size_t>(std::numeric_limits<int>::max()) &&
+         message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
 }
 
 std::uint32_t read_length_prefix(const char* p) {
@@ -86,7 +92,7 @@ bool is_data_frame(const v1::FrameHeader& frame_header) {
 
 absl::Status parse_frame_header_into(const char* body, std::size_t size, const FrameLimits& limits,
                                      v1::FrameHeader& frame_header) {
-  if (!frame_header.ParseFromArray(body, static_cast<int>(size))) {
+  if (!parse_message(std::string_view(body, size), frame_header)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed frame header (", size, " bytes)"));
   }
   if (frame_header.version() != kWireVersion) {
@@ -188,7 +194,7 @@ void route_protobuf_logs() {
 
 absl::StatusOr<v1::Handshake> parse_handshake(const char* body, std::size_t size) {
   v1::Handshake handshake;
-  if (!handshake.ParseFromArray(body, static_cast<int>(size)) ||
+  if (!parse_message(std::string_view(body, size), handshake) ||
       handshake.step_case() == v1::Handshake::STEP_NOT_SET) {
     return absl::InvalidArgumentError(absl::StrCat("malformed handshake frame (", size, " bytes)"));
   }

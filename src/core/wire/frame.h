@@ -37,6 +37,11 @@ struct FrameLimits {
 // variable when its value is not a positive byte count.
 absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits);
 
+// Parses `bytes` (a service's data header, a serialized handle) into
+// `message`. False when they do not parse, or are more than protobuf takes
+// (2 GiB). Pure; any thread.
+bool parse_message(std::string_view bytes, google::protobuf::MessageLite& message);
+
 // Appends u32_le(size) and the serialized `message` to `out`.
 void append_frame_body(const google::protobuf::MessageLite& message, std::string& out);
 

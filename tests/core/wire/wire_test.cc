@@ -52,6 +52,20 @@ TEST(Frame, RejectsUnknownVersionOversizeAndGarbage) {
   EXPECT_FALSE(parse_handshake(garbage.data(), garbage.size()).ok());
 }
 
+TEST(Frame, ParseMessageTakesAViewAndRefusesWhatProtobufCannotTake) {
+  v1::FrameHeader sent;
+  sent.set_message_type("demo.Ping");
+  sent.set_sequence(9);
+  const std::string bytes = sent.SerializeAsString();
+  v1::FrameHeader got;
+  ASSERT_TRUE(parse_message(bytes, got));
+  EXPECT_EQ(got.message_type(), "demo.Ping");
+  EXPECT_EQ(got.sequence(), 9u);
+  EXPECT_FALSE(parse_message("\xff\xff\xff", got));
+  // More than protobuf's int size: refused before anything is read.
+  EXPECT_FALSE(parse_message(std::string_view(bytes.data(), std::size_t{1} << 31), got));
+}
+
 TEST(Frame, RoundTripsABinaryDataFrame) {
   std::string frame = "x";  // appended after what is there
   append_binary_data_frame(7, 1000, "svc.type", std::string("h\0dr", 4), frame);
