@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -15,6 +16,7 @@
 #include "core/collectives/algorithms.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/request_state.h"
+#include "core/scheduler/scheduler.h"
 
 namespace castmesh {
 namespace detail {
@@ -108,6 +110,10 @@ absl::StatusOr<MessageStatus> DeviceWork::wait(absl::Duration timeout) {
   // millisecond; the watchdog fails the request on an error or a deadline.
   const absl::Time spin_until = absl::Now() + absl::Microseconds(200);
   absl::Duration nap = absl::Microseconds(20);
+  // Made before the first nap: a pooled actor that waits longer than the
+  // spin hands its queued work on (the ranks that must still enqueue their
+  // part of this collective may be queued behind it).
+  std::optional<Scheduler::BlockingScope> blocking;
   while (true) {
     if (std::optional<absl::StatusOr<MessageStatus>> result = state_->test()) return *result;
     poll();
@@ -121,6 +127,7 @@ absl::StatusOr<MessageStatus> DeviceWork::wait(absl::Duration timeout) {
       std::this_thread::yield();
       continue;
     }
+    if (!blocking.has_value()) blocking.emplace();
     absl::SleepFor(nap);
     nap = std::min(nap * 2, absl::Milliseconds(1));
   }
@@ -582,7 +589,12 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
   }
   const std::string name = absl::StrCat("communicator ", group.id(), " (rank ", group.rank(), ")");
   castmesh_te_comm_v1* comm = nullptr;
-  const int32_t code = table.comm_create(device.index, &all[0].id, group.size(), group.rank(), &comm, &error);
+  int32_t code = CASTMESH_STATUS_OK;
+  {
+    // The library's init is collective (it returns once every rank joined).
+    const Scheduler::BlockingScope blocking;
+    code = table.comm_create(device.index, &all[0].id, group.size(), group.rank(), &comm, &error);
+  }
   if (code != CASTMESH_STATUS_OK) return backend_status(code, error, absl::StrCat("comm_create for ", name));
   return std::make_shared<DeviceComm>(engine, device, name, comm, *std::move(own));
 }

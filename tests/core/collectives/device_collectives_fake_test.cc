@@ -353,6 +353,39 @@ TEST_F(FakeDeviceMeshTest, HungPeerHitsTheDeadline) {
   EXPECT_EQ(outcomes[1].values, (std::vector<double>{1}));
 }
 
+// More members than workers, each waiting on its own device work: a wait
+// that outlasts its spin hands the member's worker on (BlockingScope), so
+// the members still queued behind it run and enqueue their part. The first
+// round builds the device communicator (its id exchange and the collective
+// init block too); the later rounds block only in the wait on the work.
+// Without the hand-over the waits of the first two members hold both
+// workers until their deadline.
+TEST(FakeDeviceCrowded, MoreWaitingMembersThanWorkersComplete) {
+  fake_engine();
+  Runtime runtime(RuntimeOptions{.workers = 2});
+  auto mesh = ActorMesh<testing::ScenarioMember<double>>::Spawn(runtime, *Shape::Create({{"gpus", size_t{4}}}),
+                                                                MeshOptions{.name = "crowded-gpus"});
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  for (int round = 0; round < 3; ++round) {
+    auto values = mesh->call(testing::RunScenario<double>{[](Communicator& c) {
+                    auto buf = on_device<float>({float(c.rank() + 1)}, DType::kFloat32, gpu(c.rank()));
+                    if (!buf.ok()) return fail(buf.status());
+                    Request work = c.iallreduce(*buf, *buf, ReduceOp::kSum);
+                    if (absl::Status st = work.wait(absl::Seconds(20)).status(); !st.ok()) return fail(st);
+                    auto back = to_host<float>(*buf);
+                    if (!back.ok()) return fail(back.status());
+                    return Outcome{"", *back};
+                  }})
+                      .get(absl::Seconds(60));
+    ASSERT_TRUE(values.ok()) << values.status();
+    for (const Outcome& o : values->values()) {
+      EXPECT_EQ(o.error, "") << "round " << round;
+      EXPECT_EQ(o.values, std::vector<double>{10}) << "round " << round;
+    }
+  }
+  mesh->stop();
+}
+
 // What NCCL cannot do is a clear Unimplemented saying to stage to host;
 // bad arguments are clear errors on every rank; the communicator goes on.
 TEST_F(FakeDeviceMeshTest, UnsupportedOpsAndBadArgumentsAreClearErrors) {
