@@ -37,10 +37,12 @@ std::shared_ptr<CommGroup> group_of(int rank) {
 
 // One device call's descriptor work on `g` (announce() in device_collectives.cc).
 std::shared_ptr<castmesh::detail::RequestState> announce(CommGroup& g, const std::string& what) {
+  // A device call makes its signature once per call, as announce() does.
+  auto signature = std::make_shared<const std::string>(what);
   static const char kNoBody = 0;
   const uint64_t sequence = g.next_sequence();
   const int64_t tag = castmesh::collectives::collective_tag(sequence, castmesh::collectives::kDescriptorStep);
-  auto got = g.post_recv(castmesh::collectives::Channel::kCollective, 1 - g.rank(), tag, nullptr, 0, what);
+  auto got = g.post_recv(castmesh::collectives::Channel::kCollective, 1 - g.rank(), tag, nullptr, 0, signature);
   (void)g.start_send(castmesh::collectives::Channel::kCollective, 1 - g.rank(), tag, &kNoBody, 0, what, sequence);
   return got;
 }
@@ -75,8 +77,9 @@ int main(int argc, char** argv) {
   auto allreduce = [&](CommGroup& g) {
     double v = 1;
     auto op = castmesh::Reduction::Builtin(castmesh::ReduceOp::kSum, castmesh::DType::kFloat64);
+    const auto signature = std::make_shared<const std::string>("allreduce(sum, float64, count=1)");
     for (int i = 0; i < host_iters; ++i) {
-      castmesh::collectives::CollectiveCall call{&g, g.next_sequence(), "allreduce(sum, float64, count=1)"};
+      castmesh::collectives::CollectiveCall call{&g, g.next_sequence(), signature};
       if (!castmesh::collectives::run_allreduce(call, &v, &v, 1, *op).ok()) std::abort();
     }
   };

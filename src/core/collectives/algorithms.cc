@@ -22,12 +22,12 @@ class Steps {
 
   absl::Status send(int dest, uint32_t step, const void* data, size_t bytes) const {
     return call_.group->send(Channel::kCollective, dest, collective_tag(call_.sequence, step), data, bytes,
-                             call_.signature, call_.sequence);
+                             *call_.signature, call_.sequence);
   }
   // A send that may still be in flight (single copy: until the receiver read it).
   std::shared_ptr<detail::RequestState> start_send(int dest, uint32_t step, const void* data, size_t bytes) const {
     return call_.group->start_send(Channel::kCollective, dest, collective_tag(call_.sequence, step), data, bytes,
-                                   call_.signature, call_.sequence);
+                                   *call_.signature, call_.sequence);
   }
   std::shared_ptr<detail::RequestState> post(int source, uint32_t step, void* data, size_t bytes) const {
     return call_.group->post_recv(Channel::kCollective, source, collective_tag(call_.sequence, step), data, bytes,
@@ -344,11 +344,12 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   PostedReceives reduce_recvs(call.group), gather_recvs(call.group);
   // Every allgather receive lands in `out`, so that segments are read as
   // soon as they are offered. Allgather step st brings block r - st, which
-  // this rank wrote in reduce step st - 1: its receive is posted right after
-  // that write, before the segment goes on to the right (its final value can
-  // only come round after that), so the thread that delivers it is ordered
-  // after the write through the mailbox and not only through the other
-  // ranks. Block r, which this rank never writes, is posted now.
+  // this rank wrote in reduce step st - 1 and sent on in reduce step st: its
+  // receive is posted right after that send (its final value can only come
+  // round after it), so the thread that delivers it is ordered after this
+  // rank's write and after a ring send's read of the block through the
+  // mailbox, and not only through the other ranks. Block r, which this rank
+  // never writes, is posted now.
   auto post_gather = [&](int st, size_t j) {
     auto [sb, se] = plan.range(mod(r - st, p), j);
     gather_recvs.add(st * nseg + j, s.post(left, plan.step(p - 1 + st, j), at(out, sb * item), (se - sb) * item));
@@ -382,8 +383,8 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
     }
     if (index + window < reduce_total) post_reduce(index + window);
     if (st < p - 2) {
-      post_gather(st + 1, j);
       sends.add(s.start_send(right, plan.step(st + 1, j), dst, (se - sb) * item));
+      post_gather(st + 1, j);
     } else {  // the segment is complete here: finish it and start it round the ring
       op.finalize(dst, se - sb, p);
       sends.add(s.start_send(right, plan.step(p - 1, j), dst, (se - sb) * item));
@@ -599,8 +600,9 @@ absl::Status run_reduce_scatter(const CollectiveCall& call, const void* in, void
     // Rank order matters: reduce everything at rank 0 in order, then scatter.
     CASTMESH_RETURN_IF_ERROR(binomial_reduce_to_zero(s, work.data(), count * p, op));
     if (r == 0) op.finalize(work.data(), count * p, p);
-    return run_scatter(CollectiveCall{call.group, call.sequence, call.signature + "/scatter"}, work.data(), out,
-                       block, 0);
+    const CollectiveCall scatter{call.group, call.sequence,
+                                 std::make_shared<const std::string>(*call.signature + "/scatter")};
+    return run_scatter(scatter, work.data(), out, block, 0);
   }
   std::vector<char> tmp(block);
   for (int step = 0; step < p - 1; ++step) {

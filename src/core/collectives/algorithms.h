@@ -22,7 +22,7 @@ namespace castmesh::collectives {
 struct CollectiveCall {
   detail::CommGroup* group = nullptr;
   uint64_t sequence = 0;
-  std::string signature;
+  CallSignature signature;  // never null
 };
 
 // Below this many bytes the latency-optimal algorithms run.

@@ -229,7 +229,7 @@ absl::Status CommGroup::send_frame(int dest, const v1::CollectiveHeader& header,
 }
 
 std::shared_ptr<RequestState> CommGroup::post_recv(Channel channel, int source, int64_t tag, void* buffer,
-                                                   size_t capacity, std::string signature) {
+                                                   size_t capacity, collectives::CallSignature signature) {
   auto request = std::make_shared<RequestState>();
   if (source != kAnySource && (source < 0 || source >= size())) {
     request->complete(absl::InvalidArgumentError(absl::StrCat("source rank ", source, " is not in 0..", size() - 1)));

@@ -83,7 +83,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   void fail_sends_to(const ProcId& proc, const absl::Status& why);
   // Posts a receive of at most `capacity` bytes into `buffer`.
   std::shared_ptr<RequestState> post_recv(collectives::Channel channel, int source, int64_t tag, void* buffer,
-                                          size_t capacity, std::string signature = {});
+                                          size_t capacity, collectives::CallSignature signature = nullptr);
   // A fresh collective sequence number (the same on every rank for the
   // n-th collective it calls).
   uint64_t next_sequence() { return next_sequence_.fetch_add(1, std::memory_order_relaxed); }

@@ -21,6 +21,7 @@
 
 namespace castmesh {
 
+using collectives::CallSignature;
 using collectives::Channel;
 using collectives::CollectiveCall;
 using detail::CommGroup;
@@ -229,21 +230,22 @@ struct LastSignature {
   DType dtype = DType::kInt8;
   size_t count = 0;
   int root = -1;
-  std::string formatted;
+  CallSignature formatted;
 };
 
-// Every collective call has one, so it is on the small-message latency path.
-std::string signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root = -1) {
+// Every collective call has one, so it is on the small-message latency path:
+// a repeated call shares the last one (no formatting, no allocation).
+CallSignature signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root = -1) {
   LastSignature* last = collectives::ThreadCache<LastSignature>::get();
-  if (last == nullptr) return format_signature(name, op, dtype, count, root);
-  if (last->formatted.empty() || last->dtype != dtype || last->count != count || last->root != root ||
+  if (last == nullptr) return std::make_shared<const std::string>(format_signature(name, op, dtype, count, root));
+  if (last->formatted == nullptr || last->dtype != dtype || last->count != count || last->root != root ||
       last->name != name || last->op != op) {
     last->name.assign(name.data(), name.size());
     last->op.assign(op.data(), op.size());
     last->dtype = dtype;
     last->count = count;
     last->root = root;
-    last->formatted = format_signature(name, op, dtype, count, root);
+    last->formatted = std::make_shared<const std::string>(format_signature(name, op, dtype, count, root));
   }
   return last->formatted;
 }
@@ -252,7 +254,7 @@ std::string signature(absl::string_view name, absl::string_view op, DType dtype,
 // then run. A failure on any rank fails it on every rank.
 using Body = std::function<absl::Status(const CollectiveCall&)>;
 
-CollectiveCall begin(CommGroup& group, std::string sig) {
+CollectiveCall begin(CommGroup& group, CallSignature sig) {
   return CollectiveCall{&group, group.next_sequence(), std::move(sig)};
 }
 
@@ -264,12 +266,12 @@ absl::Status finish(const CollectiveCall& call, absl::Status st) {
 // A template rather than a Body: a blocking call's lambda (captures by
 // reference) then costs no std::function allocation.
 template <typename F>
-absl::Status run_blocking(CommGroup& group, std::string sig, const absl::Status& checked, const F& body) {
+absl::Status run_blocking(CommGroup& group, CallSignature sig, const absl::Status& checked, const F& body) {
   CollectiveCall call = begin(group, std::move(sig));
   return finish(call, checked.ok() ? body(call) : checked);
 }
 
-Request run_nonblocking(CommGroup& group, std::string sig, const absl::Status& checked, Body body) {
+Request run_nonblocking(CommGroup& group, CallSignature sig, const absl::Status& checked, Body body) {
   CollectiveCall call = begin(group, std::move(sig));
   if (!checked.ok()) return Request(RequestState::Done(finish(call, checked)));
   return group.run_async([call, body = std::move(body)] { return finish(call, body(call)); });
@@ -334,7 +336,8 @@ absl::StatusOr<std::optional<Communicator>> Communicator::split(int color, int k
 
 absl::StatusOr<Communicator> Communicator::dup() const {
   uint64_t sequence = 0;
-  absl::Status st = run_blocking(*group_, "dup()", absl::OkStatus(), [&](const CollectiveCall& call) {
+  auto sig = std::make_shared<const std::string>("dup()");
+  absl::Status st = run_blocking(*group_, std::move(sig), absl::OkStatus(), [&](const CollectiveCall& call) {
     sequence = call.sequence;
     return collectives::run_barrier(call);
   });
@@ -392,11 +395,19 @@ std::optional<MessageStatus> Communicator::iprobe(int source, int tag) const {
 
 // ---- collectives ----
 
+namespace {
+// Made once and never destroyed: the exit barrier runs from an atexit handler.
+const CallSignature& barrier_signature() {
+  static const auto* sig = new CallSignature(std::make_shared<const std::string>("barrier()"));
+  return *sig;
+}
+}  // namespace
+
 absl::Status Communicator::barrier() const {
-  return run_blocking(*group_, "barrier()", absl::OkStatus(), collectives::run_barrier);
+  return run_blocking(*group_, barrier_signature(), absl::OkStatus(), collectives::run_barrier);
 }
 Request Communicator::ibarrier() const {
-  return run_nonblocking(*group_, "barrier()", absl::OkStatus(), collectives::run_barrier);
+  return run_nonblocking(*group_, barrier_signature(), absl::OkStatus(), collectives::run_barrier);
 }
 
 namespace {
@@ -404,12 +415,12 @@ namespace {
 // A collective after its checks: what it is called on the wire, whether the
 // arguments are fine, and the algorithm to run.
 struct Prepared {
-  std::string sig;
+  CallSignature sig;
   absl::Status checked;
   Body body;
 };
 
-Prepared with_reduction(std::string sig, ReductionArgs args,
+Prepared with_reduction(CallSignature sig, ReductionArgs args,
                         std::function<absl::Status(const CollectiveCall&, const Reduction&)> run) {
   Prepared p{std::move(sig), args.checked, nullptr};
   if (args.op) p.body = [op = *args.op, run = std::move(run)](const CollectiveCall& call) { return run(call, op); };

@@ -21,6 +21,21 @@
 namespace castmesh {
 namespace detail {
 
+// ---- Device waits in pooled actors ----
+
+namespace {
+// DeviceStream::synchronize and DeviceEvent::synchronize block in the
+// backend until device work is done; in a pooled actor they hand the worker
+// on, as DeviceWork::wait does: the work may be a collective that waits for
+// members queued behind this one. (The tensor layer, which makes those
+// calls, sees nothing of the scheduler.)
+absl::Status run_handing_worker_on(absl::FunctionRef<absl::Status()> call) {
+  const Scheduler::BlockingScope blocking;
+  return call();
+}
+[[maybe_unused]] const bool kDeviceWaitsHandWorkersOn = (set_blocking_call_wrapper(&run_handing_worker_on), true);
+}  // namespace
+
 // ---- DeviceEventPool ----
 
 DeviceEventPool::~DeviceEventPool() {
@@ -499,7 +514,7 @@ absl::StatusOr<std::vector<InitRecord>> exchange_records(CommGroup& group, const
     std::vector<InitRecord> all;
   };
   auto buffers = std::make_shared<Exchanged>(Exchanged{mine, std::vector<InitRecord>(group.size())});
-  const collectives::CollectiveCall call{&group, sequence, signature};
+  const collectives::CollectiveCall call{&group, sequence, std::make_shared<const std::string>(signature)};
   Request request = group.run_async([call, buffers] {
     return collectives::run_allgather(call, &buffers->mine, buffers->all.data(), sizeof(InitRecord));
   });
@@ -589,13 +604,12 @@ absl::StatusOr<std::shared_ptr<DeviceComm>> make_comm(CommGroup& group, const De
   }
   const std::string name = absl::StrCat("communicator ", group.id(), " (rank ", group.rank(), ")");
   castmesh_te_comm_v1* comm = nullptr;
-  int32_t code = CASTMESH_STATUS_OK;
-  {
-    // The library's init is collective (it returns once every rank joined).
-    const Scheduler::BlockingScope blocking;
-    code = table.comm_create(device.index, &all[0].id, group.size(), group.rank(), &comm, &error);
-  }
-  if (code != CASTMESH_STATUS_OK) return backend_status(code, error, absl::StrCat("comm_create for ", name));
+  // The library's init is collective (it returns once every rank joined).
+  const absl::Status created = run_handing_worker_on([&] {
+    return backend_status(table.comm_create(device.index, &all[0].id, group.size(), group.rank(), &comm, &error),
+                          error, absl::StrCat("comm_create for ", name));
+  });
+  if (!created.ok()) return created;
   return std::make_shared<DeviceComm>(engine, device, name, comm, *std::move(own));
 }
 
@@ -734,7 +748,8 @@ detail::DeviceCall announce(detail::CommGroup& group, const std::string& what) {
   if (n == 1) return call;
   static const char kNoBody = 0;
   const int64_t tag = collective_tag(call.sequence, kDescriptorStep);
-  call.descriptor = group.post_recv(Channel::kCollective, (group.rank() + n - 1) % n, tag, nullptr, 0, what);
+  call.descriptor = group.post_recv(Channel::kCollective, (group.rank() + n - 1) % n, tag, nullptr, 0,
+                                    std::make_shared<const std::string>(what));
   (void)group.start_send(Channel::kCollective, (group.rank() + 1) % n, tag, &kNoBody, 0, what, call.sequence);
   return call;
 }

@@ -151,26 +151,30 @@ struct MailboxCache {
 };
 }  // namespace
 
-std::shared_ptr<RankMailbox> Exchange::cached_mailbox(std::string_view comm, int rank) {
+RankMailbox* Exchange::cached_mailbox(std::string_view comm, int rank, std::shared_ptr<RankMailbox>& hold) {
   MailboxCache* cache = ThreadCache<MailboxCache>::get();
-  if (cache == nullptr) return mailbox(std::string(comm), rank);
+  if (cache == nullptr) {
+    hold = mailbox(std::string(comm), rank);
+    return hold.get();
+  }
   if (const uint64_t now = forgotten_.load(std::memory_order_acquire); now != cache->seen) {
     cache->entries.clear();
     cache->seen = now;
   }
   for (const CachedMailbox& c : cache->entries) {
-    if (c.rank == rank && c.comm == comm) return c.box;
+    if (c.rank == rank && c.comm == comm) return c.box.get();
   }
   std::string key(comm);
   std::shared_ptr<RankMailbox> box = mailbox(key, rank);
   if (cache->entries.size() >= 16) cache->entries.erase(cache->entries.begin());
   cache->entries.push_back(CachedMailbox{std::move(key), rank, box});
-  return box;
+  return box.get();
 }
 
 void Exchange::on_compact(const CompactMessage& m, const char* body, size_t size) {
   const Channel channel = m.collective ? Channel::kCollective : Channel::kP2P;
-  cached_mailbox(m.comm, static_cast<int>(m.dest))
+  std::shared_ptr<RankMailbox> hold;
+  cached_mailbox(m.comm, static_cast<int>(m.dest), hold)
       ->deliver_view(channel, static_cast<int>(m.source), m.tag, m.signature, body, size);
 }
 
@@ -305,7 +309,8 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
     return;
   }
   if (header.fallback_body()) return deliver_fallback_body(peer, header.token(), body, body_size);
-  std::shared_ptr<RankMailbox> box = cached_mailbox(header.comm(), dest);
+  std::shared_ptr<RankMailbox> hold;
+  RankMailbox* box = cached_mailbox(header.comm(), dest, hold);
   if (header.channel() == v1::CollectiveHeader::CHANNEL_ABORT) {
     box->abort_collective(header.sequence(), absl::AbortedError(header.signature()));
     return;

@@ -102,9 +102,11 @@ class Exchange {
   };
   Entry& entry(const std::string& comm, int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // mailbox() through a small per-thread cache, for the ring consumers: no
-  // lock, no hashing on the hot path. Entries are dropped when forget()
-  // removes any mailbox.
-  std::shared_ptr<RankMailbox> cached_mailbox(std::string_view comm, int rank);
+  // lock, no hashing, no reference count on the hot path. Entries are
+  // dropped when forget() removes any mailbox. The pointer stays valid until
+  // this thread's next call (the cache holds the mailbox), or while `hold`
+  // does (set when the thread's cache is gone).
+  RankMailbox* cached_mailbox(std::string_view comm, int rank, std::shared_ptr<RankMailbox>& hold);
   std::shared_ptr<detail::CommGroup> live_group(const std::string& comm, int rank);
   void deliver_fallback_body(const ProcId& peer, uint64_t token, const char* body, size_t size);
 

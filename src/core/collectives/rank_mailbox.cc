@@ -25,9 +25,10 @@ uint64_t RankMailbox::sequence_of(const PostedRecv& recv) { return static_cast<u
 
 namespace {
 absl::Status mismatch(const PostedRecv& recv, int source, std::string_view signature) {
+  const std::string_view mine = signature_text(recv.signature);
   return absl::FailedPreconditionError(absl::StrCat("mismatched collective: rank ", source, " called ",
                                                     absl::string_view(signature.data(), signature.size()),
-                                                    ", this rank called ", recv.signature));
+                                                    ", this rank called ", absl::string_view(mine.data(), mine.size())));
 }
 
 // A descriptor (kDescriptorStep) and a message or receive of the same
@@ -36,11 +37,13 @@ bool conflicts(const PostedRecv& recv, Channel channel, int64_t tag, std::string
   if (recv.channel != Channel::kCollective || channel != Channel::kCollective) return false;
   if ((recv.tag >> 24) != (tag >> 24)) return false;
   const bool descriptor = (recv.tag & 0xffffff) == kDescriptorStep || (tag & 0xffffff) == kDescriptorStep;
-  return descriptor && recv.signature != signature;
+  return descriptor && signature_text(recv.signature) != signature;
 }
 
 absl::Status fill_error(const PostedRecv& recv, int source, int64_t tag, std::string_view signature, size_t size) {
-  if (recv.channel == Channel::kCollective && recv.signature != signature) return mismatch(recv, source, signature);
+  if (recv.channel == Channel::kCollective && signature_text(recv.signature) != signature) {
+    return mismatch(recv, source, signature);
+  }
   if (size > recv.capacity) {
     return absl::OutOfRangeError(absl::StrCat("a message of ", size, " bytes from rank ", source, " (tag ", tag,
                                               ") does not fit the receive buffer of ", recv.capacity, " bytes"));

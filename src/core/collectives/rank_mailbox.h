@@ -51,12 +51,21 @@ struct MessageKey {
   std::shared_ptr<const RemoteBody> remote;
 };
 
+// What a rank called at one collective ("allreduce(sum, float32,
+// count=256)"): made once per call and shared, read-only, by the call and
+// its posted receives, so that posting a step copies no string.
+using CallSignature = std::shared_ptr<const std::string>;
+// The text of `signature` ("" for none: point-to-point).
+inline std::string_view signature_text(const CallSignature& signature) {
+  return signature != nullptr ? std::string_view(*signature) : std::string_view();
+}
+
 // One posted receive.
 struct PostedRecv {
   Channel channel = Channel::kP2P;
   int source = kAnySource;  // kAnySource only on kP2P
   int64_t tag = kAnyTag;    // kAnyTag only on kP2P
-  std::string signature;    // collectives: what this rank called
+  CallSignature signature;  // collectives: what this rank called
   void* buffer = nullptr;
   size_t capacity = 0;
   std::shared_ptr<detail::RequestState> request;

@@ -35,56 +35,60 @@ void AnyWaiter::fire() {
 }
 
 bool RequestState::complete(absl::StatusOr<MessageStatus> result) {
+  if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  result_ = std::move(result);
+  done_word_.store(1, std::memory_order_seq_cst);
+  // Dekker with add_sleeper() and with the listeners' registration: each
+  // side announces itself, then looks at the other; whichever looks second
+  // sees the other.
+  if (listeners_.load(std::memory_order_seq_cst)) notify_listeners();
+  if (sleepers_.load(std::memory_order_seq_cst) != 0) detail::futex_wake(&done_word_, INT32_MAX);
+  return true;
+}
+
+void RequestState::notify_listeners() {
   std::vector<std::weak_ptr<AnyWaiter>> waiters;
   {
     detail::MutexLock lock(mu_);
-    if (done_) return false;
-    done_ = true;
-    result_ = std::move(result);
     waiters.swap(waiters_);
-    done_word_.store(1, std::memory_order_seq_cst);
     if (wake_fd_ >= 0) {  // under mu_: the sleeper may close it once it has unset it
       const uint64_t one = 1;
       (void)!::write(wake_fd_, &one, sizeof(one));
     }
   }
-  // Dekker with a spinner's add_sleeper(): it counts itself, then sleeps
-  // only while done_word_ is 0.
-  if (sleepers_.load(std::memory_order_seq_cst) != 0) detail::futex_wake(&done_word_, INT32_MAX);
-  cv_.notify_all();
   for (auto& weak : waiters) {
     if (auto waiter = weak.lock()) waiter->fire();
   }
-  return true;
 }
 
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
+  if (done()) return result_;
+  WaitDeadline deadline(timeout);
   bool waited = false;  // the spinner slept until done or the deadline
+  if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
+    waited = spin(*this, deadline, WaitMode::kWait);
+  }
+  if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire);
+      sockets != nullptr && !waited && !done()) {
+    waited = sockets(*this, deadline, WaitMode::kWait);
+  }
   if (!done()) {
-    WaitDeadline deadline(timeout);
-    if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
-      waited = spin(*this, deadline, WaitMode::kWait);
-    }
-    if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire);
-        sockets != nullptr && !waited && !done()) {
-      waited = sockets(*this, deadline, WaitMode::kWait);
-    }
-  }
-  detail::MutexLock lock(mu_);
-  if (!done_ && waited) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
-  }
-  if (!done_) {
-    // A pooled actor about to block hands its queued work to other workers,
-    // or to a helper when none is left (with mu_ released: that takes the
-    // scheduler's locks).
-    lock.unlock();
-    Scheduler::BlockingScope blocking;
-    lock.lock();
-    if (!cv_.wait_for(lock, timeout, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; })) {
+    auto still_pending = [&] {
       return absl::DeadlineExceededError(
           absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
+    };
+    if (waited) return still_pending();
+    // A pooled actor about to block hands its queued work to other workers,
+    // or to a helper when none is left.
+    Scheduler::BlockingScope blocking;
+    const absl::Time until = deadline.at();
+    while (!done()) {
+      add_sleeper();
+      // futex_wait re-reads the word: a complete() that saw no sleeper
+      // stored done_word_ first, so the sleep does not start.
+      const bool woken = detail::futex_wait(&done_word_, 0, until);
+      remove_sleeper();
+      if (!woken && !done()) return still_pending();
     }
   }
   return result_;
@@ -98,25 +102,25 @@ std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
   if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire); sockets != nullptr && !done()) {
     (void)sockets(*this, now, WaitMode::kLook);
   }
-  detail::MutexLock lock(mu_);
-  if (!done_) return std::nullopt;
+  if (!done()) return std::nullopt;
   return result_;
 }
 
 void RequestState::set_wake_fd(int fd) {
   detail::MutexLock lock(mu_);
   wake_fd_ = fd;
+  if (fd >= 0) listeners_.store(true, std::memory_order_seq_cst);
 }
 
 void RequestState::add_waiter(const std::shared_ptr<AnyWaiter>& waiter) {
   {
     detail::MutexLock lock(mu_);
-    if (!done_) {
-      waiters_.push_back(waiter);
-      return;
-    }
+    waiters_.push_back(waiter);
+    listeners_.store(true, std::memory_order_seq_cst);
   }
-  waiter->fire();
+  // complete() may have looked at listeners_ before we set it; firing twice
+  // is harmless (notify_listeners hands each registration out once).
+  if (done()) notify_listeners();
 }
 
 }  // namespace castmesh::detail

@@ -77,15 +77,17 @@ class RequestState {
   static std::shared_ptr<RequestState> Done(absl::StatusOr<MessageStatus> result);
 
   // Completes the request; later calls are ignored. True if this call did.
+  // Any thread. Takes no lock unless a wait_any or a socket waiter listens.
   bool complete(absl::StatusOr<MessageStatus> result);
   // Blocks until complete or `timeout` (kDeadlineExceeded).
   absl::StatusOr<MessageStatus> wait(absl::Duration timeout);
   std::optional<absl::StatusOr<MessageStatus>> test();
-  // Whether complete() ran (no lock: an acquire load of done_word()).
-  bool done() { return done_word_.load(std::memory_order_acquire) != 0; }
-  // 0 until complete(), then 1: a private futex word the wait spinner may
-  // sleep on between add_sleeper() and remove_sleeper() (complete() wakes
-  // it then). Any thread.
+  // Whether complete() ran (no lock; seq_cst, as the listeners' Dekker
+  // handshakes with complete() need).
+  bool done() { return done_word_.load(std::memory_order_seq_cst) != 0; }
+  // 0 until complete(), then 1: a private futex word that waiters sleep on
+  // between add_sleeper() and remove_sleeper() (complete() wakes it then).
+  // Any thread.
   std::atomic<uint32_t>* done_word() { return &done_word_; }
   void add_sleeper() { sleepers_.fetch_add(1, std::memory_order_seq_cst); }
   void remove_sleeper() { sleepers_.fetch_sub(1, std::memory_order_relaxed); }
@@ -97,14 +99,22 @@ class RequestState {
   void set_wake_fd(int fd);
 
  private:
+  // Fires the wait_any waiters and writes the wake fd (each at most once).
+  void notify_listeners();
+
+  // The first complete() claims the request, writes result_ and then sets
+  // done_word_ (seq_cst): result_ is read only after done() saw that, and
+  // never written again, so waiters read it without a lock.
+  std::atomic<bool> claimed_{false};
+  absl::StatusOr<MessageStatus> result_ = MessageStatus{};
+  std::atomic<uint32_t> done_word_{0};
+  std::atomic<uint32_t> sleepers_{0};  // threads asleep on done_word_
+  // Set (seq_cst, never cleared) once a wait_any waiter or a wake fd was
+  // registered: only then does complete() take mu_.
+  std::atomic<bool> listeners_{false};
   detail::Mutex mu_;
-  detail::CondVar cv_;  // done_ became true
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::StatusOr<MessageStatus> result_ ABSL_GUARDED_BY(mu_) = MessageStatus{};
   std::vector<std::weak_ptr<AnyWaiter>> waiters_ ABSL_GUARDED_BY(mu_);
   int wake_fd_ ABSL_GUARDED_BY(mu_) = -1;
-  std::atomic<uint32_t> done_word_{0};  // set (seq_cst) after done_, with result_ written
-  std::atomic<uint32_t> sleepers_{0};   // threads asleep on done_word_
 };
 
 }  // namespace castmesh::detail

@@ -263,6 +263,8 @@ struct Peer {
   }
 };
 
+struct SendCache;
+
 class Links {
  public:
   static Links& instance() {
@@ -291,9 +293,10 @@ class Links {
   std::shared_ptr<Peer> find(const ProcId& peer);
   std::shared_ptr<Peer> get(const ProcId& peer);
   absl::Status send_started(Peer& p, Outgoing out);
-  // The peer's link state, through a small per-thread cache (no lock, no
-  // hashing on the hot path).
-  std::shared_ptr<Peer> cached(const ProcId& peer);
+  // The peer's link state, through this thread's `cache` (no lock, no
+  // hashing, no reference count on the hot path); nullptr: the thread's
+  // caches are gone, and `hold` keeps the Peer alive.
+  Peer* cached(SendCache* cache, const ProcId& peer, std::shared_ptr<Peer>& hold);
   static bool flush_backlog(Peer& p);
   // What one look at a peer's inbound ring did.
   enum class Consumed { kNothing, kHandled, kBusy /* another thread holds it */ };
@@ -384,27 +387,30 @@ struct CachedPeer {
   ProcId id;
   std::shared_ptr<Peer> p;
 };
-struct PeerCache {
+// One per sending thread (one thread-local lookup per message).
+struct SendCache {
   std::vector<CachedPeer> entries;  // a rank talks to a handful of procs
-};
-struct CompactScratch {
-  std::string meta;  // kept between calls: no allocation per message
+  std::string meta;  // a compact record's meta, kept between calls: no allocation per message
 };
 
-std::shared_ptr<Peer> Links::cached(const ProcId& peer) {
-  PeerCache* cache = ThreadCache<PeerCache>::get();
-  if (cache == nullptr) return get(peer);
+Peer* Links::cached(SendCache* cache, const ProcId& peer, std::shared_ptr<Peer>& hold) {
+  if (cache == nullptr) {
+    hold = get(peer);
+    return hold.get();
+  }
+  // The entries keep their peers alive, and only this thread changes them
+  // (never from a progress context, which sends nothing compact): a plain
+  // pointer stays valid for the caller's send.
   for (CachedPeer& e : cache->entries) {
     if (e.id == peer) {
       // A lost peer's entry may be replaced once it answers again.
       if (e.p->lost.load(std::memory_order_acquire)) e.p = get(peer);
-      return e.p;
+      return e.p.get();
     }
   }
-  std::shared_ptr<Peer> p = get(peer);
   if (cache->entries.size() >= 16) cache->entries.erase(cache->entries.begin());
-  cache->entries.push_back(CachedPeer{peer, p});
-  return p;
+  cache->entries.push_back(CachedPeer{peer, get(peer)});
+  return cache->entries.back().p.get();
 }
 
 std::optional<absl::Status> Links::try_send_compact(const ProcId& peer, const CompactMessage& m,
@@ -412,14 +418,15 @@ std::optional<absl::Status> Links::try_send_compact(const ProcId& peer, const Co
   if (t_progress_context || !enabled()) return std::nullopt;
   const size_t meta_size = sizeof(CompactHeader) + m.comm.size() + m.signature.size();
   if (meta_size > kMaxHeader || meta_size + body.size() > kChunk) return std::nullopt;
-  std::shared_ptr<Peer> p = cached(peer);
+  SendCache* cache = ThreadCache<SendCache>::get();
+  std::shared_ptr<Peer> hold;
+  Peer* p = cached(cache, peer, hold);
   if (p->lost.load(std::memory_order_acquire) || !p->compact_ok.load(std::memory_order_acquire) ||
       p->out_state.load(std::memory_order_acquire) != OutState::kStarted) {
     return std::nullopt;
   }
-  CompactScratch* scratch = ThreadCache<CompactScratch>::get();
   std::string exiting;
-  std::string& meta = scratch != nullptr ? scratch->meta : exiting;
+  std::string& meta = cache != nullptr ? cache->meta : exiting;
   meta.resize(meta_size);
   const CompactHeader h{static_cast<uint32_t>(m.comm.size()),
                         static_cast<uint32_t>(m.signature.size()),
@@ -510,6 +517,9 @@ Links::Consumed Links::consume(Peer& p) {
       p.broken.load(std::memory_order_acquire)) {
     return Consumed::kNothing;
   }
+  // An empty ring costs a waiter's look two loads, not a locked exchange
+  // (several looks per wait, one per ring).
+  if (!p.inbound->readable()) return Consumed::kNothing;
   if (p.consuming.test_and_set(std::memory_order_acquire)) return Consumed::kBusy;
   ProgressContext progress;
   bool any = false;

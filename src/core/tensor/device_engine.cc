@@ -2,6 +2,7 @@
 // public device memory, stream and copy calls (castmesh/tensor_engine.h).
 #include "core/tensor/device_engine.h"
 
+#include <atomic>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -115,6 +116,19 @@ absl::Status backend_status(int32_t code, const castmesh_error_v1& error, absl::
   return absl::Status(code_of(code), absl::StrCat(call, ": ", error.message));
 }
 
+namespace {
+std::atomic<BlockingCallWrapper> g_blocking_call_wrapper{nullptr};
+}  // namespace
+
+void set_blocking_call_wrapper(BlockingCallWrapper wrapper) {
+  g_blocking_call_wrapper.store(wrapper, std::memory_order_release);
+}
+
+absl::Status run_blocking_call(absl::FunctionRef<absl::Status()> call) {
+  BlockingCallWrapper wrapper = g_blocking_call_wrapper.load(std::memory_order_acquire);
+  return wrapper != nullptr ? wrapper(call) : call();
+}
+
 }  // namespace detail
 
 // ---- DeviceStream ----
@@ -212,9 +226,11 @@ castmesh_te_stream_v1* DeviceStream::handle() const { return impl_ != nullptr ? 
 
 absl::Status DeviceStream::synchronize() const {
   if (impl_ == nullptr) return absl::InvalidArgumentError("synchronize on no stream (a default-made DeviceStream)");
-  castmesh_error_v1 error{};
-  return detail::backend_status(impl_->engine->table->stream_synchronize(impl_->handle, &error), error,
-                                "stream_synchronize");
+  return detail::run_blocking_call([&] {
+    castmesh_error_v1 error{};
+    return detail::backend_status(impl_->engine->table->stream_synchronize(impl_->handle, &error), error,
+                                  "stream_synchronize");
+  });
 }
 
 absl::StatusOr<bool> DeviceStream::query() const {
@@ -287,9 +303,11 @@ absl::StatusOr<bool> DeviceEvent::query() const {
 
 absl::Status DeviceEvent::synchronize() const {
   if (impl_ == nullptr) return no_event("synchronize");
-  castmesh_error_v1 error{};
-  return detail::backend_status(impl_->engine->table->event_synchronize(impl_->handle, &error), error,
-                                "event_synchronize");
+  return detail::run_blocking_call([&] {
+    castmesh_error_v1 error{};
+    return detail::backend_status(impl_->engine->table->event_synchronize(impl_->handle, &error), error,
+                                  "event_synchronize");
+  });
 }
 
 absl::Status DeviceEvent::order_before(const DeviceStream& stream) const {

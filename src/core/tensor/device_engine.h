@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -38,5 +39,15 @@ bool has_native_streams(const castmesh_tensor_engine_table_v1& table);
 
 // A backend failure as a Status ("<call>: <the backend's message>").
 absl::Status backend_status(int32_t code, const castmesh_error_v1& error, absl::string_view call);
+
+// How a call that blocks until device work is done (stream or event
+// synchronize) runs. The runtime (core/collectives) sets one that hands a
+// pooled actor's worker on meanwhile: that work may be a collective waiting
+// for actors queued behind this one. The tensor layer sees nothing of the
+// scheduler, hence the indirection. Set once, before actors run; any thread.
+using BlockingCallWrapper = absl::Status (*)(absl::FunctionRef<absl::Status()> call);
+void set_blocking_call_wrapper(BlockingCallWrapper wrapper);
+// Runs `call` through the wrapper, or as is when none is set. Any thread.
+absl::Status run_blocking_call(absl::FunctionRef<absl::Status()> call);
 
 }  // namespace castmesh::detail

@@ -6,8 +6,10 @@
 // in-process mesh, each on its own fake GPU; the fake NCCL's ranks meet in
 // process-wide state and reduce real host memory.
 #include <atomic>
+#include <functional>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 
 #include "castmesh/communicator.h"
 #include "castmesh/tensor_engine.h"
@@ -353,25 +355,21 @@ TEST_F(FakeDeviceMeshTest, HungPeerHitsTheDeadline) {
   EXPECT_EQ(outcomes[1].values, (std::vector<double>{1}));
 }
 
-// More members than workers, each waiting on its own device work: a wait
-// that outlasts its spin hands the member's worker on (BlockingScope), so
-// the members still queued behind it run and enqueue their part. The first
-// round builds the device communicator (its id exchange and the collective
-// init block too); the later rounds block only in the wait on the work.
-// Without the hand-over the waits of the first two members hold both
-// workers until their deadline.
-TEST(FakeDeviceCrowded, MoreWaitingMembersThanWorkersComplete) {
+// Four members on a 2-worker runtime, three rounds of `wait_for_sum`: each
+// member allreduces rank + 1 on its GPU, waits its own way, and returns the
+// sum it read back (10 on every member).
+void crowded_rounds(const std::string& name,
+                    const std::function<absl::Status(Communicator&, int round, const TensorView& buf)>& wait_for_sum) {
   fake_engine();
   Runtime runtime(RuntimeOptions{.workers = 2});
   auto mesh = ActorMesh<testing::ScenarioMember<double>>::Spawn(runtime, *Shape::Create({{"gpus", size_t{4}}}),
-                                                                MeshOptions{.name = "crowded-gpus"});
+                                                                MeshOptions{.name = name});
   ASSERT_TRUE(mesh.ok()) << mesh.status();
   for (int round = 0; round < 3; ++round) {
-    auto values = mesh->call(testing::RunScenario<double>{[](Communicator& c) {
+    auto values = mesh->call(testing::RunScenario<double>{[round, wait_for_sum](Communicator& c) {
                     auto buf = on_device<float>({float(c.rank() + 1)}, DType::kFloat32, gpu(c.rank()));
                     if (!buf.ok()) return fail(buf.status());
-                    Request work = c.iallreduce(*buf, *buf, ReduceOp::kSum);
-                    if (absl::Status st = work.wait(absl::Seconds(20)).status(); !st.ok()) return fail(st);
+                    if (absl::Status st = wait_for_sum(c, round, *buf); !st.ok()) return fail(st);
                     auto back = to_host<float>(*buf);
                     if (!back.ok()) return fail(back.status());
                     return Outcome{"", *back};
@@ -384,6 +382,40 @@ TEST(FakeDeviceCrowded, MoreWaitingMembersThanWorkersComplete) {
     }
   }
   mesh->stop();
+}
+
+// More members than workers, each waiting on its own device work: a wait
+// that outlasts its spin hands the member's worker on (BlockingScope), so
+// the members still queued behind it run and enqueue their part. The first
+// round builds the device communicator (its id exchange and the collective
+// init block too); the later rounds block only in the wait on the work.
+// Without the hand-over the waits of the first two members hold both
+// workers until their deadline.
+TEST(FakeDeviceCrowded, MoreWaitingMembersThanWorkersComplete) {
+  crowded_rounds("crowded-gpus", [](Communicator& c, int, const TensorView& buf) {
+    return c.iallreduce(buf, buf, ReduceOp::kSum).wait(absl::Seconds(20)).status();
+  });
+}
+
+// The same crowd waiting on its own stream (DeviceStream::synchronize, or
+// an event recorded after the collective): the backend call blocks until
+// every member enqueued its part, so the members still queued must get a
+// worker meanwhile. Without the hand-over it hangs.
+TEST(FakeDeviceCrowded, MembersSynchronizingTheirStreamsComplete) {
+  crowded_rounds("crowded-streams", [](Communicator& c, int round, const TensorView& buf) {
+    auto stream = DeviceStream::Create(gpu(c.rank()));
+    if (!stream.ok()) return stream.status();
+    Request work = c.iallreduce(buf, buf, ReduceOp::kSum, DeviceOptions{.stream = *stream});
+    if (round == 1) {
+      auto event = DeviceEvent::Create(gpu(c.rank()));
+      if (!event.ok()) return event.status();
+      if (absl::Status st = event->record(*stream); !st.ok()) return st;
+      if (absl::Status st = event->synchronize(); !st.ok()) return st;
+    } else if (absl::Status st = stream->synchronize(); !st.ok()) {
+      return st;
+    }
+    return work.wait(absl::Seconds(20)).status();
+  });
 }
 
 // What NCCL cannot do is a clear Unimplemented saying to stage to host;
