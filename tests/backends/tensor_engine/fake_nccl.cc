@@ -291,7 +291,11 @@ bool shm_wait(Comm* comm, Ready ready, bool until_error = false) {
           const int32_t pid = comm->shm->header()->pids[r].load();
           peer_gone = r != comm->rank && pid != 0 && process_gone(pid);
         }
-        if (peer_gone && comm->async_error == kSuccess) comm->async_error = kRemoteError;
+        // A peer may have done its part and died between the look at
+        // `ready` above and this check (a preempted waiter): what it wrote
+        // before it died is visible now, so look again before calling it
+        // a failure. Only a wait that the dead peer can no longer end fails.
+        if (peer_gone && comm->async_error == kSuccess && !ready()) comm->async_error = kRemoteError;
       }
     }
     // Fake device work has no deadline to meet: sleeping keeps the host free.
