@@ -322,16 +322,9 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   // Travelling bodies: the whole first step arrives at once, later steps
   // about as fast as this rank consumes the one before.
   const size_t window = std::min<size_t>(offered ? kAllreduceWindow : nseg + kAllreduceWindow, reduce_total);
-  // The scratch ring is kept per thread between calls (up to 4 MiB): a
-  // fresh one would cost a zero fill and, above malloc's mmap threshold, a
-  // page fault per 4 KiB on every call.
-  constexpr size_t kKeptScratchBytes = size_t{4} << 20;
-  thread_local std::vector<char> kept_scratch;
-  std::vector<char> own_scratch;
-  const size_t scratch_bytes = window * slot_elems * item;
-  std::vector<char>& scratch_buffer = scratch_bytes <= kKeptScratchBytes ? kept_scratch : own_scratch;
-  if (scratch_buffer.size() < scratch_bytes) scratch_buffer.resize(scratch_bytes);
-  char* const scratch = scratch_buffer.data();
+  // The scratch ring is the communicator's, kept between calls (scratch_pool.h says why).
+  const ScratchPool::Lease scratch_lease = call.group->scratch().take(window * slot_elems * item);
+  char* const scratch = scratch_lease.data();
   const bool received_on_left = left < r;
 
   // A socket send holds its buffer until the transport wrote it (or lost
@@ -433,16 +426,9 @@ absl::Status two_rank_exchange_allreduce(const Steps& s, const CollectiveCall& c
   // suffice; a travelling body that finds none is copied once more.
   const size_t window = offered ? std::min(kAllreduceWindow, nseg) : nseg;
   const size_t slot_elems = count / nseg + 1;
-  constexpr size_t kKeptScratchBytes = size_t{4} << 20;
-  thread_local std::vector<char> kept_scratch;
-  std::vector<char> own_scratch;
-  char* scratch = nullptr;
-  if (in_place) {
-    const size_t scratch_bytes = window * slot_elems * item;
-    std::vector<char>& buffer = scratch_bytes <= kKeptScratchBytes ? kept_scratch : own_scratch;
-    if (buffer.size() < scratch_bytes) buffer.resize(scratch_bytes);
-    scratch = buffer.data();
-  }
+  const ScratchPool::Lease scratch_lease = in_place ? call.group->scratch().take(window * slot_elems * item)
+                                                    : ScratchPool::Lease();
+  char* const scratch = scratch_lease.data();
   auto landing = [&](size_t j) {
     return in_place ? at(scratch, (j % window) * slot_elems * item) : at(out, plan.range(0, j).first * item);
   };

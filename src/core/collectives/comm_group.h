@@ -24,6 +24,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/rank_mailbox.h"
 #include "core/collectives/request_state.h"
+#include "core/collectives/scratch_pool.h"
 
 namespace castmesh::proc {
 class ProcHost;
@@ -57,6 +58,8 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   const Shape& shape() const { return layout_.shape; }
   const Layout& layout() const { return layout_; }
   collectives::RankMailbox& mailbox() { return *mailbox_; }
+  // Landing memory for pipelined collectives, kept between calls. Any thread.
+  collectives::ScratchPool& scratch() { return scratch_; }
 
   // Starts sending `bytes` bytes to rank `dest`. Small messages, and all
   // within this process, are copied out before this returns (the request
@@ -129,6 +132,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   Layout layout_;
   std::shared_ptr<collectives::RankMailbox> mailbox_;
   std::atomic<uint64_t> next_sequence_{1};
+  collectives::ScratchPool scratch_;
   detail::Mutex sends_mu_;
   absl::flat_hash_map<uint64_t, PendingSend> pending_sends_ ABSL_GUARDED_BY(sends_mu_);
 };
