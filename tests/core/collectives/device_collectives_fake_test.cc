@@ -6,8 +6,8 @@
 // in-process mesh, each on its own fake GPU; the fake NCCL's ranks meet in
 // process-wide state and reduce real host memory.
 #include <atomic>
-#include <functional>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 
