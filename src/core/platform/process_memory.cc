@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/detail/mutex.h"
 #include "core/platform/platform.h"
 
 namespace castmesh::platform {
@@ -47,20 +49,58 @@ absl::Status copy_with(Call call, const char* what, int64_t pid, uint64_t addres
 }
 #endif
 
+std::string namespace_link(const char* path) {
+  char target[128] = {0};
+  const ssize_t n = ::readlink(path, target, sizeof(target) - 1);
+  return n > 0 ? std::string(target, static_cast<size_t>(n)) : std::string();
+}
+
+// "tcp:HOST:PORT" -> "tcp:HOST:" (the prefix every proc at that host shares); "" otherwise.
+std::string tcp_host_prefix(const std::string& address) {
+  if (!absl::StartsWith(address, "tcp:")) return "";
+  const size_t colon = address.rfind(':');
+  return colon <= 4 ? std::string() : address.substr(0, colon + 1);
+}
+
+detail::Mutex& own_address_mu() {
+  static detail::Mutex mu;
+  return mu;
+}
+std::string& own_tcp_prefix() ABSL_EXCLUSIVE_LOCKS_REQUIRED(own_address_mu()) {
+  static std::string prefix;
+  return prefix;
+}
+
 }  // namespace
+
+std::string namespace_host_identity() {
+  return absl::StrCat(read_first_line("/proc/sys/kernel/random/boot_id"), "/", namespace_link("/proc/self/ns/pid"),
+                      "/", namespace_link("/proc/self/ns/net"));
+}
 
 const std::string& host_identity() {
   static const std::string identity = [] {
-    char ns[128] = {0};
-    const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-    return absl::StrCat(read_first_line("/proc/sys/kernel/random/boot_id"), "/", n > 0 ? std::string(ns, n) : "");
+    const char* configured = std::getenv(kEnvHostIdentity);
+    return configured != nullptr && *configured != '\0' ? std::string(configured) : namespace_host_identity();
   }();
   return identity;
 }
 
+void note_this_proc_address(const ProcId& self) {
+  std::string prefix = tcp_host_prefix(self);
+  detail::MutexLock lock(own_address_mu());
+  own_tcp_prefix() = std::move(prefix);
+}
+
 bool proc_on_this_host(const ProcId& peer) {
-  return absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "tcp:127.") ||
-         absl::StartsWith(peer, "tcp:[::1]") || absl::StartsWith(peer, "tcp:localhost:");
+  if (absl::StartsWith(peer, "unix:") || absl::StartsWith(peer, "tcp:127.") || absl::StartsWith(peer, "tcp:[::1]") ||
+      absl::StartsWith(peer, "tcp:localhost:")) {
+    return true;
+  }
+  if (!absl::StartsWith(peer, "tcp:")) return false;
+  detail::MutexLock lock(own_address_mu());
+  const std::string& own = own_tcp_prefix();
+  return !own.empty() && absl::StartsWith(peer, own);
 }
 
 absl::Status read_process_memory(int64_t pid, uint64_t address, void* out, size_t size) {

@@ -21,12 +21,26 @@
 
 namespace castmesh::platform {
 
-// This process's boot id and pid namespace: equal for processes whose pids
-// name the same processes.
+// Environment variable that sets host_identity() (a host agent gives its
+// procs its own; docs/hosts.md).
+inline constexpr char kEnvHostIdentity[] = "CASTMESH_HOST_IDENTITY";
+// The one identity every same-host decision compares (shared memory, single
+// copy, pid-based paths): $CASTMESH_HOST_IDENTITY when set, else this
+// process's boot id, pid namespace and network namespace. Two network
+// namespaces (or containers) on one machine share the boot id, the pid
+// namespace and /dev/shm, yet are separate hosts to castmesh; equal
+// identities mean the processes' pids name the same processes.
 const std::string& host_identity();
-// Whether proc `peer` is on this host as far as its address tells (a Unix
-// address, or TCP on a loopback address).
+// The identity computed from this process's namespaces, ignoring
+// $CASTMESH_HOST_IDENTITY (what a host agent defaults to).
+std::string namespace_host_identity();
+// Whether proc `peer` is on this host as far as its address tells: a Unix
+// address, TCP on a loopback address, or TCP at this proc's own TCP host
+// (note_this_proc_address; the same address reaches the same network
+// namespace).
 bool proc_on_this_host(const ProcId& peer);
+// Tells proc_on_this_host this process's own proc address (ProcHost::attach).
+void note_this_proc_address(const ProcId& self);
 // Copies `size` bytes at `address` in process `pid` into `out`.
 // kPermissionDenied / kUnimplemented: the kernel refuses (or not Linux);
 // kUnavailable: the process is gone; kInternal: a bad address range.

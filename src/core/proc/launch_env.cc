@@ -178,6 +178,15 @@ absl::StatusOr<WorkerLaunch> worker_launch_from(const EnvLookup& env) {
     if (!seconds.ok()) return seconds.status();
     launch.join_timeout = absl::Seconds(*seconds);
   }
+  for (auto [name, into] : {std::pair{kEnvHeartbeatIntervalMs, &launch.heartbeat_interval},
+                            std::pair{kEnvHeartbeatTimeoutMs, &launch.heartbeat_timeout}}) {
+    const char* text = lookup(env, name);
+    if (text == nullptr) continue;
+    absl::StatusOr<int> ms = parse_count(name, text);
+    if (!ms.ok()) return ms.status();
+    if (*ms <= 0) return absl::InvalidArgumentError(absl::StrCat(name, "=", text, " must be a positive number of ms"));
+    *into = absl::Milliseconds(*ms);
+  }
   if (const char* secret = lookup(env, kEnvSecret); secret != nullptr) {
     launch.secret = secret;
   } else if (const char* secret_fd = lookup(env, kEnvSecretFd); secret_fd != nullptr) {

@@ -21,6 +21,11 @@ namespace castmesh::proc {
 // copy of the environment sees it. A worker launched with CASTMESH_SECRET
 // in its environment instead (by srun, mpirun, ...) erases it at start.
 inline constexpr char kEnvSecretFd[] = "CASTMESH_SECRET_FD";
+// The heartbeat of a worker's connections in milliseconds (a HostMesh's
+// settings, handed on by its host agents): how often an idle connection
+// sends one, and after how long without a frame a peer is lost.
+inline constexpr char kEnvHeartbeatIntervalMs[] = "CASTMESH_HEARTBEAT_INTERVAL_MS";
+inline constexpr char kEnvHeartbeatTimeoutMs[] = "CASTMESH_HEARTBEAT_TIMEOUT_MS";
 
 // Where a worker's rank and world size were read from, in this order of
 // precedence (the first whose rank variable is set wins; CASTMESH_WORLD_SIZE,
@@ -49,6 +54,8 @@ struct WorkerLaunch {
   std::string advertise_host;   // for a wildcard `listen` (CASTMESH_ADVERTISE_HOST)
   bool started_by_controller = false;  // a LocalAllocator's child (CASTMESH_BOOTSTRAP)
   absl::Duration join_timeout = absl::Seconds(60);  // how long to keep trying to join
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);  // CASTMESH_HEARTBEAT_INTERVAL_MS
+  absl::Duration heartbeat_timeout = absl::Seconds(5);          // CASTMESH_HEARTBEAT_TIMEOUT_MS
 };
 
 // Reads a variable; nullptr when unset. Lets tests parse a made-up environment.

@@ -1,5 +1,4 @@
 // LocalAllocator: worker procs started on this machine (fork/exec).
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include "core/proc/proc_mesh_state.h"
 #include "core/proc/remote_supervision.h"
 #include "core/proc/worker.h"
+#include "core/proc/worker_spawn.h"
 #include "core/wire/handshake.h"
 
 namespace castmesh {
@@ -35,32 +35,6 @@ absl::StatusOr<std::vector<std::string>> default_worker_argv() {
   if (argv.empty()) argv.push_back("castmesh-worker");
   argv[0] = *std::move(executable);
   return argv;
-}
-
-// A close-on-exec pipe holding `secret` (the write end already closed): its
-// read end, which one worker inherits (CASTMESH_SECRET_FD).
-absl::StatusOr<int> secret_pipe(const std::string& secret) {
-  int fds[2];
-#if defined(__linux__) || defined(__FreeBSD__)
-  const int rc = ::pipe2(fds, O_CLOEXEC);
-#else
-  // No pipe2: a process another thread spawns right now could inherit these
-  // ends (it would hold a copy of the secret, as its parent does).
-  const int rc = ::pipe(fds);
-  if (rc == 0) {
-    ::fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-    ::fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-  }
-#endif
-  if (rc != 0) return absl::UnavailableError(absl::StrCat("cannot pass the mesh secret to a worker: ", std::strerror(errno)));
-  // A secret is far smaller than a pipe's buffer: this write never blocks.
-  const ssize_t written = ::write(fds[1], secret.data(), secret.size());
-  ::close(fds[1]);
-  if (written != static_cast<ssize_t>(secret.size())) {
-    ::close(fds[0]);
-    return absl::UnavailableError("cannot pass the mesh secret to a worker: short write to its pipe");
-  }
-  return fds[0];
 }
 
 // The pids of the workers started so far, by rank: a join must come from
@@ -125,18 +99,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   const std::vector<std::string>& argv_strings = *worker_argv;
   absl::StatusOr<proc::WorkerLifeline> lifeline = proc::WorkerLifeline::for_spawning();
   if (!lifeline.ok()) return lifeline.status();
-  std::vector<std::string> base_env;
-  for (char** e = platform::environment(); *e != nullptr; ++e) {
-    std::string_view entry(*e);
-    if (entry.starts_with("CASTMESH_BOOTSTRAP=") || entry.starts_with("CASTMESH_SECRET=") ||
-        entry.starts_with("CASTMESH_RANK=") || entry.starts_with("CASTMESH_WORLD_SIZE=") ||
-        entry.starts_with("CASTMESH_TRANSPORT=") || entry.starts_with("CASTMESH_PARENT_PID=") ||
-        entry.starts_with("CASTMESH_RENDEZVOUS=") || entry.starts_with("CASTMESH_LIFELINE_FD=") ||
-        entry.starts_with("CASTMESH_SECRET_FD=")) {
-      continue;
-    }
-    base_env.emplace_back(entry);
-  }
+  std::vector<std::string> base_env = proc::inherited_worker_environment();
   for (const auto& [key, value] : options_.worker_env) base_env.push_back(key + "=" + value);
   base_env.push_back(absl::StrCat(proc::kEnvBootstrap, "=", host->id()));
   base_env.push_back(absl::StrCat(proc::kEnvWorldSize, "=", procs));
@@ -152,11 +115,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
   for (int rank = 0; rank < procs; ++rank) {
     std::vector<std::string> env = base_env;
     env.push_back(absl::StrCat(proc::kEnvRank, "=", rank));
-    absl::StatusOr<int> secret_fd = secret_pipe(secret);
-    if (!secret_fd.ok()) return fail(secret_fd.status());
-    env.push_back(absl::StrCat(proc::kEnvSecretFd, "=", *secret_fd));
-    absl::StatusOr<pid_t> pid = proc::spawn_worker_process(argv_strings, env, {*secret_fd});
-    ::close(*secret_fd);
+    absl::StatusOr<pid_t> pid = proc::spawn_worker_with_secret(argv_strings, std::move(env), secret);
     if (!pid.ok()) {
       return fail(absl::UnavailableError(absl::StrCat("cannot start worker rank ", rank, " ('", argv_strings[0],
                                                       "'): ", pid.status().message())));

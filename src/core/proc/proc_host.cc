@@ -6,6 +6,7 @@
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
+#include "core/platform/process_memory.h"
 #include "core/proc/join.h"
 #include "core/proc/remote_monitors.h"
 #include "core/proc/remote_supervision.h"
@@ -156,6 +157,7 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   if (!endpoint.ok()) return endpoint.status();
   host->endpoint_ = std::move(*endpoint);
   host->id_ = host->endpoint_->id();
+  platform::note_this_proc_address(host->id_);
   if (absl::Status st = runtime.set_proc_id(host->endpoint_->id()); !st.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot make this runtime a proc: ", st.message(),

@@ -130,6 +130,11 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // Called (I/O thread) for every lost peer, after the runtime was told.
   uint64_t add_peer_lost_observer(PeerLostObserver observer);
   void remove_peer_lost_observer(uint64_t id);
+  // Gives the connection to `peer` its own heartbeat (a HostMesh's hosts
+  // and procs; transport::Endpoint::set_peer_heartbeat). Any thread.
+  void set_peer_heartbeat(const ProcId& peer, absl::Duration interval, absl::Duration timeout) {
+    endpoint_->set_peer_heartbeat(peer, transport::HeartbeatSettings{interval, timeout});
+  }
   // `peer`'s process id as the kernel tells it for their Unix-socket
   // connection, or nullopt (TCP, no connection now). Services that act on a
   // pid a peer sends (cross-memory copies) check it against this.

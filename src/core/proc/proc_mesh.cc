@@ -133,9 +133,25 @@ absl::Status ProcMeshState::stop() {
   for (const ProcInfo& p : procs_) (void)host_->send_control(p.id, wire::v1::Stop());
   constexpr std::chrono::seconds kGrace(5);
   if (!owns_processes_) {
-    absl::Status departed = await_departures(kGrace);
+    const std::vector<ProcInfo> staying = await_departures(kGrace);
     host_->remove_peer_lost_observer(departure_observer_id_);
-    return departed;
+    if (staying.empty()) return absl::OkStatus();
+    std::vector<std::string> named;
+    for (const ProcInfo& p : staying) {
+      named.push_back(absl::StrCat(p.id, " (rank ", p.rank, ", pid ", p.pid, p.hostname.empty() ? "" : " on ",
+                                   p.hostname, ")"));
+    }
+    if (straggler_killer_) {
+      absl::Status killed = straggler_killer_(staying);
+      return absl::DeadlineExceededError(absl::StrCat(
+          staying.size(), " proc(s) did not exit within ", kGrace.count(), "s of being asked to: ",
+          absl::StrJoin(named, ", "),
+          killed.ok() ? "; their host agents killed them" : absl::StrCat("; killing them failed: ", killed.message())));
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        staying.size(), " proc(s) did not exit within ", kGrace.count(), "s of being asked to: ",
+        absl::StrJoin(named, ", "), "; they were started by a launcher, not by this process, so their launcher "
+        "(srun, mpirun, the Kubernetes Job) must end them"));
   }
   host_->remove_peer_lost_observer(departure_observer_id_);
   std::vector<pid_t> pids;
@@ -147,28 +163,19 @@ absl::Status ProcMeshState::stop() {
   return absl::OkStatus();
 }
 
-absl::Status ProcMeshState::await_departures(std::chrono::milliseconds grace) {
-  std::vector<std::string> staying;
-  {
-    detail::MutexLock lock(departures_->mu);
-    departures_->cv.wait_for(lock, absl::FromChrono(grace), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(departures_->mu) {
-      for (const ProcInfo& p : procs_) {
-        if (!departures_->gone.contains(p.id)) return false;
-      }
-      return true;
-    });
+std::vector<ProcInfo> ProcMeshState::await_departures(std::chrono::milliseconds grace) {
+  std::vector<ProcInfo> staying;
+  detail::MutexLock lock(departures_->mu);
+  departures_->cv.wait_for(lock, absl::FromChrono(grace), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(departures_->mu) {
     for (const ProcInfo& p : procs_) {
-      if (!departures_->gone.contains(p.id)) {
-        staying.push_back(absl::StrCat(p.id, " (rank ", p.rank, ", pid ", p.pid, p.hostname.empty() ? "" : " on ",
-                                       p.hostname, ")"));
-      }
+      if (!departures_->gone.contains(p.id)) return false;
     }
+    return true;
+  });
+  for (const ProcInfo& p : procs_) {
+    if (!departures_->gone.contains(p.id)) staying.push_back(p);
   }
-  if (staying.empty()) return absl::OkStatus();
-  return absl::DeadlineExceededError(absl::StrCat(
-      staying.size(), " proc(s) did not exit within ", grace.count() / 1000, "s of being asked to: ",
-      absl::StrJoin(staying, ", "), "; they were started by a launcher, not by this process, so their launcher "
-      "(srun, mpirun, the Kubernetes Job) must end them"));
+  return staying;
 }
 
 int ProcMeshState::reap(std::vector<pid_t> pids, std::chrono::milliseconds grace) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,12 @@ class ProcMeshState {
   // Procs already gone when the mesh was made (JoinBoard::lost_procs).
   void mark_gone(const std::vector<ProcId>& procs);
 
+  // For procs that are not this process's children but that someone can
+  // still end (a host agent): stop() calls it with the procs that did not
+  // exit within the grace period. Set once, before the mesh is shared.
+  using StragglerKiller = std::function<absl::Status(const std::vector<ProcInfo>& stragglers)>;
+  void set_straggler_killer(StragglerKiller killer) { straggler_killer_ = std::move(killer); }
+
   // See the type comment. Idempotent.
   absl::Status stop();
 
@@ -54,13 +61,15 @@ class ProcMeshState {
 
  private:
   ProcMeshState() = default;
-  // Launcher-started procs: waits for their departure after Stop.
-  absl::Status await_departures(std::chrono::milliseconds grace);
+  // Procs not started here: waits up to `grace` for their departure after
+  // Stop; returns those still there.
+  std::vector<ProcInfo> await_departures(std::chrono::milliseconds grace);
 
   std::shared_ptr<proc::ProcHost> host_;
   std::vector<ProcInfo> procs_;
   std::string secret_;
   bool owns_processes_ = true;
+  StragglerKiller straggler_killer_;
   std::shared_ptr<SpawnLedger> ledger_;
   std::shared_ptr<Departures> departures_;
   uint64_t observer_id_ = 0;            // peer-lost observer of the ledger

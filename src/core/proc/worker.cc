@@ -8,6 +8,7 @@
 #include "castmesh/proc_mesh.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
+#include "core/platform/cpu_binding.h"
 #include "core/platform/process.h"
 #include "core/proc/controller_lifeline.h"
 #include "core/proc/join.h"
@@ -33,6 +34,13 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   // connection loss below covers the rest (e.g. a controller thread other
   // than the one that started us exiting is not a death).
   die_with_controller();
+  // Before any thread starts, so that every thread inherits the mask.
+  if (const char* cpus = std::getenv(platform::kEnvCpuBind); cpus != nullptr && *cpus != '\0') {
+    if (absl::Status bound = platform::bind_this_process(cpus); !bound.ok()) {
+      CASTMESH_LOG_WARN("castmesh worker: CPU binding not applied: {}", bound.ToString());
+    }
+    ::unsetenv(platform::kEnvCpuBind);
+  }
   const std::string parent_pid = env_or(kEnvParentPid, "");
   if (!parent_pid.empty() && std::atoll(parent_pid.c_str()) != static_cast<long long>(::getppid())) {
     return 1;  // the controller died before we got here
@@ -69,6 +77,8 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   host_options.listen = launch.listen;
   host_options.advertise_host = launch.advertise_host;
   host_options.secret = launch.secret;
+  host_options.heartbeat_interval = launch.heartbeat_interval;
+  host_options.heartbeat_timeout = launch.heartbeat_timeout;
   auto attached = ProcHost::attach(runtime, host_options);
   if (!attached.ok()) {
     CASTMESH_LOG_ERROR("castmesh worker rank {}: cannot start: {}", rank, attached.status().ToString());

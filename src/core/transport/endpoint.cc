@@ -214,6 +214,7 @@ class Endpoint::Impl {
   void shutdown();
   absl::Status send(std::string_view peer, Outgoing out, wire::Payload payload, SendUrgency urgency);
   void disconnect(std::string_view peer);
+  void set_peer_heartbeat(std::string_view peer, HeartbeatSettings heartbeat);
   std::vector<std::string> peers() const;
   std::optional<long> peer_pid(std::string_view peer) const;
   bool on_io_thread() const { return io_.get_executor().running_in_this_thread(); }
@@ -287,6 +288,10 @@ class Endpoint::Impl {
   absl::flat_hash_map<std::string, std::shared_ptr<Connection>> peers_ ABSL_GUARDED_BY(peers_mu_);
   // Every open connection, including not yet authenticated ones.
   absl::flat_hash_set<std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(peers_mu_);
+  // Heartbeats of the peers that have their own (set_peer_heartbeat); the
+  // timer ticks at the shortest interval of these and the options'.
+  absl::flat_hash_map<std::string, HeartbeatSettings> peer_heartbeats_ ABSL_GUARDED_BY(peers_mu_);
+  absl::Duration tick_interval_ ABSL_GUARDED_BY(peers_mu_) = absl::ZeroDuration();
 
   // Admission of accepted connections (I/O thread only).
   std::size_t unauthenticated_ = 0;
@@ -463,21 +468,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
     owner_.on_closed(shared_from_this(), why, report);
   }
 
-  // I/O thread: heartbeat tick.
-  void tick(Clock::time_point now) {
+  // I/O thread: heartbeat tick, with this peer's heartbeat settings.
+  void tick(Clock::time_point now, const HeartbeatSettings& heartbeat) {
     if (closed_ || !established_) return;
-    const auto timeout = absl::ToChronoNanoseconds(owner_.options().heartbeat_timeout);
-    if (now - last_rx_.load(std::memory_order_relaxed) > timeout) {
-      close(absl::UnavailableError(absl::StrCat(
-                "no frame from ", peer_, " for ", absl::FormatDuration(owner_.options().heartbeat_timeout),
-                " (heartbeat timeout)")),
+    if (now - last_rx_.load(std::memory_order_relaxed) > absl::ToChronoNanoseconds(heartbeat.timeout)) {
+      close(absl::UnavailableError(absl::StrCat("no frame from ", peer_, " for ",
+                                                absl::FormatDuration(heartbeat.timeout), " (heartbeat timeout)")),
             true);
       return;
     }
-    if (now - last_tx_ >= absl::ToChronoNanoseconds(owner_.options().heartbeat_interval)) {
-      v1::FrameHeader heartbeat;
-      heartbeat.set_kind(v1::FrameHeader::KIND_HEARTBEAT);
-      (void)enqueue(Outgoing(&heartbeat), {}, true);  // a full queue means traffic: no heartbeat needed
+    if (now - last_tx_ >= absl::ToChronoNanoseconds(heartbeat.interval)) {
+      v1::FrameHeader frame;
+      frame.set_kind(v1::FrameHeader::KIND_HEARTBEAT);
+      (void)enqueue(Outgoing(&frame), {}, true);  // a full queue means traffic: no heartbeat needed
     }
   }
 
@@ -1511,19 +1514,37 @@ absl::Duration Endpoint::Impl::handshake_deadline() const {
 }
 
 void Endpoint::Impl::arm_heartbeat() {
-  heartbeat_timer_.expires_after(absl::ToChronoNanoseconds(options_.heartbeat_interval));
+  absl::Duration interval;
+  {
+    detail::MutexLock lock(peers_mu_);
+    if (tick_interval_ == absl::ZeroDuration()) tick_interval_ = options_.heartbeat_interval;
+    interval = tick_interval_;
+  }
+  heartbeat_timer_.expires_after(absl::ToChronoNanoseconds(interval));
   heartbeat_timer_.async_wait([this](const std::error_code& ec) {
     if (ec || stopping()) return;
-    std::vector<std::shared_ptr<Connection>> all;
+    std::vector<std::pair<std::shared_ptr<Connection>, HeartbeatSettings>> all;
+    const HeartbeatSettings standard{options_.heartbeat_interval, options_.heartbeat_timeout};
     {
       detail::MutexLock lock(peers_mu_);
-      all.assign(connections_.begin(), connections_.end());
+      all.reserve(connections_.size());
+      for (const auto& connection : connections_) {
+        auto own = peer_heartbeats_.empty() ? peer_heartbeats_.end() : peer_heartbeats_.find(connection->peer());
+        all.emplace_back(connection, own == peer_heartbeats_.end() ? standard : own->second);
+      }
     }
     const auto now = Clock::now();
-    for (auto& connection : all) connection->tick(now);
+    for (auto& [connection, heartbeat] : all) connection->tick(now, heartbeat);
     end_idle_deferral(now);
     arm_heartbeat();
   });
+}
+
+void Endpoint::Impl::set_peer_heartbeat(std::string_view peer, HeartbeatSettings heartbeat) {
+  detail::MutexLock lock(peers_mu_);
+  peer_heartbeats_[std::string(peer)] = heartbeat;
+  tick_interval_ = options_.heartbeat_interval;
+  for (const auto& [name, settings] : peer_heartbeats_) tick_interval_ = std::min(tick_interval_, settings.interval);
 }
 
 void Endpoint::Impl::shutdown() {
@@ -1755,6 +1776,9 @@ absl::Status Endpoint::send_data(std::string_view peer, std::string_view type, s
   return impl_->send(peer, Outgoing(type, header), std::move(payload), urgency);
 }
 void Endpoint::disconnect(std::string_view peer) { impl_->disconnect(peer); }
+void Endpoint::set_peer_heartbeat(std::string_view peer, HeartbeatSettings heartbeat) {
+  impl_->set_peer_heartbeat(peer, heartbeat);
+}
 std::vector<std::string> Endpoint::peers() const { return impl_->peers(); }
 std::optional<long> Endpoint::peer_pid(std::string_view peer) const { return impl_->peer_pid(peer); }
 bool Endpoint::on_io_thread() const { return impl_->on_io_thread(); }

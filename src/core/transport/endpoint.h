@@ -59,6 +59,13 @@ namespace castmesh::transport {
 // larger ones are written straight from their own memory.
 inline constexpr std::size_t kInlinePayloadLimit = 16 * 1024;
 
+// How often an idle connection sends a heartbeat, and after how long
+// without any frame its peer is declared lost. Plain value.
+struct HeartbeatSettings {
+  absl::Duration interval = absl::Milliseconds(500);
+  absl::Duration timeout = absl::Seconds(5);
+};
+
 // Configuration of an Endpoint; plain value.
 struct EndpointOptions {
   // Channel URL to listen on (local:, unix:, tcp:). Empty: no listener; the
@@ -232,6 +239,10 @@ class Endpoint {
 
   // Closes the connection to `peer` (if any) without reporting it lost.
   void disconnect(std::string_view peer);
+  // Gives the connection to `peer` (present or future) its own heartbeat
+  // instead of the options' (e.g. a HostMesh's settings for its hosts and
+  // procs). The timer then ticks at the shortest interval in use. Any thread.
+  void set_peer_heartbeat(std::string_view peer, HeartbeatSettings heartbeat);
 
   // The process id of `peer` as the kernel reports it for its authenticated
   // Unix-socket connection (SO_PEERCRED), or nullopt (no connection now, TCP,
