@@ -35,6 +35,12 @@ namespace castmesh {
 // else is refused with kUnimplemented until mutual TLS lands.
 inline constexpr char kTrustAllConnections[] = "trust_all_connections";
 
+// The mesh secret of agents and their controllers: `explicit_secret` if not
+// empty, else $CASTMESH_SECRET, else the contents of the file named by
+// $CASTMESH_SECRET_FILE, which must be this user's with no group or other
+// permissions (0600). Errors say how to fix it. Any thread.
+absl::StatusOr<std::string> resolve_mesh_secret(const std::string& explicit_secret);
+
 // How a host agent runs. Plain value.
 struct HostAgentOptions {
   // Where to listen: "tcp://HOST:PORT" (Monarch's form) or "tcp:HOST:PORT";

@@ -22,8 +22,10 @@ __version__: str = _castmesh.__version__
 from .actor import Actor, concurrent_endpoint, current_rank, current_size, endpoint
 from .errors import ActorError, CastmeshError, ProcError, SupervisionError
 from .future import Future
-from .mesh import (Accumulator, ActorMesh, Endpoint, EndpointRef, HostMesh, ProcMesh, Rendezvous, ResultStream,
+from .mesh import (Accumulator, ActorMesh, Endpoint, EndpointRef, ProcMesh, Rendezvous, ResultStream,
                    as_endpoint, rendezvous_proc_mesh, this_host, this_proc)
+# Many hosts, one controller (docs/hosts.md).
+from .host_mesh import HostMesh, ProcCommand, attach_to_workers, run_worker_loop_forever
 from .instance import Context, Instance, context, current_actor_name, get_or_spawn_controller
 from .ports import Channel, Port, PortReceiver, send
 from .shape import Extent, Point, Shape, ValueMesh
@@ -36,7 +38,7 @@ __all__ = [
     "Actor", "endpoint", "concurrent_endpoint", "current_rank", "current_size",
     "ActorError", "CastmeshError", "ProcError",
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
-    "Rendezvous", "rendezvous_proc_mesh",
+    "Rendezvous", "rendezvous_proc_mesh", "attach_to_workers", "run_worker_loop_forever", "ProcCommand",
     "Point", "Shape", "ValueMesh",
     "SupervisionError", "MeshFailure", "unhandled_fault_hook",
     "Channel", "Port", "PortReceiver", "send",

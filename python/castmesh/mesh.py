@@ -29,7 +29,8 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar,
+                    Union)
 
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
@@ -38,7 +39,10 @@ from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
 
-__all__ = ["HostMesh", "ProcMesh", "ActorMesh", "EndpointRef", "Endpoint", "Accumulator", "as_endpoint", "ResultStream",
+if TYPE_CHECKING:
+    from .host_mesh import HostMesh
+
+__all__ = ["ProcMesh", "ActorMesh", "EndpointRef", "Endpoint", "Accumulator", "as_endpoint", "ResultStream",
            "Rendezvous", "rendezvous_proc_mesh", "this_host", "this_proc"]
 
 A = TypeVar("A", bound=Actor)
@@ -935,34 +939,27 @@ class _LocalProc:
         return f"<this proc (pid {os.getpid()})>"
 
 
-class HostMesh:
-    """The machines procs can be started on. :func:`this_host` is the local one."""
+def _local_spawn_procs(per_host: Optional[Mapping[str, int]], join_timeout: float) -> ProcMesh:
+    """this_host().spawn_procs: worker procs on this machine, shaped by
+    ``per_host``'s names (e.g. ``{"gpus": 4}``). Inside an actor, the
+    controller starts them on its behalf: the actor can spawn on them and
+    stop them, supervises the actor meshes it spawns there, and the procs are
+    stopped when the actor stops."""
+    if _context.in_worker():
+        from .instance import registry
 
-    def spawn_procs(self, per_host: Optional[Mapping[str, int]] = None, *, join_timeout: float = 60.0) -> ProcMesh:
-        """Starts worker procs on this host: the product of ``per_host``'s sizes,
-        shaped by its names (e.g. ``{"gpus": 4}``). Returns once all joined.
-
-        Inside an actor, the controller starts them on its behalf: the actor
-        can spawn on them and stop them, supervises the actor meshes it
-        spawns there, and the procs are stopped when the actor stops."""
-        if _context.in_worker():
-            from .instance import registry
-
-            ctx = _context.current()
-            if ctx is None:
-                raise RuntimeError("only actors can start procs in a worker proc")
-            return registry().spawn_procs.call_one(_mesh_dims(per_host), join_timeout, ctx.address).get()
-        shape = Shape(_mesh_dims(per_host))
-        env = [("CASTMESH_PY_PATH", os.pathsep.join(p for p in sys.path if p))]
-        argv = [sys.executable, "-m", "castmesh._worker"]
-        try:
-            impl = _runtime().allocate(list(shape.sizes.items()), argv, env, join_timeout)
-        except ProcError as error:
-            raise with_context(error, f"starting {len(shape)} worker procs failed") from None
-        return ProcMesh(impl, shape)
-
-    def __repr__(self) -> str:
-        return "<HostMesh this_host>"
+        ctx = _context.current()
+        if ctx is None:
+            raise RuntimeError("only actors can start procs in a worker proc")
+        return registry().spawn_procs.call_one(_mesh_dims(per_host), join_timeout, ctx.address).get()
+    shape = Shape(_mesh_dims(per_host))
+    env = [("CASTMESH_PY_PATH", os.pathsep.join(p for p in sys.path if p))]
+    argv = [sys.executable, "-m", "castmesh._worker"]
+    try:
+        impl = _runtime().allocate(list(shape.sizes.items()), argv, env, join_timeout)
+    except ProcError as error:
+        raise with_context(error, f"starting {len(shape)} worker procs failed") from None
+    return ProcMesh(impl, shape)
 
 
 def _mesh_dims(dims: Optional[Mapping[str, int]]) -> Dict[str, int]:
@@ -1023,8 +1020,8 @@ def rendezvous_proc_mesh(dims: Optional[Mapping[str, int]] = None, *, listen: st
     return Rendezvous(listen, secret=secret, advertise_host=advertise_host).proc_mesh(dims, join_timeout=join_timeout)
 
 
-_this_host = HostMesh()
 _this_proc = _LocalProc()
+_this_host: Optional["HostMesh"] = None
 _runtime_lock = threading.Lock()
 _runtime_instance: Optional["_castmesh.Runtime"] = None
 _live_proc_meshes: "set[ProcMesh]" = set()
@@ -1044,8 +1041,13 @@ def _rebuild_proc_mesh(remote: Tuple[str, str], ops: Tuple[Any, ...], shape: Sha
     return mesh
 
 
-def this_host() -> HostMesh:
+def this_host() -> "HostMesh":
     """The host running the caller."""
+    global _this_host
+    if _this_host is None:
+        from .host_mesh import HostMesh
+
+        _this_host = HostMesh(Shape({}))
     return _this_host
 
 

@@ -156,6 +156,10 @@ struct HostMesh::State {
   }
 };
 
+absl::StatusOr<std::string> resolve_mesh_secret(const std::string& explicit_secret) {
+  return host::resolve_mesh_secret(explicit_secret);
+}
+
 absl::StatusOr<HostMesh> HostMesh::attach(Runtime& runtime, const std::vector<std::string>& workers,
                                           HostMeshOptions options) {
   if (workers.empty()) return absl::InvalidArgumentError("attach needs at least one host agent address");
