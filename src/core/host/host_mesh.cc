@@ -455,7 +455,10 @@ absl::Status HostMesh::shutdown() const {
       wire::v1::HostKillReply reply;
       if (!reply.ParseFromString(*payload)) return absl::InternalError("malformed HostKillReply");
       absl::Status st = wire::status_from_wire(reply);
-      return st.ok() ? st : absl::Status(st.code(), absl::StrCat(state_->describe(info), ": ", st.message()));
+      // An agent that let this controller go (it lost it: a partition) has
+      // already killed its procs, and may serve another controller now.
+      if (st.ok() || st.code() == absl::StatusCode::kFailedPrecondition) return absl::OkStatus();
+      return absl::Status(st.code(), absl::StrCat(state_->describe(info), ": ", st.message()));
     }));
   }
   absl::Status result;

@@ -1,0 +1,172 @@
+"""Controller scenarios for tests/python/test_hosts.py, each run as its own
+process in the root network namespace (so the test process's own castmesh
+runtime never takes an address on the test bridge).
+
+    python controller.py SCENARIO AGENT_ADDRESS...
+
+Prints progress lines the test reads ("READY", "FAILED_AFTER <s> <message>",
+...) and exits 0 when every check of the scenario holds.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+import castmesh
+from castmesh import Actor, collectives, endpoint
+from castmesh.rdma import RdmaBuffer
+
+
+class Probe(Actor):
+    """Reports where it runs and takes part in collectives and RDMA."""
+
+    def __init__(self) -> None:
+        self.data = np.arange(1 << 16, dtype=np.float32) + castmesh.current_rank().rank
+        self.buffer = None
+
+    @endpoint
+    def where(self) -> tuple:
+        return socket.gethostname(), os.getpid(), os.environ.get("CASTMESH_HOST_IDENTITY", "")
+
+    @endpoint
+    def rank(self) -> int:
+        return castmesh.current_rank().rank
+
+    @endpoint
+    def allreduce(self) -> float:
+        x = np.full(1 << 14, float(castmesh.current_rank().rank + 1), dtype=np.float64)
+        collectives.current().allreduce(x)
+        return float(x[0])
+
+    @endpoint
+    def expose(self) -> RdmaBuffer:
+        self.buffer = RdmaBuffer(self.data)
+        return self.buffer
+
+    @endpoint
+    def read(self, buffer: RdmaBuffer) -> tuple:
+        out = np.empty(1 << 16, dtype=np.float32)
+        result = buffer.read_into(out).get()
+        return result.transport, float(out[1])
+
+    @endpoint
+    def sleep(self, seconds: float) -> str:
+        time.sleep(seconds)
+        return "slept"
+
+
+def check(condition: bool, what: str) -> None:
+    if not condition:
+        print(f"CHECK FAILED: {what}", flush=True)
+        sys.exit(1)
+
+
+def attach(addresses: list, **kwargs: object) -> castmesh.HostMesh:
+    hosts = castmesh.attach_to_workers(workers=addresses, name=f"test-{sys.argv[1]}", **kwargs)
+    hosts.initialized.get()
+    return hosts
+
+
+def scenario_everything(addresses: list) -> None:
+    """Attach, 2 procs per host, every adverb, allreduce and RDMA across hosts."""
+    hosts = attach(addresses)
+    check(len(hosts) == len(addresses), "one host per agent")
+    names = [h["hostname"] for h in hosts.hosts]
+    check(len(set(names)) == len(addresses), f"distinct host names {names}")
+    procs = hosts.spawn_procs(per_host={"procs": 2}, bootstrap=lambda: os.environ.__setitem__("BOOTSTRAPPED", "1"))
+    check(procs.shape.sizes == {"hosts": len(addresses), "procs": 2}, f"shape {procs.shape}")
+    probes = procs.spawn("probe", Probe)
+    where = probes.where.call().get()
+    for point, (hostname, _pid, identity) in where.items():
+        check(hostname == names[point["hosts"]], f"{point} runs on {hostname}, not {names[point['hosts']]}")
+        check(identity == hosts.hosts[point["hosts"]]["host_identity"], "procs carry their agent's identity")
+    identities = {identity for _, (_, _, identity) in where.items()}
+    check(len(identities) == len(addresses), f"one identity per host: {identities}")
+    # Adverbs.
+    check(sorted(probes.rank.call().get().values()) == list(range(2 * len(addresses))), "call")
+    check(probes.slice(hosts=1, procs=0).rank.call_one().get() == 2, "call_one on a slice")
+    probes.sleep.broadcast(0.0)
+    check(probes.rank.choose().get() in range(2 * len(addresses)), "choose")
+    check(sorted(f.get() for f in probes.rank.stream()) == list(range(2 * len(addresses))), "stream")
+    # Collectives across hosts (socket path between hosts, shared memory inside one).
+    n = 2 * len(addresses)
+    check(set(probes.allreduce.call().get().values()) == {float(n * (n + 1) // 2)}, "allreduce")
+    # RDMA: a read from another host goes over the socket, one inside a host does not.
+    buffer = probes.slice(hosts=0, procs=0).expose.call_one().get()
+    far = probes.slice(hosts=1, procs=0).read.call_one(buffer).get()
+    near = probes.slice(hosts=0, procs=1).read.call_one(buffer).get()
+    check(far == ("socket", 1.0), f"cross-host read {far}")
+    check(near[0] != "socket" and near[1] == 1.0, f"same-host read {near}")
+    print(f"RDMA far={far[0]} near={near[0]}", flush=True)
+    hosts.shutdown().get()
+    print("OK", flush=True)
+
+
+def scenario_lose_host(addresses: list) -> None:
+    """A pending call on the last host fails once that host is gone (the
+    test kills it or partitions it); then procs re-spawn on the survivors."""
+    hosts = attach(addresses)
+    procs = hosts.spawn_procs(per_host={"procs": 2})
+    probes = procs.spawn("probe", Probe)
+    castmesh.unhandled_fault_hook = lambda failure: None  # the loss is expected here
+    victim = probes.slice(hosts=len(addresses) - 1, procs=0)
+    pending = victim.sleep.call_one(600.0)
+    print("READY", flush=True)
+    sys.stdin.readline()  # the test has made the host vanish
+    start = time.monotonic()
+    try:
+        pending.get(timeout=60)
+        check(False, "the call on the lost host returned")
+    except Exception as error:  # noqa: BLE001 - any error naming the host
+        elapsed = time.monotonic() - start
+        print(f"FAILED_AFTER {elapsed:.2f} {error}", flush=True)
+    survivors = hosts.slice(hosts=slice(0, len(addresses) - 1))
+    again = survivors.spawn_procs(per_host={"procs": 1}).spawn("again", Probe)
+    check(sorted(again.rank.call().get().values()) == list(range(len(addresses) - 1)), "re-spawn on survivors")
+    print("RESPAWNED", flush=True)
+    survivors.shutdown().get()
+    print("OK", flush=True)
+
+
+def scenario_hold(addresses: list) -> None:
+    """Stays attached until told to go (a second controller is refused meanwhile)."""
+    attach(addresses)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    print("OK", flush=True)
+
+
+def scenario_attach_fails(addresses: list) -> None:
+    """Attaching must fail; prints the error."""
+    try:
+        attach(addresses, attach_timeout=5.0)
+    except Exception as error:  # noqa: BLE001 - the message is what the test checks
+        print(f"ERROR {type(error).__name__}: {error}", flush=True)
+        return
+    print("ATTACHED", flush=True)
+    sys.exit(1)
+
+
+def scenario_attach(addresses: list) -> None:
+    """Attaching and one proc per host work; no shutdown (the agents stay)."""
+    hosts = attach(addresses)
+    procs = hosts.spawn_procs(per_host={"procs": 1})
+    check(len(procs.spawn("probe", Probe).rank.call().get()) == len(addresses), "call")
+    procs.stop().get()
+    print("OK", flush=True)
+
+
+def scenario_shutdown(addresses: list) -> None:
+    hosts = attach(addresses)
+    hosts.spawn_procs(per_host={"procs": 2}).spawn("probe", Probe).rank.call().get()
+    hosts.shutdown().get()
+    print("OK", flush=True)
+
+
+if __name__ == "__main__":
+    globals()[f"scenario_{sys.argv[1].replace('-', '_')}"](sys.argv[2:])
