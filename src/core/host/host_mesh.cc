@@ -4,6 +4,8 @@
 // started by a launcher (core/proc/join.h), checked against the pids the
 // agents reported.
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <future>
 #include <thread>
 
@@ -266,7 +268,14 @@ absl::StatusOr<ProcMesh> HostMesh::spawn_procs(const Shape& per_host_requested, 
     if (!executable.ok()) return executable.status();
     argv = platform::command_line();
     if (argv.empty()) argv.push_back("castmesh-worker");
-    argv[0] = *std::move(executable);
+    // The agent starts it: a path of this process's own (/proc/self/exe)
+    // would name the agent's program there.
+    char resolved[PATH_MAX];
+    if (::realpath(executable->c_str(), resolved) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot resolve this program's path (", *executable,
+                                                        ") for the procs' command; set worker_argv"));
+    }
+    argv[0] = resolved;
   }
   proc::ProcHost& host = *state_->host;
   const HostMeshOptions& mesh_options = state_->options;

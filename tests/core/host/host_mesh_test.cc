@@ -1,0 +1,241 @@
+// Host agents on loopback: the castmesh-host executable as the agent, this
+// binary re-executed as the worker procs (castmesh::init in main()), and
+// the pure parts (agent addresses, the secret file, CPU binding specs).
+// Cross-namespace behaviour is tested in tests/python/test_hosts.py.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "castmesh/actor.h"
+#include "castmesh/host_mesh.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/runtime.h"
+#include "core/host/host_address.h"
+#include "core/platform/cpu_binding.h"
+#include "core/platform/process_memory.h"
+#include "core/testing/test_messages.h"
+
+namespace {
+
+struct WhereAreYou {};
+}  // namespace
+CASTMESH_REGISTER_MESSAGE(WhereAreYou, "test.host.WhereAreYou", castmesh::testing::encode_empty,
+                          castmesh::testing::decode_empty);
+
+namespace {
+
+// Answers with its pid and its host identity.
+class Locator : public castmesh::Actor {
+ public:
+  std::string where(const WhereAreYou&) {
+    return std::to_string(::getpid()) + " " + castmesh::platform::host_identity();
+  }
+  using Handlers = castmesh::Handlers<&Locator::where>;
+};
+
+}  // namespace
+CASTMESH_REGISTER_ACTOR(Locator);
+
+namespace {
+
+constexpr char kSecret[] = "host-mesh-test-secret";
+
+TEST(AgentAddress, AcceptsMonarchsAndCastmeshsForms) {
+  auto a = castmesh::host::parse_agent_address("tcp://127.0.0.1:26600");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->listen, "tcp:127.0.0.1:26600");
+  EXPECT_EQ(a->advertise_host, "");
+  auto b = castmesh::host::parse_agent_address("tcp://node7@0.0.0.0:0");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->listen, "tcp:0.0.0.0:0");
+  EXPECT_EQ(b->advertise_host, "node7");
+  auto c = castmesh::host::parse_agent_address("tcp:0.0.0.0:1234");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->advertise_host.empty());  // a wildcard listen advertises something
+  EXPECT_EQ(*castmesh::host::agent_dial_address("tcp://node7:26600"), "tcp:node7:26600");
+}
+
+TEST(AgentAddress, RefusesWhatCannotBeDialledOrParsed) {
+  for (const char* bad : {"unix:@x", "node7:26600", "tcp://@0.0.0.0:1", "tcp://node7"}) {
+    EXPECT_EQ(castmesh::host::parse_agent_address(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  auto wildcard = castmesh::host::agent_dial_address("tcp://0.0.0.0:26600");
+  EXPECT_EQ(wildcard.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wildcard.status().message().find("every interface"), std::string::npos);
+  EXPECT_EQ(castmesh::host::agent_dial_address("tcp://node7:0").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+class SecretFile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("CASTMESH_SECRET");
+    char folder[] = "/tmp/castmesh-secret-XXXXXX";
+    ASSERT_NE(::mkdtemp(folder), nullptr);
+    folder_ = folder;
+    path_ = folder_ + "/secret";
+    std::ofstream(path_) << "s3cret\n";
+    ::setenv("CASTMESH_SECRET_FILE", path_.c_str(), 1);
+  }
+  void TearDown() override {
+    ::unsetenv("CASTMESH_SECRET_FILE");
+    std::remove(path_.c_str());
+    ::rmdir(folder_.c_str());
+  }
+  std::string folder_, path_;
+};
+
+TEST_F(SecretFile, A0600FileGivesTheSecretWithoutItsNewline) {
+  ASSERT_EQ(::chmod(path_.c_str(), 0600), 0);
+  auto secret = castmesh::host::resolve_mesh_secret("");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  EXPECT_EQ(*secret, "s3cret");
+  EXPECT_EQ(*castmesh::host::resolve_mesh_secret("explicit"), "explicit");
+}
+
+TEST_F(SecretFile, AFileOthersCanReadIsRefused) {
+  ASSERT_EQ(::chmod(path_.c_str(), 0644), 0);
+  auto secret = castmesh::host::resolve_mesh_secret("");
+  EXPECT_EQ(secret.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(secret.status().message().find("mode 0644"), std::string::npos) << secret.status();
+}
+
+TEST_F(SecretFile, NoSecretAtAllIsRefused) {
+  ::unsetenv("CASTMESH_SECRET_FILE");
+  auto secret = castmesh::host::resolve_mesh_secret("");
+  EXPECT_EQ(secret.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(secret.status().message().find("never runs without authentication"), std::string::npos);
+}
+
+TEST(CpuBinding, SpecsAreCheckedAndSpreadOverTheProcsOfAHost) {
+  EXPECT_TRUE(castmesh::platform::check_proc_bind("").ok());
+  EXPECT_TRUE(castmesh::platform::check_proc_bind("cores").ok());
+  EXPECT_TRUE(castmesh::platform::check_proc_bind("0-3;4-7").ok());
+  EXPECT_EQ(castmesh::platform::check_proc_bind("0-3;x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(castmesh::platform::check_proc_bind("3-1").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(castmesh::platform::cpu_binding_for("0-3;4-7", 3), "4-7");
+  EXPECT_EQ(castmesh::platform::cpu_binding_for("", 3), "");
+  EXPECT_FALSE(castmesh::platform::cpu_binding_for("cores", 0).empty());
+}
+
+// A castmesh-host process on loopback; its address read from its first line.
+class Agent {
+ public:
+  Agent() {
+    int out[2];
+    EXPECT_EQ(::pipe(out), 0);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::setenv("CASTMESH_SECRET", kSecret, 1);
+      ::execl(CASTMESH_HOST_BINARY, "castmesh-host", "--address", "tcp://127.0.0.1:0", static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+    ::close(out[1]);
+    FILE* lines = ::fdopen(out[0], "r");
+    char line[256] = {0};
+    if (std::fgets(line, sizeof(line), lines) != nullptr) {
+      std::string text(line);
+      address_ = text.substr(text.rfind(' ') + 1);
+      while (!address_.empty() && address_.back() == '\n') address_.pop_back();
+    }
+    std::fclose(lines);
+  }
+  ~Agent() {
+    if (pid_ > 0 && !exited()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  const std::string& address() const { return address_; }
+  // Waits up to 10 s for the agent to exit.
+  bool exited() {
+    for (int i = 0; i < 100 && pid_ > 0; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = 0;
+        return true;
+      }
+      ::usleep(100000);
+    }
+    return pid_ == 0;
+  }
+
+ private:
+  pid_t pid_ = 0;
+  std::string address_;
+};
+
+TEST(HostMesh, AttachSpawnAskAndShutdownOverLoopback) {
+  Agent first, second;
+  ASSERT_FALSE(first.address().empty());
+  ASSERT_FALSE(second.address().empty());
+  castmesh::Runtime runtime;
+  castmesh::HostMeshOptions options;
+  options.secret = kSecret;
+  options.name = "host_mesh_test";
+  auto hosts = castmesh::HostMesh::attach(runtime, {first.address(), second.address()}, options);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  ASSERT_EQ(hosts->size(), 2u);
+  EXPECT_EQ(hosts->hosts()[1].address, second.address());
+  auto procs = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 2}}));
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  EXPECT_EQ(procs->shape().to_string(), "{hosts=2, procs=2}");
+  auto locators = procs->spawn<Locator>("locator");
+  ASSERT_TRUE(locators.ok()) << locators.status();
+  for (size_t i = 0; i < locators->size(); ++i) {
+    auto where = (*locators)[i].ask(WhereAreYou{}).get(absl::Seconds(30));
+    ASSERT_TRUE(where.ok()) << where.status();
+    EXPECT_EQ(where->substr(where->find(' ') + 1), hosts->hosts()[i / 2].host_identity)
+        << "a proc carries its agent's host identity";
+    EXPECT_EQ(std::to_string(procs->proc(i).pid), where->substr(0, where->find(' ')));
+  }
+  // A second controller is refused, naming the first.
+  castmesh::Runtime other;
+  castmesh::HostMeshOptions other_options = options;
+  other_options.name = "intruder";
+  other_options.attach_timeout = absl::Seconds(10);
+  auto refused = castmesh::HostMesh::attach(other, {first.address()}, other_options);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("is attached to controller 'host_mesh_test'"), std::string::npos)
+      << refused.status();
+  // A wrong secret never gets an answer.
+  castmesh::Runtime stranger;
+  castmesh::HostMeshOptions wrong = options;
+  wrong.secret = "not-the-secret";
+  wrong.attach_timeout = absl::Seconds(10);
+  EXPECT_FALSE(castmesh::HostMesh::attach(stranger, {second.address()}, wrong).ok());
+
+  EXPECT_TRUE(procs->stop().ok());
+  EXPECT_TRUE(hosts->shutdown().ok());
+  EXPECT_TRUE(first.exited());
+  EXPECT_TRUE(second.exited());
+  auto after = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 1}}));
+  EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(HostMesh, TlsCredentialsAreNotImplementedYet) {
+  castmesh::Runtime runtime;
+  castmesh::HostMeshOptions options;
+  options.ca = "ca.pem";
+  EXPECT_EQ(castmesh::HostMesh::attach(runtime, {"tcp://127.0.0.1:1"}, options).status().code(),
+            absl::StatusCode::kUnimplemented);
+  castmesh::HostAgentOptions agent;
+  agent.address = "tcp://127.0.0.1:0";
+  agent.private_key = "key.pem";
+  EXPECT_EQ(castmesh::run_host_agent(agent).code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // the agents' procs never return from here
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
