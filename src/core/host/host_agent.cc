@@ -25,6 +25,7 @@
 #include "core/log/log.h"
 #include "core/platform/cpu_binding.h"
 #include "core/platform/process_memory.h"
+#include "core/proc/controller_lifeline.h"
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/worker_spawn.h"
@@ -228,6 +229,13 @@ class Agent {
 
   void spawn_locked(const ProcId& peer, const v1::HostSpawnProcs& request, v1::HostSpawnReply& reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Where the kernel cannot kill the procs with the agent (no
+    // PR_SET_PDEATHSIG), they watch a pipe only the agent holds.
+    absl::StatusOr<proc::WorkerLifeline> lifeline = proc::WorkerLifeline::for_spawning();
+    if (!lifeline.ok()) {
+      wire::status_to_wire(lifeline.status(), &reply);
+      return;
+    }
     std::vector<pid_t> started;
     for (int i = 0; i < request.procs_size(); ++i) {
       const v1::HostProcLaunch& launch = request.procs(i);
@@ -238,7 +246,7 @@ class Agent {
           argv.empty() ? absl::FailedPreconditionError(absl::StrCat(
                              "host agent ", host_->id(), " has no worker command of its own (start it from "
                              "Python, castmesh.run_worker_loop_forever, or give the procs a command)"))
-                       : proc::spawn_worker_with_secret(argv, proc_environment(request, launch, i), secret_);
+                       : spawn_one(argv, proc_environment(request, launch, i), lifeline->env_entry());
       if (!pid.ok()) {
         for (pid_t p : started) ::kill(p, SIGKILL);  // reaped by the reaper
         reply.clear_pids();
@@ -254,6 +262,12 @@ class Agent {
       reply.add_pids(*pid);
     }
     CASTMESH_LOG_DEBUG("castmesh-host {}: started {} proc(s) for {}", host_->id(), started.size(), peer);
+  }
+
+  absl::StatusOr<pid_t> spawn_one(const std::vector<std::string>& argv, std::vector<std::string> env,
+                                  const std::string& lifeline_entry) {
+    if (!lifeline_entry.empty()) env.push_back(lifeline_entry);
+    return proc::spawn_worker_with_secret(argv, std::move(env), secret_);
   }
 
   // SIGKILLs the procs of `controller` (those in `pids`, or all); returns how many.
