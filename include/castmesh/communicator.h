@@ -243,4 +243,15 @@ class Communicator {
   std::shared_ptr<detail::CommGroup> group_;
 };
 
+// Body bytes this process's collectives and point-to-point messages moved
+// by each data path since it started, for tests and tuning (docs/hosts.md:
+// peers on different hosts never use the first two). Plain value.
+struct DataPathBytes {
+  uint64_t shared_memory = 0;  // sent through same-host shared-memory rings
+  uint64_t single_copy = 0;    // read straight from a same-host sender's memory
+  uint64_t socket = 0;         // sent over the proc connection
+};
+// The counters now. Any thread.
+DataPathBytes data_path_bytes();
+
 }  // namespace castmesh

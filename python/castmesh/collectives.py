@@ -27,7 +27,7 @@ docs/collectives.md.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from . import _castmesh
 from .errors import CommunicatorError
@@ -39,7 +39,7 @@ UNDEFINED: int = _castmesh.UNDEFINED
 Request = _castmesh.Request
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "UNDEFINED", "Communicator", "CommunicatorError", "Op", "Request", "Status",
-           "current", "mesh_comm", "world"]
+           "current", "data_path_bytes", "mesh_comm", "world"]
 
 
 class Status(NamedTuple):
@@ -211,6 +211,14 @@ class Communicator:
         """Block j of this rank's ``x`` goes to block ``rank`` of rank j's output."""
         out = _like(x) if out is None else out
         return self._done(self._impl.alltoall(x, out, async_op, stream), out)
+
+
+def data_path_bytes() -> Dict[str, int]:
+    """Body bytes this process's collectives moved by each data path since it
+    started: ``shared_memory`` (same-host rings), ``single_copy`` (read from a
+    same-host sender's memory) and ``socket`` (the proc connection). Peers on
+    different hosts only ever use ``socket`` (docs/hosts.md)."""
+    return dict(_castmesh.data_path_bytes())
 
 
 def current() -> Communicator:

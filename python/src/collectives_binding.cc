@@ -290,6 +290,17 @@ void bind_collectives(py::module_& module) {
       .def("dup", [](const Communicator& comm) { return value(unlocked([&] { return comm.dup(); })); });
   bind_point_to_point(c);
   bind_collectives(c);
+  module.def(
+      "data_path_bytes",
+      [] {
+        const DataPathBytes bytes = data_path_bytes();
+        py::dict out;
+        out["shared_memory"] = bytes.shared_memory;
+        out["single_copy"] = bytes.single_copy;
+        out["socket"] = bytes.socket;
+        return out;
+      },
+      "Body bytes this process's collectives moved by each data path since it started.");
   module.def("current_communicator", [] { return value(Communicator::current()); },
              "The communicator of the actor mesh whose endpoint runs on this thread.");
   module.def("world_communicator", [](const std::string& rendezvous, const std::string& secret, double timeout) {

@@ -141,7 +141,7 @@ def wait_until(condition, timeout: float) -> bool:
 def test_every_adverb_collectives_and_rdma_across_hosts(agents: Agents) -> None:
     out = finish(controller("everything", agents.all()))
     agents.exited([1, 2, 3])
-    assert "RDMA far=socket" in out
+    assert "RDMA far=socket" in out and "PATHS between hosts" in out
     # shutdown() ended every agent and proc.
     for k in agents.hosts.hosts():
         assert wait_until(lambda k=k: not agents.hosts.pids(k), 10), f"processes left on host {k}"

@@ -15,6 +15,8 @@
 #include "core/collectives/device_collectives.h"
 #include "core/collectives/exchange.h"
 #include "core/collectives/request_state.h"
+#include "core/collectives/shm_path.h"
+#include "core/collectives/single_copy.h"
 #include "core/collectives/thread_cache.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
@@ -638,6 +640,11 @@ Request Communicator::ialltoall(const TensorView& in, const TensorView& out, con
   if (collectives::on_device(in, out)) return collectives::device_alltoall(*group_, in, out, device);
   Prepared p = prepare_alltoall(in, out, size());
   return run_nonblocking(*group_, p.sig, p.checked, p.body);
+}
+
+DataPathBytes data_path_bytes() {
+  const collectives::ShmPathStats shm = collectives::shm_path_stats();
+  return DataPathBytes{shm.shm_bytes_out, collectives::single_copy_bytes(), shm.socket_bytes_out};
 }
 
 }  // namespace castmesh

@@ -155,6 +155,8 @@ thread_local bool t_progress_context = false;
 using ProgressContext = ShmProgressScope;
 
 std::atomic<uint64_t> g_frames_in{0}, g_frames_out{0}, g_waiter_sleeps{0}, g_frames_by_drain{0};
+// Body bytes this process sent by each path (data_path_bytes()).
+std::atomic<uint64_t> g_shm_bytes_out{0}, g_socket_bytes_out{0};
 // Set on drain threads (for the frames_by_drain counter).
 thread_local bool t_drain_thread = false;
 
@@ -163,6 +165,7 @@ thread_local bool t_drain_thread = false;
 absl::Status socket_send(proc::ProcHost& host, const ProcId& peer, std::string_view header, std::string_view body,
                          std::shared_ptr<const void> owner = nullptr) {
   // Without an owner the body is borrowed: the transport copies what it keeps.
+  g_socket_bytes_out.fetch_add(body.size(), std::memory_order_relaxed);
   return host.send_data(peer, kCollectiveDataType, header,
                         owner != nullptr ? wire::Payload::share(std::move(owner), body.data(), body.size())
                                          : wire::Payload::borrow(body));
@@ -447,6 +450,8 @@ absl::Status Links::send_started(Peer& p, Outgoing out) {
   if (out.header.size() > kMaxHeader) {
     return absl::InvalidArgumentError(absl::StrCat("a collectives frame header of ", out.header.size(), " bytes"));
   }
+  // Counted when handed to the ring (written now or queued behind others).
+  g_shm_bytes_out.fetch_add(out.body.size(), std::memory_order_relaxed);
   auto gone = [&p] {
     return absl::UnavailableError(absl::StrCat("proc ", p.id, " is gone (its shared-memory link is down)"));
   };
@@ -892,6 +897,8 @@ ShmPathStats Links::stats() {
   s.frames_out = g_frames_out.load();
   s.waiter_sleeps = g_waiter_sleeps.load();
   s.frames_by_drain = g_frames_by_drain.load();
+  s.shm_bytes_out = g_shm_bytes_out.load();
+  s.socket_bytes_out = g_socket_bytes_out.load();
   detail::MutexLock lock(mu_);
   for (const auto& [id, p] : peers_) {
     if (p->lost.load()) continue;

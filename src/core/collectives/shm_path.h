@@ -141,6 +141,9 @@ struct ShmPathStats {
   // handed on (what no waiting thread took).
   uint64_t waiter_sleeps = 0;
   uint64_t frames_by_drain = 0;
+  // Body bytes sent through shm rings and over the proc connection.
+  uint64_t shm_bytes_out = 0;
+  uint64_t socket_bytes_out = 0;
 };
 ShmPathStats shm_path_stats();
 

@@ -13,6 +13,7 @@ namespace castmesh::collectives {
 namespace {
 
 std::atomic<bool> refused{false};
+std::atomic<uint64_t> copied_bytes{0};  // read by single copy (single_copy_bytes())
 
 bool enabled() {
   static const bool on = CASTMESH_LINUX_FACILITIES && platform::env_switch_on("CASTMESH_SINGLE_COPY");
@@ -34,7 +35,10 @@ bool single_copy_towards(const ProcId& peer) { return enabled() && platform::pro
 absl::Status read_process_memory(int64_t pid, uint64_t address, void* out, size_t size) {
   absl::Status read = platform::read_process_memory(pid, address, out, size);
   if (absl::IsPermissionDenied(read) || absl::IsUnimplemented(read)) stop_offering(std::string(read.message()));
+  if (read.ok()) copied_bytes.fetch_add(size, std::memory_order_relaxed);
   return read;
 }
+
+uint64_t single_copy_bytes() { return copied_bytes.load(std::memory_order_relaxed); }
 
 }  // namespace castmesh::collectives

@@ -36,5 +36,7 @@ bool single_copy_towards(const ProcId& peer);
 // falls back and this process stops offering); kUnavailable when the
 // process is gone.
 absl::Status read_process_memory(int64_t pid, uint64_t address, void* out, size_t size);
+// Bytes read so far by read_process_memory (this process, any thread).
+uint64_t single_copy_bytes();
 
 }  // namespace castmesh::collectives

@@ -44,6 +44,15 @@ class Probe(Actor):
         return float(x[0])
 
     @endpoint
+    def allreduce_paths(self, n: int) -> tuple:
+        """An allreduce of n doubles and the bytes each data path moved for it."""
+        before = collectives.data_path_bytes()
+        x = np.full(n, float(castmesh.current_rank().rank + 1), dtype=np.float64)
+        collectives.current().allreduce(x)
+        after = collectives.data_path_bytes()
+        return float(x[0]), {path: after[path] - before[path] for path in after}
+
+    @endpoint
     def expose(self) -> RdmaBuffer:
         self.buffer = RdmaBuffer(self.data)
         return self.buffer
@@ -96,6 +105,19 @@ def scenario_everything(addresses: list) -> None:
     # Collectives across hosts (socket path between hosts, shared memory inside one).
     n = 2 * len(addresses)
     check(set(probes.allreduce.call().get().values()) == {float(n * (n + 1) // 2)}, "allreduce")
+    # Inside a host, pairs keep shared memory / single copy; between hosts only sockets.
+    big = 1 << 19  # 4 MiB of doubles: past the single-copy threshold
+    paths = probes.allreduce_paths.call(big).get()
+    check(set(v for v, _ in paths.values()) == {float(n * (n + 1) // 2)}, "large allreduce")
+    same_host = sum(d["shared_memory"] + d["single_copy"] for _, d in paths.values())
+    check(same_host > 0, f"same-host pairs keep their fast paths: {paths}")
+    one_per_host = hosts.spawn_procs(per_host={"procs": 1}).spawn("lone", Probe)
+    lone = one_per_host.allreduce_paths.call(big).get()
+    for point, (value, moved) in lone.items():
+        check(value == float(len(addresses) * (len(addresses) + 1) // 2), "allreduce, one proc per host")
+        check(moved["socket"] > 0 and moved["shared_memory"] == 0 and moved["single_copy"] == 0,
+              f"{point}: only sockets between hosts: {moved}")
+    print(f"PATHS between hosts {[moved for _, moved in lone.values()]}", flush=True)
     # RDMA: a read from another host goes over the socket, one inside a host does not.
     buffer = probes.slice(hosts=0, procs=0).expose.call_one().get()
     far = probes.slice(hosts=1, procs=0).read.call_one(buffer).get()
