@@ -213,6 +213,38 @@ def test_wrong_secret_and_unreachable_agent_are_refused(agents: Agents) -> None:
     assert "did not attach" in nobody, nobody
 
 
+@pytest.mark.timeout(120)
+def test_a_raising_bootstrap_fails_the_spawn_and_leaves_no_proc(agents: Agents) -> None:
+    addresses = agents.all([1, 2])
+    out = finish(controller("bootstrap-raises", addresses))
+    assert "no GPU driver here" in out, out
+    for k in (1, 2):
+        assert wait_until(lambda k=k: not procs_of(agents, k), 10), f"procs left on host {k}"
+
+
+@pytest.mark.timeout(120)
+def test_a_controller_that_exits_without_shutdown_leaves_no_proc(agents: Agents) -> None:
+    addresses = agents.all([1, 2])
+    finish(controller("leave", addresses))
+    for k in (1, 2):
+        assert wait_until(lambda k=k: not procs_of(agents, k), 10), f"procs left on host {k}"
+    finish(controller("attach", addresses))  # the agents wait for the next controller
+
+
+@pytest.mark.timeout(120)
+def test_a_taken_port_and_a_malformed_connection_are_reported_not_fatal(agents: Agents) -> None:
+    addresses = agents.all([1])
+    taken = agents.hosts.run(1, [sys.executable, "-m", "castmesh.host", "--address", agents.address(1)], env=_env(),
+                             capture_output=True, text=True, timeout=60)
+    assert taken.returncode != 0 and "cannot listen" in taken.stderr, taken.stderr
+    # Garbage on the agent's port: the connection is dropped, the agent serves on.
+    garbage = ("import socket; s = socket.create_connection(('%s', %d)); s.sendall(b'\\x00' * 64 + b'GET / HTTP/1.0\\r\\n');"
+               " s.settimeout(10); print(s.recv(16))" % (agents.hosts.address(1), PORT))
+    agents.hosts.run(2, [sys.executable, "-c", garbage], capture_output=True, text=True, timeout=30)
+    assert agents.procs[1].poll() is None, "the agent survived"
+    finish(controller("attach", addresses))
+
+
 def test_agent_refuses_a_world_readable_secret_file() -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "secret"

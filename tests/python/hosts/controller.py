@@ -183,6 +183,31 @@ def scenario_attach(addresses: list) -> None:
     print("OK", flush=True)
 
 
+def scenario_bootstrap_raises(addresses: list) -> None:
+    """A bootstrap that raises fails spawn_procs with its error."""
+    hosts = attach(addresses)
+
+    def broken() -> None:
+        raise RuntimeError("no GPU driver here")
+
+    try:
+        hosts.spawn_procs(per_host={"procs": 2}, bootstrap=broken)
+    except castmesh.ProcError as error:
+        check("no GPU driver here" in str(error), f"the bootstrap's error is reported: {error}")
+        print(f"ERROR {error}".splitlines()[0], flush=True)
+    else:
+        check(False, "spawn_procs succeeded with a raising bootstrap")
+    print("OK", flush=True)
+
+
+def scenario_leave(addresses: list) -> None:
+    """Starts procs and exits without stopping them or shutting down."""
+    hosts = attach(addresses)
+    hosts.spawn_procs(per_host={"procs": 2}).spawn("probe", Probe).rank.call().get()
+    print("OK", flush=True)
+    os._exit(0)  # no atexit: as a controller that crashes
+
+
 def scenario_shutdown(addresses: list) -> None:
     hosts = attach(addresses)
     hosts.spawn_procs(per_host={"procs": 2}).spawn("probe", Probe).rank.call().get()
