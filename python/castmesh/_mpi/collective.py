@@ -76,6 +76,11 @@ def _block_of(b: _Block, rank: int) -> Message:
     return Message(b.u8, b.per, b.datatype, b.offset + rank * b.per * b.datatype.extent)
 
 
+def _typed(m: Message) -> np.ndarray:
+    """A contiguous message of a basic datatype as a 1-D array of its element type (a view)."""
+    return m.data().view(m.datatype._np)
+
+
 def _fold(op: Op, parts: List[np.ndarray], t: Datatype) -> np.ndarray:
     acc = parts[0].copy()
     for x in parts[1:]:
@@ -145,8 +150,8 @@ class Collectives:
         s = self._inputs(sendbuf, r)
         nat = _native_op(op, r.datatype) if s.datatype._contig else None
         if nat is not None:
-            out = r.data()
-            inp = out if s is r else s.data()
+            out = _typed(r)
+            inp = out if s is r else _typed(s)
             req = _call(c.allreduce, inp, out, nat, nonblocking, None)
             if nonblocking:
                 rq = Request(req)
@@ -185,8 +190,8 @@ class Collectives:
         t = s.datatype
         nat = _native_op(op, t) if (r is None or r.datatype._contig) else None
         if nat is not None:
-            out = r.data() if r is not None else None
-            inp = out if s is r else s.data()
+            out = _typed(r) if r is not None else None
+            inp = out if s is r else _typed(s)
             req = _call(c.reduce, inp, out, nat, root, nonblocking, None)
             if nonblocking:
                 rq = Request(req)
@@ -217,7 +222,7 @@ class Collectives:
                 raise ValueError(f"message: the send buffer has {s.count} items, expected {r.count} x {size} ranks")
         nat = _native_op(op, r.datatype) if s.datatype._contig else None
         if nat is not None and sendbuf is not IN_PLACE:
-            _call(c.reduce_scatter, s.data(), r.data(), nat, False, None)
+            _call(c.reduce_scatter, _typed(s), _typed(r), nat, False, None)
             return
         total = s.typed().copy()
         parts = self._allgather_typed(c, total)

@@ -73,7 +73,7 @@ class PointToPoint:
         if dest == PROC_NULL:
             return
         try:
-            self._get().send(m.data(), dest, tag)
+            self._get().send(m.data(), int(dest), int(tag))
         except ValueError as error:
             raise errors.translate(error) from error
 
@@ -89,7 +89,7 @@ class PointToPoint:
             return
         target = m.target()
         try:
-            s = self._get().recv(target, source, tag, None)
+            s = self._get().recv(target, int(source), int(tag), None)
         except ValueError as error:
             raise errors.translate(error) from error
         if not m.datatype._contig:
@@ -103,7 +103,7 @@ class PointToPoint:
             return Request(done=(PROC_NULL, ANY_TAG, 0))
         data = m.data()
         try:
-            r = Request(self._get().isend(data, dest, tag))
+            r = Request(self._get().isend(data, int(dest), int(tag)))
         except ValueError as error:
             raise errors.translate(error) from error
         r._keep = (buf, data)
@@ -121,7 +121,7 @@ class PointToPoint:
         if not m.datatype._contig:
             def after(src: int, t: int, nbytes: int) -> None:
                 m.finish(target, nbytes)
-        r = Request(self._get().irecv(target, source, tag), after)
+        r = Request(self._get().irecv(target, int(source), int(tag)), after)
         r._keep = (buf, target)
         return r
 
