@@ -90,3 +90,11 @@ def cmake_dir() -> str:
 
 
 _register_plugin_packages()
+
+
+def __getattr__(name: str) -> object:
+    """``castmesh.MPI`` (mpi4py's API, docs/mpi4py.md) is imported on first use."""
+    if name == "MPI":
+        import importlib  # noqa: PLC0415 - lazy: castmesh.MPI needs NumPy
+        return importlib.import_module(".MPI", __name__)
+    raise AttributeError(f"module 'castmesh' has no attribute {name!r}")
