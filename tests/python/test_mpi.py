@@ -137,6 +137,8 @@ def _env() -> dict:
 
 
 @pytest.mark.skipif(MPIRUN is None, reason="mpirun (Open MPI) is not installed")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="mpirun under the preloaded ASan runtime: runs in the dev and wheel stages")
 @pytest.mark.parametrize("ranks", [2, 3])
 @pytest.mark.timeout(120)
 def test_between_processes_under_mpirun(ranks):
