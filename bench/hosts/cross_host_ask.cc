@@ -1,0 +1,180 @@
+// Cross-host C++ round trips (issue 30's target: an ask within 1.3x a raw
+// TCP round trip between the same hosts). Run by run_cross_host_ask.sh,
+// which makes a network-namespace host with an agent and a raw echo server:
+//
+//   cross_host_ask echo-server HOST PORT        raw TCP echo (inside the host)
+//   cross_host_ask controller AGENT HOST:PORT ROUNDS
+//
+// The controller measures the raw 8-byte TCP round trip to the echo server,
+// then attaches to the agent, starts one proc there (this program again,
+// castmesh::init) and measures an ask of an 8-byte message to an actor in
+// it; three alternating repetitions, the best median of each.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "castmesh/actor.h"
+#include "castmesh/host_mesh.h"
+#include "castmesh/proc_mesh.h"
+#include "castmesh/runtime.h"
+
+namespace {
+
+struct Ping {
+  int64_t n = 0;
+};
+absl::Status encode_ping(const Ping& p, std::string* out) {
+  out->assign(reinterpret_cast<const char*>(&p.n), sizeof(p.n));
+  return absl::OkStatus();
+}
+absl::Status decode_ping(std::string_view in, Ping* p) {
+  if (in.size() != sizeof(p->n)) return absl::InvalidArgumentError("bad Ping");
+  std::memcpy(&p->n, in.data(), sizeof(p->n));
+  return absl::OkStatus();
+}
+
+}  // namespace
+CASTMESH_REGISTER_MESSAGE(Ping, "bench.hosts.Ping", encode_ping, decode_ping);
+
+namespace {
+
+class Echo : public castmesh::Actor {
+ public:
+  int64_t echo(const Ping& p) { return p.n; }
+  using Handlers = castmesh::Handlers<&Echo::echo>;
+};
+
+}  // namespace
+CASTMESH_REGISTER_ACTOR(Echo);
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int serve_echo(const char* host, int port) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host, &addr.sin_addr);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listener, 1) != 0) {
+    std::perror("echo-server");
+    return 1;
+  }
+  std::printf("up\n");
+  std::fflush(stdout);
+  int fd = ::accept(listener, nullptr, nullptr);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  char buffer[8];
+  for (;;) {
+    ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n <= 0) return 0;
+    if (::write(fd, buffer, static_cast<size_t>(n)) != n) return 1;
+  }
+}
+
+std::vector<double> raw_rtt_us(int fd, int rounds) {
+  std::vector<double> out;
+  char buffer[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (int i = 0; i < rounds; ++i) {
+    const auto t = Clock::now();
+    if (::write(fd, buffer, sizeof(buffer)) != 8) break;
+    size_t got = 0;
+    while (got < 8) {
+      ssize_t n = ::read(fd, buffer + got, 8 - got);
+      if (n <= 0) return out;
+      got += static_cast<size_t>(n);
+    }
+    out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+  }
+  return out;
+}
+
+int run_controller(const std::string& agent, const std::string& echo, int rounds) {
+  const size_t colon = echo.rfind(':');
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::atoi(echo.substr(colon + 1).c_str())));
+  ::inet_pton(AF_INET, echo.substr(0, colon).c_str(), &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::perror("connect to the echo server");
+    return 1;
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+
+  castmesh::Runtime runtime;
+  auto hosts = castmesh::HostMesh::attach(runtime, {agent});
+  if (!hosts.ok()) {
+    std::fprintf(stderr, "attach: %s\n", hosts.status().ToString().c_str());
+    return 1;
+  }
+  const auto spawn_start = Clock::now();
+  auto procs = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 1}}));
+  if (!procs.ok()) {
+    std::fprintf(stderr, "spawn_procs: %s\n", procs.status().ToString().c_str());
+    return 1;
+  }
+  const double spawn_ms = std::chrono::duration<double, std::milli>(Clock::now() - spawn_start).count();
+  auto echoes = procs->spawn<Echo>("echo");
+  if (!echoes.ok()) return 1;
+  castmesh::ActorRef<Echo> ref = (*echoes)[0];
+  auto ask_us = [&](int n) {
+    std::vector<double> out;
+    for (int i = 0; i < n; ++i) {
+      const auto t = Clock::now();
+      auto r = ref.ask(Ping{i}).get(absl::Seconds(30));
+      if (!r.ok()) break;
+      out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+    }
+    return out;
+  };
+  (void)raw_rtt_us(fd, rounds / 10);  // warm both paths
+  (void)ask_us(rounds / 10);
+  double raw = 1e18, ask = 1e18;
+  for (int rep = 0; rep < 3; ++rep) {
+    raw = std::min(raw, median(raw_rtt_us(fd, rounds)));
+    ask = std::min(ask, median(ask_us(rounds)));
+  }
+  std::printf("cross-host (netns) 8 B round trip, best median of 3 x %d:\n", rounds);
+  std::printf("  raw TCP (C, TCP_NODELAY)      %8.1f us\n", raw);
+  std::printf("  castmesh ask (plain thread)   %8.1f us   %.2fx raw\n", ask, ask / raw);
+  std::printf("  spawn_procs (1 proc, C++ worker) %6.1f ms\n", spawn_ms);
+  ::close(fd);
+  (void)procs->stop();
+  (void)hosts->shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  castmesh::init(argc, argv);  // the agent's proc never returns from here
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "echo-server" && argc == 4) return serve_echo(argv[2], std::atoi(argv[3]));
+  int rounds = 0;
+  if (mode == "controller" && argc == 5 && absl::SimpleAtoi(argv[4], &rounds) && rounds > 10) {
+    return run_controller(argv[2], argv[3], rounds);
+  }
+  std::fprintf(stderr, "usage: %s echo-server HOST PORT | controller AGENT HOST:PORT ROUNDS\n", argv[0]);
+  return 2;
+}
