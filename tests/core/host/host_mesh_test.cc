@@ -2,6 +2,7 @@
 // binary re-executed as the worker procs (castmesh::init in main()), and
 // the pure parts (agent addresses, the secret file, CPU binding specs).
 // Cross-namespace behaviour is tested in tests/python/test_hosts.py.
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -149,12 +150,13 @@ class Agent {
     std::fclose(lines);
   }
   ~Agent() {
-    if (pid_ > 0 && !exited()) {
+    if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
   }
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
   // Waits up to 10 s for the agent to exit.
   bool exited() {
     for (int i = 0; i < 100 && pid_ > 0; ++i) {
@@ -218,6 +220,28 @@ TEST(HostMesh, AttachSpawnAskAndShutdownOverLoopback) {
   EXPECT_TRUE(second.exited());
   auto after = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 1}}));
   EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(HostMesh, AFrozenAgentIsLostAfterTheMeshsOwnHeartbeatTimeout) {
+  Agent agent;
+  ASSERT_FALSE(agent.address().empty());
+  castmesh::Runtime runtime;
+  castmesh::HostMeshOptions options;
+  options.secret = kSecret;
+  options.heartbeat_interval = absl::Milliseconds(100);
+  options.heartbeat_timeout = absl::Milliseconds(800);
+  auto hosts = castmesh::HostMesh::attach(runtime, {agent.address()}, options);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  // A frozen machine: the agent stops answering without closing anything.
+  ASSERT_EQ(::kill(agent.pid(), SIGSTOP), 0);
+  const absl::Time start = absl::Now();
+  auto procs = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 1}}));
+  const absl::Duration took = absl::Now() - start;
+  ::kill(agent.pid(), SIGCONT);
+  ASSERT_FALSE(procs.ok());
+  EXPECT_NE(procs.status().message().find(agent.address()), std::string::npos) << procs.status();
+  // The mesh's 0.8 s heartbeat, not the 30 s attach timeout (generous slack for a busy machine).
+  EXPECT_LT(took, absl::Seconds(15)) << procs.status();
 }
 
 TEST(HostMesh, TlsCredentialsAreNotImplementedYet) {
