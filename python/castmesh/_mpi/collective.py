@@ -95,6 +95,13 @@ def _call(f: Any, *args: Any) -> Any:
         raise errors.translate(error) from error
 
 
+def _pending(req: Any, *keep: Any) -> Request:
+    """A non-blocking call's Request, holding its buffers until it completes."""
+    rq = Request(req)
+    rq._keep = keep
+    return rq
+
+
 class Collectives:
     """The collective buffer methods (mixed into Comm)."""
 
@@ -154,9 +161,7 @@ class Collectives:
             inp = out if s is r else _typed(s)
             req = _call(c.allreduce, inp, out, nat, nonblocking, None)
             if nonblocking:
-                rq = Request(req)
-                rq._keep = (sendbuf, recvbuf, inp, out)
-                return rq
+                return _pending(req, sendbuf, recvbuf, inp, out)
             return None
         if nonblocking:
             raise NotImplementedError(f"castmesh.MPI: Iallreduce with {op._name} on {r.datatype.name or 'a derived datatype'} "
@@ -194,9 +199,7 @@ class Collectives:
             inp = out if s is r else _typed(s)
             req = _call(c.reduce, inp, out, nat, root, nonblocking, None)
             if nonblocking:
-                rq = Request(req)
-                rq._keep = (sendbuf, recvbuf, inp, out)
-                return rq
+                return _pending(req, sendbuf, recvbuf, inp, out)
             return None
         if nonblocking:
             raise NotImplementedError(f"castmesh.MPI: Ireduce with {op._name} is not provided here; use Reduce")
@@ -289,9 +292,7 @@ class Collectives:
             out = r.data() if r.datatype._contig else np.empty(r.count * r.datatype.size, _u8)
         req = _call(c.gather, inp, out, root, nonblocking, None)
         if nonblocking:
-            rq = Request(req)
-            rq._keep = (sendbuf, recvbuf, inp, out)
-            return rq
+            return _pending(req, sendbuf, recvbuf, inp, out)
         if r is not None and not r.datatype._contig:
             r.finish(out, out.size)
         return None
@@ -317,9 +318,7 @@ class Collectives:
         out = r.target()
         req = _call(c.scatter, inp, out, root, nonblocking, None)
         if nonblocking:
-            rq = Request(req)
-            rq._keep = (sendbuf, recvbuf, inp, out)
-            return rq
+            return _pending(req, sendbuf, recvbuf, inp, out)
         r.finish(out, out.size)
         return None
 
@@ -339,9 +338,7 @@ class Collectives:
         out = r.target()
         req = _call(c.allgather, inp, out, nonblocking, None)
         if nonblocking:
-            rq = Request(req)
-            rq._keep = (sendbuf, recvbuf, inp, out)
-            return rq
+            return _pending(req, sendbuf, recvbuf, inp, out)
         r.finish(out, out.size)
         return None
 
@@ -363,9 +360,7 @@ class Collectives:
         out = r.target()
         req = _call(c.alltoall, inp, out, nonblocking, None)
         if nonblocking:
-            rq = Request(req)
-            rq._keep = (sendbuf, recvbuf, inp, out)
-            return rq
+            return _pending(req, sendbuf, recvbuf, inp, out)
         r.finish(out, out.size)
         return None
 
