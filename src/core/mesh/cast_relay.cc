@@ -5,6 +5,8 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
@@ -138,6 +140,34 @@ class MemberReplySink final : public detail::ReplySink {
 
 // ---- CastTable ----
 
+namespace {
+// "tcp:HOST:PORT" -> HOST; anything else (Unix, local) is this host: "".
+absl::string_view host_of(const ProcId& proc) {
+  absl::string_view id(proc);
+  if (!absl::StartsWith(id, "tcp:")) return {};
+  id.remove_prefix(4);
+  const size_t colon = id.rfind(':');
+  return colon == absl::string_view::npos ? id : id.substr(0, colon);
+}
+
+// The groups as runs of one host each, if there are two hosts or more and
+// every host's groups are one run; else nothing.
+std::vector<CastSpan> host_runs(const std::vector<ProcId>& group_procs) {
+  std::vector<CastSpan> runs;
+  absl::flat_hash_set<absl::string_view> seen;
+  for (size_t g = 0; g < group_procs.size(); ++g) {
+    if (g > 0 && host_of(group_procs[g]) == host_of(group_procs[g - 1])) {
+      runs.back().end = g + 1;
+      continue;
+    }
+    if (!seen.insert(host_of(group_procs[g])).second) return {};  // a host's groups are not one run
+    runs.push_back(CastSpan{g, g + 1});
+  }
+  if (runs.size() < 2) return {};
+  return runs;
+}
+}  // namespace
+
 absl::StatusOr<CastTable> CastTable::Build(ProcId owner, uint64_t id, std::string name, Shape base,
                                            std::vector<Address> members) {
   if (members.size() != base.size()) {
@@ -164,7 +194,19 @@ absl::StatusOr<CastTable> CastTable::Build(ProcId owner, uint64_t id, std::strin
     t.group_of_rank.push_back(it->second);
     t.group_ranks[it->second].push_back(rank);
   }
+  t.host_spans = host_runs(t.group_procs);
   return t;
+}
+
+std::vector<CastSpan> CastTable::root_children(size_t fanout) const {
+  if (host_spans.empty()) return cast_root_children(group_procs.size(), fanout);
+  if (host_spans.size() <= fanout) return host_spans;
+  // More hosts than the fan-out: `fanout` spans of whole hosts.
+  std::vector<CastSpan> spans;
+  for (CastSpan runs : split_cast_span(0, host_spans.size(), fanout)) {
+    spans.push_back(CastSpan{host_spans[runs.begin].begin, host_spans[runs.end - 1].end});
+  }
+  return spans;
 }
 
 // ---- CastRelay: set-up ----
@@ -765,7 +807,7 @@ absl::Status CastRelay::launch(const std::shared_ptr<const CastTable>& table, de
   ChildPlan plan;
   const std::vector<bool> lost = lost_groups(*table, hop);
   set_lost_groups(lost, &hop);
-  plan_children(*table, *targets, cast_root_children(table->group_procs.size(), fanout), fanout, lost, &plan);
+  plan_children(*table, *targets, table->root_children(fanout), fanout, lost, &plan);
   std::shared_ptr<Node> node;
   if (request.mode != CastMode::kTell) {
     hop.set_request(next_request_.fetch_add(1, std::memory_order_relaxed));

@@ -73,9 +73,18 @@ struct CastTable {
   std::vector<uint32_t> group_of_rank;         // by base rank
   std::vector<std::vector<size_t>> group_ranks;  // by group, increasing
   bool fold_in_tree = false;
+  // The sender's first split when the groups' procs are on several hosts
+  // (host = the host part of a TCP proc id) in runs of whole hosts: one span
+  // per host, so a cast crosses the network once per host and each host's
+  // first proc fans it out there (docs/hosts.md). Empty: the positional
+  // split of cast_root_children.
+  std::vector<CastSpan> host_spans;
+
+  // The spans the sender sends to directly.
+  std::vector<CastSpan> root_children(size_t fanout) const;
 
   // Builds the groups from the members' procs (in order of first
-  // appearance) and decides fold_in_tree.
+  // appearance), decides fold_in_tree and finds the host spans.
   static absl::StatusOr<CastTable> Build(ProcId owner, uint64_t id, std::string name, Shape base,
                                          std::vector<Address> members);
 };

@@ -15,12 +15,15 @@
 #include <gtest/gtest.h>
 
 #include "castmesh/actor.h"
+#include "castmesh/actor_mesh.h"
 #include "castmesh/host_mesh.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
 #include "core/host/host_address.h"
 #include "core/platform/cpu_binding.h"
 #include "core/platform/process_memory.h"
+#include "core/proc/proc_host.h"
+#include "core/testing/digits_actor.h"
 #include "core/testing/test_messages.h"
 
 namespace {
@@ -128,7 +131,7 @@ TEST(CpuBinding, SpecsAreCheckedAndSpreadOverTheProcsOfAHost) {
 // A castmesh-host process on loopback; its address read from its first line.
 class Agent {
  public:
-  Agent() {
+  explicit Agent(const char* address = "tcp://127.0.0.1:0") {
     int out[2];
     EXPECT_EQ(::pipe(out), 0);
     pid_ = ::fork();
@@ -136,7 +139,7 @@ class Agent {
       ::dup2(out[1], STDOUT_FILENO);
       ::close(out[0]);
       ::setenv("CASTMESH_SECRET", kSecret, 1);
-      ::execl(CASTMESH_HOST_BINARY, "castmesh-host", "--address", "tcp://127.0.0.1:0", static_cast<char*>(nullptr));
+      ::execl(CASTMESH_HOST_BINARY, "castmesh-host", "--address", address, static_cast<char*>(nullptr));
       std::_Exit(127);
     }
     ::close(out[1]);
@@ -220,6 +223,36 @@ TEST(HostMesh, AttachSpawnAskAndShutdownOverLoopback) {
   EXPECT_TRUE(second.exited());
   auto after = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 1}}));
   EXPECT_EQ(after.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Two "hosts" on one machine: the agents (and so their procs) at two
+// loopback addresses, which are two hosts to the cast tree.
+TEST(HostMesh, ACastCrossesTheNetworkOncePerHost) {
+  Agent first("tcp://127.0.0.1:0"), second("tcp://127.0.0.2:0");
+  ASSERT_FALSE(first.address().empty());
+  ASSERT_FALSE(second.address().empty());
+  castmesh::Runtime runtime;
+  castmesh::HostMeshOptions options;
+  options.secret = kSecret;
+  auto hosts = castmesh::HostMesh::attach(runtime, {first.address(), second.address()}, options);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  auto procs = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 3}}));
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  castmesh::MeshOptions mesh_options;
+  mesh_options.name = "digits";
+  mesh_options.fanout = 16;  // >= 6 procs: without hosts the controller would message each proc
+  auto mesh = castmesh::ActorMesh<castmesh::testing::Digits>::Spawn(*procs, mesh_options);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  ASSERT_TRUE(mesh->call(castmesh::testing::Get{}).get(absl::Seconds(20)).ok());  // connections are up
+  auto host = castmesh::proc::ProcHost::of(runtime);
+  const uint64_t before = host->messages_sent();
+  ASSERT_TRUE(mesh->cast(castmesh::testing::Add{1}).ok());
+  EXPECT_EQ(host->messages_sent() - before, 2u) << "one message per host, the hosts' first procs fan out";
+  auto values = mesh->call(castmesh::testing::Get{}).get(absl::Seconds(20));
+  ASSERT_TRUE(values.ok()) << values.status();
+  for (const auto& [point, v] : values->items()) EXPECT_EQ(v, 1) << point;
+  EXPECT_TRUE(procs->stop().ok());
+  EXPECT_TRUE(hosts->shutdown().ok());
 }
 
 TEST(HostMesh, AFrozenAgentIsLostAfterTheMeshsOwnHeartbeatTimeout) {
