@@ -251,6 +251,11 @@ class Endpoint::Impl {
   }
 
   const EndpointOptions& options() const { return options_; }
+  // The credentials for TLS connections; null without TLS.
+  TlsContext* tls() const { return tls_.get(); }
+  // Whether connections accepted by the listener speak TLS (a TCP listener
+  // of an endpoint with TLS).
+  bool accepts_tls() const { return tls_ != nullptr && tcp_listener_; }
   asio::io_context& io() { return io_; }
   const std::string& id() const { return id_; }
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
@@ -272,6 +277,8 @@ class Endpoint::Impl {
   std::string id_;
   std::string local_name_;       // registered local: name, if any
   std::string unix_path_;        // filesystem socket to unlink at shutdown, if any
+  std::shared_ptr<TlsContext> tls_;  // set by start(), before any connection
+  bool tcp_listener_ = false;        // set by start(), before any connection
 
   mutable asio::io_context io_{1};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
@@ -340,6 +347,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     remote_ = describe_remote(socket_.native_handle());
     record_peer_pid();
     set_no_delay(socket_);
+    arm_handshake_timeout(deadline);
+    if (owner_.accepts_tls()) {
+      start_tls(/*server=*/true);  // the challenge follows the TLS handshake
+      return;
+    }
+    send_challenge();
+  }
+
+  // I/O thread: the acceptor's first handshake step.
+  void send_challenge() {
     my_nonce_ = wire::make_nonce();
     v1::Handshake hs;
     auto* challenge = hs.mutable_challenge();
@@ -348,7 +365,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     challenge->set_proc(owner_.id());
     challenge->set_features(my_features());
     write_handshake(hs);
-    arm_handshake_timeout(deadline);
     pump_on_io();
   }
 
@@ -369,7 +385,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     arm_handshake_timeout(owner_.options().handshake_timeout);
-    socket_.async_connect(*target, [self = shared_from_this()](const std::error_code& ec) {
+    const bool tls = address.kind == ChannelAddress::Kind::kTcp && owner_.tls() != nullptr;
+    socket_.async_connect(*target, [self = shared_from_this(), tls](const std::error_code& ec) {
       if (self->closed_) return;
       if (ec) {
         self->close(lost(absl::StrCat("cannot connect to ", self->peer_), ec), true);
@@ -378,9 +395,69 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->remote_ = describe_remote(self->socket_.native_handle());
       self->record_peer_pid();
       set_no_delay(self->socket_);
+      if (tls) {
+        self->start_tls(/*server=*/false);  // the acceptor's challenge comes inside TLS
+        return;
+      }
       self->my_nonce_ = wire::make_nonce();
       self->pump_on_io();
     });
+  }
+
+  // I/O thread: the TLS handshake over the connected socket, before any
+  // castmesh byte; then the secret handshake inside it.
+  void start_tls(bool server) {
+    // OpenSSL reads and writes the descriptor itself (no MSG_DONTWAIT):
+    // the socket must not block the I/O thread.
+    std::error_code ec;
+    socket_.non_blocking(true, ec);
+    if (ec) {
+      protocol_error(lost("TLS setup", ec));
+      return;
+    }
+    absl::StatusOr<SSL*> ssl = owner_.tls()->new_ssl(socket_.native_handle(), server);
+    if (!ssl.ok()) {
+      protocol_error(ssl.status());
+      return;
+    }
+    tls_ = std::make_unique<TlsSession>(*ssl);
+    tls_step();
+  }
+
+  void tls_step() {
+    if (closed_) return;
+    const TlsSession::Step step = tls_->handshake();
+    switch (step) {
+      case TlsSession::Step::kDone:
+        tls_done_ = true;
+        CASTMESH_LOG_DEBUG("castmesh-proc {}: TLS with {} ({})", owner_.id(), outgoing_ ? peer_ : remote_,
+                           tls_->describe());
+        if (outgoing_) {
+          my_nonce_ = wire::make_nonce();
+          pump_on_io();
+        } else {
+          send_challenge();
+        }
+        return;
+      case TlsSession::Step::kWantRead:
+      case TlsSession::Step::kWantWrite: {
+        const auto wait =
+            step == TlsSession::Step::kWantWrite ? asio::socket_base::wait_write : asio::socket_base::wait_read;
+        socket_.async_wait(wait, [self = shared_from_this()](const std::error_code& ec) {
+          if (self->closed_ || ec == asio::error::operation_aborted) return;
+          if (ec) {
+            self->protocol_error(lost("TLS handshake", ec));
+            return;
+          }
+          self->tls_step();
+        });
+        return;
+      }
+      case TlsSession::Step::kFailed:
+        protocol_error(absl::UnauthenticatedError(
+            absl::StrCat("TLS with ", outgoing_ ? peer_ : remote_, " refused: ", tls_->error())));
+        return;
+    }
   }
 
   // Any thread. See the backpressure policy in endpoint.h.
@@ -534,9 +611,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // One non-blocking gather write of `head` (handshake bytes) then the
-  // chunks of `queue`, in order: the bytes written, 0 when the socket is
-  // full, or -errno.
-  static ssize_t send_front(int fd, const std::string& head, std::vector<Chunk>& queue) {
+  // chunks of `queue`, in order (through TLS on a TLS connection): the
+  // bytes written, 0 when the socket is full, or -errno.
+  ssize_t send_front(int fd, const std::string& head, std::vector<Chunk>& queue) {
     constexpr int kMaxParts = 64;
     iovec iov[kMaxParts];
     int parts = 0;
@@ -547,6 +624,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (chunk.payload_left() > 0) {
         iov[parts++] = iovec{const_cast<char*>(chunk.payload.data()) + chunk.payload_sent, chunk.payload_left()};
       }
+    }
+    if (tls_ != nullptr) {
+      const ssize_t n = tls_->write(iov, parts);
+      if (n >= 0) return n;
+      return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
     }
     msghdr message{};
     message.msg_iov = iov;
@@ -611,8 +693,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     handshake_timer_.expires_after(absl::ToChronoNanoseconds(deadline));
     handshake_timer_.async_wait([self = shared_from_this(), deadline](const std::error_code& ec) {
       if (ec || self->closed_ || self->established_) return;
-      self->protocol_error(
-          absl::DeadlineExceededError(absl::StrCat("handshake not completed within ", absl::FormatDuration(deadline))));
+      // A TLS side waits for a ClientHello that a plaintext dialer never
+      // sends; a plaintext dialer waits for a challenge a TLS acceptor never
+      // sends: say so, it is the likely cause.
+      const bool tls_wait = self->tls_ != nullptr && !self->tls_done_;
+      self->protocol_error(absl::DeadlineExceededError(absl::StrCat(
+          tls_wait ? "TLS handshake" : "handshake", " not completed within ", absl::FormatDuration(deadline),
+          tls_wait ? " (does the peer use TLS with this mesh's CA?)"
+          : self->owner_.tls() == nullptr && self->outgoing_ ? " (does the peer require TLS?)"
+                                                              : "")));
     });
   }
 
@@ -708,12 +797,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     last_rx_.store(last_tx_, std::memory_order_relaxed);
     // For PeerReaders: a descriptor that no close() of the socket can leave
     // dangling (or hand to another file) while a reader polls it.
-    reader_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
+    // A TLS connection has neither: its bytes go through its TLS session,
+    // which the I/O thread alone drives (the reader's raw reads and the
+    // senders' raw writes would bypass it).
+    if (tls_ == nullptr) reader_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
     bool schedule = false;
     {
       detail::MutexLock lock(out_mu_);
       can_write_ = true;
-      direct_fd_ = socket_.native_handle();
+      direct_fd_ = tls_ == nullptr ? socket_.native_handle() : -1;
       if (!writing_ && !pending_.empty()) {
         set_writing_locked(true);
         schedule = true;
@@ -868,10 +960,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
         rbegin_ = 0;
       }
       const std::size_t room = rcap_ - rend_;
-      const ssize_t r = ::recv(fd, rbuf_.get() + rend_, room, MSG_DONTWAIT);
+      const ssize_t r = receive(fd, rbuf_.get() + rend_, room);
       if (r > 0) {
         rend_ += static_cast<std::size_t>(r);
-        emptied = static_cast<std::size_t>(r) < room;
+        // TLS returns one record per read, however much more is ready.
+        emptied = tls_ == nullptr && static_cast<std::size_t>(r) < room;
         last_rx_.store(receive_time(), std::memory_order_relaxed);
         continue;
       }
@@ -883,9 +976,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
+  // recv() of the socket, or through TLS on a TLS connection (the I/O
+  // thread's alone: a TLS connection lends no reader).
+  ssize_t receive(int fd, char* into, std::size_t max) {
+    if (tls_ != nullptr) return tls_->read(into, max);
+    return ::recv(fd, into, max, MSG_DONTWAIT);
+  }
+
   // A recv() on the connection failed with `error` (errno), or found it
   // closed by the peer (`error` 0).
   void recv_failed(const FrameFilter* mine, int error) {
+    if (tls_ != nullptr && error == EPROTO) {
+      read_failed(mine,
+                  absl::UnavailableError(absl::StrCat("TLS connection with ", outgoing_ ? peer_ : remote_, ": ",
+                                                      tls_->error())),
+                  /*protocol=*/false);
+      return;
+    }
     const std::error_code ec =
         error == 0 ? asio::error::make_error_code(asio::error::eof) : std::error_code(error, std::generic_category());
     read_failed(mine,
@@ -925,6 +1032,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (mine == nullptr ? closed_ : read_closed_.load(std::memory_order_acquire)) return Parsed::kClosed;
       const std::size_t avail = rend_ - rbegin_;
       if (avail < wire::kLengthPrefixSize) return Parsed::kMore;
+      if (!established_ && tls_ == nullptr && looks_like_tls(rbuf_.get() + rbegin_)) {
+        read_failed(mine,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "the peer (", remote_, ") speaks TLS and this proc has no TLS configured (ca/cert/key)")),
+                    /*protocol=*/true);
+        return Parsed::kClosed;
+      }
       const std::uint32_t prefix = wire::read_length_prefix(rbuf_.get() + rbegin_);
       const bool binary = established_ && (prefix & wire::kBinaryDataFrameBit) != 0;
       const std::uint32_t body_size = binary ? prefix & ~wire::kBinaryDataFrameBit : prefix;
@@ -1012,6 +1126,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return head;
   }
 
+  // The first bytes of a TLS handshake record (type 22, version 3.x), which
+  // no castmesh handshake frame starts with (its length would be over 66 KB).
+  static bool looks_like_tls(const char* bytes) { return bytes[0] == 0x16 && bytes[1] == 0x03; }
+
   // Whether the thread reading with filter `mine` (nullptr: the I/O thread)
   // delivers `head`'s frame: a reader takes heartbeats and the data frames
   // its filter accepts.
@@ -1078,7 +1196,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       int error = 0;  // of a recv() that read nothing: errno, or 0 when the peer closed
       auto take = [&](char* into, std::size_t max) {
         called = true;
-        const ssize_t r = ::recv(fd, into, max, MSG_DONTWAIT);
+        const ssize_t r = receive(fd, into, max);
         if (r > 0) return static_cast<std::size_t>(r);
         error = r == 0 ? 0 : errno;
         return std::size_t{0};
@@ -1255,10 +1373,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (established_) {
       CASTMESH_LOG_WARN("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(), peer_, remote_,
                         why.ToString());
+    } else if (outgoing_) {
+      // A line of its own (rate-limited apart): a flood of refused inbound
+      // connections must not hide why this proc's own dial failed.
+      CASTMESH_LOG_WARN_LIMITED("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(), peer_, remote_,
+                                why.ToString());
     } else {
       // Anyone who can reach the listener can cause this line: rate-limited.
       CASTMESH_LOG_WARN_LIMITED("castmesh-proc {}: closing connection with {} ({}): {}", owner_.id(),
-                                outgoing_ ? peer_ : std::string("unauthenticated peer"), remote_, why.ToString());
+                                "unauthenticated peer", remote_, why.ToString());
     }
     close(why, true);
   }
@@ -1276,6 +1399,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<Clock::time_point> last_rx_{Clock::time_point{}};  // any reading thread
   Clock::time_point last_tx_{};
   std::string admission_key_;  // accepted and not yet authenticated: whose cap it counts against
+  // TLS (I/O thread only): set before the connection's first byte when it
+  // speaks TLS; tls_done_ once both certificates were verified.
+  std::unique_ptr<TlsSession> tls_;
+  bool tls_done_ = false;
   bool admitted_ = false;
 
   // Outbound.
@@ -1348,11 +1475,17 @@ absl::Status Endpoint::Impl::start() {
   absl::StatusOr<wire::FrameLimits> limits = wire::apply_environment(options_.limits);
   if (!limits.ok()) return limits.status();
   options_.limits = *limits;
+  if (options_.tls.enabled()) {
+    absl::StatusOr<std::shared_ptr<TlsContext>> tls = TlsContext::load(options_.tls);
+    if (!tls.ok()) return tls.status();
+    tls_ = *std::move(tls);
+  }
   if (options_.listen.empty()) {
     id_ = absl::StrCat("anon:", ::getpid(), "-", absl::BytesToHexString(wire::make_nonce().substr(0, 6)));
   } else {
     absl::StatusOr<ChannelAddress> address = parse_channel_address(options_.listen);
     if (!address.ok()) return address.status();
+    tcp_listener_ = address->kind == ChannelAddress::Kind::kTcp;
     if (absl::Status st = listen(*address); !st.ok()) return st;
   }
   if (acceptor_) {

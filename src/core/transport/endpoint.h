@@ -50,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "castmesh/wire/v1/frame.pb.h"
+#include "core/transport/tls.h"
 #include "core/wire/frame.h"
 #include "core/wire/payload.h"
 
@@ -78,6 +79,13 @@ struct EndpointOptions {
   std::string advertise_host;
   // Mesh secret shared by every proc of the mesh; must not be empty.
   std::string secret;
+  // Mutual TLS 1.3 on every TCP connection, accepted or dialed (all three
+  // files set), or none (all empty). With TLS, both sides verify the other's
+  // certificate against the CA before any castmesh frame is read, then run
+  // the secret handshake inside TLS; a TLS connection's bytes are read and
+  // written by the I/O thread only (no PeerReader, no direct write from a
+  // sending thread). Unix sockets and local: channels never use TLS.
+  TlsFiles tls;
   wire::FrameLimits limits;
   std::size_t max_outbound_bytes = std::size_t{256} << 20;
   absl::Duration send_block_timeout = absl::Seconds(30);

@@ -1,0 +1,106 @@
+// Mutual TLS 1.3 for an Endpoint's TCP connections (docs/security.md),
+// over OpenSSL's libssl. TlsContext holds the proc's credentials and its
+// trust root; TlsSession is one connection's TLS state over a non-blocking
+// socket, driven by the connection's I/O thread.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "castmesh/detail/mutex.h"
+
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace castmesh::transport {
+
+// Where a proc's TLS credentials are: PEM files. All empty: no TLS. Plain value.
+struct TlsFiles {
+  std::string ca_file;    // the CA that signs every peer's certificate (the mesh's trust root)
+  std::string cert_file;  // this proc's certificate (chain), signed by that CA
+  std::string key_file;   // its private key: must not be readable by group or others
+  bool enabled() const { return !ca_file.empty() || !cert_file.empty() || !key_file.empty(); }
+};
+
+// Checks that all three are set and readable, and that the key file is
+// private (mode 0600 or stricter): a clear error naming the file otherwise.
+absl::Status check_tls_files(const TlsFiles& files);
+
+// The credentials of one endpoint. New connections take the files' current
+// content: a certificate (or CA) replaced on disk is used from the next
+// connection on, without restarting (rotation); connections already open
+// keep theirs. Thread-safe.
+class TlsContext {
+ public:
+  // Loads the files. Errors: missing or unreadable file, a key that is not
+  // private or does not match the certificate, a CA file with no certificate.
+  static absl::StatusOr<std::shared_ptr<TlsContext>> load(TlsFiles files);
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  // An SSL object for a new connection over `fd` (server: the accepting
+  // side), from the files' current content (reloaded when one changed; a
+  // reload that fails keeps the previous credentials and logs why).
+  absl::StatusOr<SSL*> new_ssl(int fd, bool server);
+
+  const TlsFiles& files() const { return files_; }
+
+ private:
+  explicit TlsContext(TlsFiles files) : files_(std::move(files)) {}
+  // The files' modification times, to notice a rotation.
+  struct Stamp {
+    timespec ca{}, cert{}, key{};
+    bool operator==(const Stamp& o) const;
+  };
+  static absl::StatusOr<Stamp> stamp_of(const TlsFiles& files);
+  static absl::StatusOr<SSL_CTX*> build(const TlsFiles& files);
+
+  const TlsFiles files_;
+  detail::Mutex mu_;
+  SSL_CTX* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Stamp stamp_ ABSL_GUARDED_BY(mu_);
+};
+
+// One connection's TLS over a non-blocking socket. Calls follow the
+// recv()/sendmsg() conventions so the connection's read and write paths
+// stay the same with and without TLS. Thread-safe (one lock around the SSL
+// object, which OpenSSL does not let two threads use at once).
+class TlsSession {
+ public:
+  enum class Step { kDone, kWantRead, kWantWrite, kFailed };
+  explicit TlsSession(SSL* ssl) : ssl_(ssl) {}
+  ~TlsSession();
+  TlsSession(const TlsSession&) = delete;
+  TlsSession& operator=(const TlsSession&) = delete;
+
+  // Advances the handshake, peer verification included (kFailed: error()
+  // says why, naming which side refused what).
+  Step handshake();
+  // Like recv(): bytes read (> 0), 0 when the peer closed, -1 with errno
+  // (EAGAIN: nothing ready, EPROTO: a TLS error, see error()).
+  ssize_t read(char* into, std::size_t max);
+  // Like sendmsg() of the parts in order: bytes taken (> 0), 0 when the
+  // socket is full, -1 with errno. A part cut short by a full socket is
+  // offered again (same bytes, same order) by the next call, as OpenSSL
+  // requires.
+  ssize_t write(const iovec* parts, int count);
+  // Why the last call failed, for the connection's error.
+  std::string error() const;
+  // "TLSv1.3 TLS_AES_256_GCM_SHA384, peer CN=host-a": for logs.
+  std::string describe() const;
+
+ private:
+  mutable detail::Mutex mu_;
+  SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
+  std::string error_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace castmesh::transport
