@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "castmesh/actor.h"
 #include "castmesh/host_mesh.h"
 #include "castmesh/proc_mesh.h"
@@ -123,7 +124,16 @@ int run_controller(const std::string& agent, const std::string& echo, int rounds
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
   castmesh::Runtime runtime;
-  auto hosts = castmesh::HostMesh::attach(runtime, {agent});
+  castmesh::HostMeshOptions options;
+  // run_cross_host_ask.sh --tls: mutual TLS with scripts/make-test-certs.sh's files.
+  const char* tls_dir = std::getenv("CASTMESH_BENCH_TLS_DIR");
+  const bool tls = tls_dir != nullptr && *tls_dir != '\0';
+  if (tls) {
+    options.ca = absl::StrCat(tls_dir, "/ca.crt");
+    options.cert = absl::StrCat(tls_dir, "/controller.crt");
+    options.private_key = absl::StrCat(tls_dir, "/controller.key");
+  }
+  auto hosts = castmesh::HostMesh::attach(runtime, {agent}, options);
   if (!hosts.ok()) {
     std::fprintf(stderr, "attach: %s\n", hosts.status().ToString().c_str());
     return 1;
@@ -155,7 +165,8 @@ int run_controller(const std::string& agent, const std::string& echo, int rounds
     raw = std::min(raw, median(raw_rtt_us(fd, rounds)));
     ask = std::min(ask, median(ask_us(rounds)));
   }
-  std::printf("cross-host (netns) 8 B round trip, best median of 3 x %d:\n", rounds);
+  std::printf("cross-host (netns) 8 B round trip, best median of 3 x %d%s:\n", rounds,
+              tls ? ", castmesh over mutual TLS 1.3" : "");
   std::printf("  raw TCP (C, TCP_NODELAY)      %8.1f us\n", raw);
   std::printf("  castmesh ask (plain thread)   %8.1f us   %.2fx raw\n", ask, ask / raw);
   std::printf("  spawn_procs (1 proc, C++ worker) %6.1f ms\n", spawn_ms);

@@ -31,8 +31,11 @@
 
 namespace castmesh {
 
-// The credentials value that means "no TLS" (Monarch's default); anything
-// else is refused with kUnimplemented until mutual TLS lands.
+// The `ca` value that means "no TLS" (Monarch's default): connections are
+// authenticated by the mesh secret only, in plaintext. Otherwise `ca`,
+// `cert` and `private_key` are PEM files and every TCP connection between
+// the controller, the agents and their procs is mutual TLS 1.3 with them,
+// the secret still required inside it (docs/security.md).
 inline constexpr char kTrustAllConnections[] = "trust_all_connections";
 
 // The mesh secret of agents and their controllers: `explicit_secret` if not
@@ -54,7 +57,10 @@ struct HostAgentOptions {
   // else the file named by $CASTMESH_SECRET_FILE (which must be mode 0600
   // and owned by this user); an agent never runs without one.
   std::string secret;
-  // Mutual TLS (not yet implemented): anything but the defaults is refused.
+  // Mutual TLS: the CA file, this agent's certificate and its private key
+  // (mode 0600), or the defaults (no TLS). The agent's procs use the same
+  // files, by path (CASTMESH_TLS_CA/_CERT/_KEY in their environment); a
+  // file replaced on disk is used from the next connection on.
   std::string ca = kTrustAllConnections;
   std::string cert;
   std::string private_key;
@@ -83,6 +89,8 @@ struct HostMeshOptions {
   // The mesh secret (as HostAgentOptions::secret; empty: the runtime's if
   // it is a proc already, else $CASTMESH_SECRET / $CASTMESH_SECRET_FILE).
   std::string secret;
+  // Mutual TLS (as HostAgentOptions): the controller's listener, which the
+  // agents' procs dial, uses it too.
   std::string ca = kTrustAllConnections;
   std::string cert;
   std::string private_key;

@@ -187,6 +187,12 @@ struct RendezvousAllocatorOptions {
   // CASTMESH_SECRET). Empty: this process's CASTMESH_SECRET; one of the two
   // is required (a rendezvous never runs without authentication).
   std::string secret;
+  // Mutual TLS on the listener's TCP connections (docs/security.md): the CA
+  // file, this controller's certificate and its private key (0600), all
+  // three or none. The procs then need CASTMESH_TLS_CA/_CERT/_KEY too.
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
   // As LocalAllocatorOptions::on_supervision_event.
   std::function<void(const SupervisionEvent&)> on_supervision_event;
 };

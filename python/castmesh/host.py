@@ -24,9 +24,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="castmesh-host", description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", required=True, help="tcp://HOST:PORT to listen at (port 0: a free one)")
     parser.add_argument("--host-identity", default=None, help="this host's identity for same-host data paths")
-    parser.add_argument("--ca", default=TRUST_ALL_CONNECTIONS, help="mutual TLS CA (not implemented yet)")
-    parser.add_argument("--cert", default=None, help="mutual TLS certificate (not implemented yet)")
-    parser.add_argument("--key", default=None, help="mutual TLS private key (not implemented yet)")
+    parser.add_argument("--ca", default=TRUST_ALL_CONNECTIONS, help="mutual TLS: the CA certificate file")
+    parser.add_argument("--cert", default=None, help="mutual TLS: this host's certificate file")
+    parser.add_argument("--key", default=None, help="mutual TLS: this host's private key file (mode 0600)")
     args = parser.parse_args(argv)
     from .errors import ProcError
 

@@ -42,13 +42,6 @@ class ProcCommand:
         return f"ProcCommand(env={self.env!r})"
 
 
-def _refuse_tls(ca: str, private_key: Optional[str], cert: Optional[str], where: str) -> None:
-    if ca != TRUST_ALL_CONNECTIONS or private_key is not None or cert is not None:
-        raise NotImplementedError(
-            f"{where}: mutual TLS (ca=, cert=, private_key=) is not implemented yet; use "
-            f"ca={TRUST_ALL_CONNECTIONS!r} (every connection is still authenticated by the mesh secret)")
-
-
 class HostMesh(MeshShapeOps):
     """Machines procs can be started on: :func:`this_host` (this machine,
     shape ``{}``), or the hosts of :func:`attach_to_workers` (shape
@@ -240,8 +233,10 @@ def run_worker_loop_forever(*, address: str, ca: str = TRUST_ALL_CONNECTIONS, pr
     port). Prints ``castmesh host agent listening at ADDRESS`` once it
     listens. Returns when a controller calls ``HostMesh.shutdown()``;
     raises :class:`castmesh.ProcError` when it cannot listen or has no
-    secret."""
-    _refuse_tls(ca, private_key, cert, "run_worker_loop_forever")
+    secret. ``ca``, ``cert`` and ``private_key`` (PEM files; the key mode
+    0600) turn on mutual TLS 1.3 for the agent and the procs it starts
+    (docs/security.md); the default ``ca="trust_all_connections"`` is
+    plaintext authenticated by the mesh secret."""
     agent = _castmesh.HostAgent(address, secret or "", host_identity or "",
                                 [sys.executable, "-m", "castmesh._worker"], ca, cert or "", private_key or "")
     print(f"castmesh host agent listening at {agent.address}", flush=True)
@@ -265,9 +260,10 @@ def _dial_host(address: str) -> str:
     return match.group(1).strip("[]")
 
 
-def _controller_runtime(first_worker: str, secret: Optional[str]) -> None:
-    """Makes this process's runtime listen on TCP where the agents reach it
-    (unless it already is a proc: the attach then checks its address)."""
+def _controller_runtime(first_worker: str, secret: Optional[str], tls: Sequence[str]) -> None:
+    """Makes this process's runtime listen on TCP where the agents reach it,
+    with mutual TLS when ``tls`` is (ca, cert, key) (unless it already is a
+    proc: the attach then checks its address and TLS)."""
     from . import mesh
 
     if mesh._runtime_instance is not None:
@@ -279,13 +275,13 @@ def _controller_runtime(first_worker: str, secret: Optional[str]) -> None:
     except ValueError:
         loopback = host == "localhost"
     if loopback:
-        mesh._runtime(listen="tcp:127.0.0.1:0", secret=resolved)
+        mesh._runtime(listen="tcp:127.0.0.1:0", secret=resolved, tls=tuple(tls))
         return
     try:
         local = _local_address_towards(host)
     except OSError as error:
         raise ProcError(f"cannot reach host agent {first_worker}: {error}", "UNAVAILABLE") from None
-    mesh._runtime(listen="tcp:0.0.0.0:0", secret=resolved, advertise_host=local)
+    mesh._runtime(listen="tcp:0.0.0.0:0", secret=resolved, advertise_host=local, tls=tuple(tls))
 
 
 def attach_to_workers(*, workers: Sequence[Union[str, Future[str]]], ca: str = TRUST_ALL_CONNECTIONS,
@@ -298,8 +294,9 @@ def attach_to_workers(*, workers: Sequence[Union[str, Future[str]]], ca: str = T
     every agent answered. ``secret`` (else ``CASTMESH_SECRET`` or the 0600
     file ``CASTMESH_SECRET_FILE``) must be the agents'. A host that vanishes
     without a reset fails pending calls within ``heartbeat_timeout +
-    heartbeat_interval`` seconds."""
-    _refuse_tls(ca, private_key, cert, "attach_to_workers")
+    heartbeat_interval`` seconds. ``ca``, ``cert`` and ``private_key``
+    must match the agents' TLS (both with or both without): this
+    controller's own listener uses them too."""
     if _context.in_worker():
         raise RuntimeError("attach_to_workers is called by the controller, not in a worker proc")
     workers = list(workers)
@@ -307,10 +304,21 @@ def attach_to_workers(*, workers: Sequence[Union[str, Future[str]]], ca: str = T
         raise ValueError("attach_to_workers needs at least one worker address")
     if not heartbeat_timeout > heartbeat_interval > 0:
         raise ValueError("heartbeat_timeout must be longer than heartbeat_interval, both positive")
+    # Before this process's listener is made with them (the C++ attach
+    # checks them again, files included).
+    if ca == TRUST_ALL_CONNECTIONS and (cert or private_key):
+        raise ValueError(f"cert/private_key were given with ca={TRUST_ALL_CONNECTIONS!r}: mutual TLS needs the CA "
+                         "file that signs every host's certificate as ca")
+    if ca != TRUST_ALL_CONNECTIONS and not (cert and private_key):
+        raise ValueError(f"ca={ca!r} turns on mutual TLS, which also needs this controller's certificate (cert=) "
+                         "and private key (private_key=) files, signed by that CA")
 
     def attach() -> Any:
         addresses = [w.get() if isinstance(w, Future) else str(w) for w in workers]
-        _controller_runtime(addresses[0], secret)
+        # Checked (and made absolute) by the C++ attach; the listener made
+        # first must already use them, since the agents' procs dial it.
+        tls = () if ca == TRUST_ALL_CONNECTIONS else (ca, cert or "", private_key or "")
+        _controller_runtime(addresses[0], secret, tls)
         try:
             return _castmesh.HostMesh.attach(addresses, name or "", secret or "", ca, cert or "", private_key or "",
                                              heartbeat_interval, heartbeat_timeout, attach_timeout)

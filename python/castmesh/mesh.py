@@ -1056,7 +1056,8 @@ def this_proc() -> _LocalProc:
     return _this_proc
 
 
-def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str = "") -> "_castmesh.Runtime":
+def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str = "",
+             tls: Tuple[str, ...] = ()) -> "_castmesh.Runtime":
     """This process's controller runtime, made on first use (listening at
     ``listen`` when given, for a Rendezvous; on a private Unix address
     otherwise)."""
@@ -1067,7 +1068,7 @@ def _runtime(listen: Optional[str] = None, secret: str = "", advertise_host: str
             if _context.in_worker():
                 raise RuntimeError("worker procs cannot start procs of their own (yet); use this_proc()")
             try:
-                _runtime_instance = _castmesh.Runtime(0, listen or "", secret, advertise_host)
+                _runtime_instance = _castmesh.Runtime(0, listen or "", secret, advertise_host, list(tls))
             except ProcError as error:
                 raise with_context(error, f"cannot listen at {listen}") from None
             atexit.register(_shutdown)

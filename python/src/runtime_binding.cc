@@ -45,8 +45,10 @@ class PyRuntime {
   // there with `secret` (empty: CASTMESH_SECRET) so that procs started by a
   // launcher can join; otherwise on a fresh abstract Unix address with a
   // fresh secret.
+  // `tls`: (CA, certificate, key) files for mutual TLS on that listener
+  // (attach_to_workers with TLS), or empty.
   explicit PyRuntime(int workers, const std::string& listen, const std::string& secret,
-                     const std::string& advertise_host) {
+                     const std::string& advertise_host, const std::vector<std::string>& tls) {
     RuntimeOptions options;
     options.workers = workers;
     runtime_ = std::make_unique<Runtime>(std::move(options));
@@ -55,6 +57,13 @@ class PyRuntime {
       rendezvous.listen = listen;
       rendezvous.secret = secret;
       rendezvous.advertise_host = advertise_host;
+      if (tls.size() == 3) {
+        rendezvous.tls_ca = tls[0];
+        rendezvous.tls_cert = tls[1];
+        rendezvous.tls_key = tls[2];
+      } else if (!tls.empty()) {
+        throw_status(absl::InvalidArgumentError("tls needs (ca, cert, key)"), ErrorDomain::kProc);
+      }
       RendezvousAllocator allocator(std::move(rendezvous));
       absl::StatusOr<std::string> address = allocator.listen(*runtime_);
       if (!address.ok()) throw_status(address.status(), ErrorDomain::kProc);
@@ -133,8 +142,9 @@ class PyRuntime {
 
 void bind_runtime(py::module_& module) {
   py::class_<PyRuntime>(module, "Runtime", "The controller's castmesh::Runtime.")
-      .def(py::init<int, const std::string&, const std::string&, const std::string&>(), py::arg("workers") = 0,
-           py::arg("listen") = "", py::arg("secret") = "", py::arg("advertise_host") = "")
+      .def(py::init<int, const std::string&, const std::string&, const std::string&, const std::vector<std::string>&>(),
+           py::arg("workers") = 0, py::arg("listen") = "", py::arg("secret") = "", py::arg("advertise_host") = "",
+           py::arg("tls") = std::vector<std::string>{})
       .def("allocate", &PyRuntime::allocate, py::arg("dims"), py::arg("argv"), py::arg("env"),
            py::arg("join_timeout") = 60.0, "Starts worker procs with the LocalAllocator.")
       .def("allocate_rendezvous", &PyRuntime::allocate_rendezvous, py::arg("dims"), py::arg("join_timeout") = 60.0,

@@ -22,7 +22,8 @@ constexpr char kUsage[] =
     "                   tcp://ADVERTISE@0.0.0.0:PORT; port 0 picks a free one (printed)\n"
     "  --host-identity  this host's identity for same-host data paths (default: boot id + namespaces)\n"
     "  --python         the Python that runs Python controllers' workers (default: $CASTMESH_PYTHON or python3)\n"
-    "  --ca/--cert/--key  mutual TLS (not implemented yet)\n"
+    "  --ca/--cert/--key  mutual TLS 1.3: the CA file, this host's certificate and its private key\n"
+    "                   (mode 0600); its procs use the same files (docs/security.md)\n"
     "The mesh secret comes from CASTMESH_SECRET or CASTMESH_SECRET_FILE (mode 0600), never the command line.\n";
 
 }  // namespace

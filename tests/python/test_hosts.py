@@ -270,13 +270,79 @@ def test_agent_refuses_a_world_readable_secret_file() -> None:
         assert run.returncode != 0 and "never runs without authentication" in run.stderr, run.stderr
 
 
-def test_tls_arguments_are_not_implemented_yet() -> None:
+TLS_PORT = PORT + 1  # agents with mutual TLS, beside the module's plaintext ones
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A test CA with an "agent" and a "controller" certificate."""
+    folder = tmp_path_factory.mktemp("certs")
+    try:
+        subprocess.run([str(HERE.parent.parent / "scripts" / "make-test-certs.sh"), str(folder), "agent", "controller"],
+                       check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"cannot make test certificates (needs the openssl command): {error}")
+    return folder
+
+
+def start_tls_agent(hosts: "netns_hosts.NetnsHosts", k: int, certs: Path) -> subprocess.Popen:
+    """An agent with mutual TLS on host k, at TLS_PORT."""
+    agent = hosts.popen(k, [sys.executable, "-m", "castmesh.host", "--address", f"tcp://{hosts.address(k)}:{TLS_PORT}",
+                            "--ca", str(certs / "ca.crt"), "--cert", str(certs / "agent.crt"),
+                            "--key", str(certs / "agent.key")],
+                        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line = agent.stdout.readline() if agent.stdout else ""
+    assert "listening at" in line, f"TLS agent {k} did not start: {line}"
+    return agent
+
+
+def stop(agent: subprocess.Popen) -> str:
+    if agent.poll() is None:
+        agent.kill()
+    out, _ = agent.communicate(timeout=30)
+    return out or ""
+
+
+def test_incomplete_tls_arguments_are_refused() -> None:
     import castmesh
 
-    with pytest.raises(NotImplementedError, match="mutual TLS"):
-        castmesh.attach_to_workers(workers=["tcp://127.0.0.1:1"], ca="ca.pem", private_key="key.pem")
-    with pytest.raises(NotImplementedError, match="mutual TLS"):
-        castmesh.run_worker_loop_forever(address="tcp://127.0.0.1:0", ca="ca.pem")
+    with pytest.raises(Exception, match="private_key"):
+        castmesh.attach_to_workers(workers=["tcp://127.0.0.1:1"], ca="ca.pem").initialized.get()
+    with pytest.raises(Exception, match="trust_all_connections"):
+        castmesh.run_worker_loop_forever(address="tcp://127.0.0.1:0", private_key="key.pem")
+
+
+@pytest.mark.timeout(120)
+def test_full_mesh_over_mutual_tls(agents: Agents, certs: Path) -> None:
+    tls_agents = {k: start_tls_agent(agents.hosts, k, certs) for k in (1, 2)}
+    try:
+        addresses = [f"tcp://{agents.hosts.address(k)}:{TLS_PORT}" for k in tls_agents]
+        finish(controller("tls", addresses, env=_env(TEST_TLS_DIR=str(certs))))
+        for agent in tls_agents.values():
+            agent.wait(timeout=30)  # the controller's shutdown ends them
+    finally:
+        for agent in tls_agents.values():
+            stop(agent)
+
+
+@pytest.mark.timeout(120)
+def test_tls_and_plaintext_refuse_each_other(agents: Agents, certs: Path) -> None:
+    tls_agent = start_tls_agent(agents.hosts, 3, certs)
+    try:
+        # A controller without TLS: the agent says nothing before a TLS hello,
+        # so the connection's 5 s handshake deadline ends it.
+        out = finish(controller("attach-fails", [f"tcp://{agents.hosts.address(3)}:{TLS_PORT}"],
+                                env=_env(TEST_ATTACH_TIMEOUT="15")))
+        assert "require TLS" in out, out
+        # A controller with TLS and an agent without it.
+        agents.start(3)
+        out = finish(controller("attach-fails", [agents.address(3)], env=_env(TEST_TLS_DIR=str(certs))))
+        assert "speak TLS" in out, out
+    finally:
+        log = stop(tls_agent)
+    # The agent's side of the first refusal: its own deadline, or the
+    # controller's close first.
+    assert "does the peer use TLS" in log or "does not speak TLS" in log, log
 
 
 @pytest.mark.timeout(120)

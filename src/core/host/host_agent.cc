@@ -22,6 +22,7 @@
 #include "castmesh/host_mesh.h"
 #include "castmesh/wire/v1/host.pb.h"
 #include "core/host/host_address.h"
+#include "core/host/host_tls.h"
 #include "core/log/log.h"
 #include "core/platform/cpu_binding.h"
 #include "core/platform/process_memory.h"
@@ -46,8 +47,12 @@ struct Child {
 
 class Agent {
  public:
-  Agent(HostAgentOptions options, std::string secret, AgentListen listen)
-      : options_(std::move(options)), secret_(std::move(secret)), listen_(std::move(listen)), runtime_(runtime_options()) {}
+  Agent(HostAgentOptions options, std::string secret, AgentListen listen, transport::TlsFiles tls)
+      : options_(std::move(options)),
+        secret_(std::move(secret)),
+        listen_(std::move(listen)),
+        tls_(std::move(tls)),
+        runtime_(runtime_options()) {}
 
   ~Agent() {
     {
@@ -67,6 +72,7 @@ class Agent {
     host_options.listen = listen_.listen;
     host_options.advertise_host = listen_.advertise_host;
     host_options.secret = secret_;
+    host_options.tls = tls_;
     absl::StatusOr<std::shared_ptr<proc::ProcHost>> attached = proc::ProcHost::attach(runtime_, host_options);
     if (!attached.ok()) {
       return absl::Status(attached.status().code(), absl::StrCat("host agent cannot listen at ", listen_.listen, ": ",
@@ -185,7 +191,8 @@ class Agent {
                                            proc::kEnvWorldSize,          proc::kEnvJoinTimeout,
                                            proc::kEnvAdvertiseHost,      platform::kEnvHostIdentity,
                                            proc::kEnvHeartbeatIntervalMs, proc::kEnvHeartbeatTimeoutMs,
-                                           platform::kEnvCpuBind};
+                                           platform::kEnvCpuBind,         proc::kEnvTlsCa,
+                                           proc::kEnvTlsCert,             proc::kEnvTlsKey};
     std::vector<std::string> env;
     for (std::string& entry : proc::inherited_worker_environment()) {
       const bool replaced = std::any_of(ours.begin(), ours.end(), [&](const std::string& name) {
@@ -201,6 +208,13 @@ class Agent {
     if (request.join_timeout_s() > 0) env.push_back(absl::StrCat(proc::kEnvJoinTimeout, "=", request.join_timeout_s()));
     env.push_back(absl::StrCat(proc::kEnvAdvertiseHost, "=", advertise_host_));
     env.push_back(absl::StrCat(platform::kEnvHostIdentity, "=", identity_));
+    if (tls_.enabled()) {
+      // The agent's own files, by path: its procs run as its user on its
+      // host, and no key material goes into an environment or argv.
+      env.push_back(absl::StrCat(proc::kEnvTlsCa, "=", tls_.ca_file));
+      env.push_back(absl::StrCat(proc::kEnvTlsCert, "=", tls_.cert_file));
+      env.push_back(absl::StrCat(proc::kEnvTlsKey, "=", tls_.key_file));
+    }
     if (request.heartbeat_interval_ms() > 0 && request.heartbeat_timeout_ms() > 0) {
       env.push_back(absl::StrCat(proc::kEnvHeartbeatIntervalMs, "=", request.heartbeat_interval_ms()));
       env.push_back(absl::StrCat(proc::kEnvHeartbeatTimeoutMs, "=", request.heartbeat_timeout_ms()));
@@ -354,6 +368,7 @@ class Agent {
   const HostAgentOptions options_;
   const std::string secret_;
   const AgentListen listen_;
+  const transport::TlsFiles tls_;  // empty: no TLS
   Runtime runtime_;
   std::shared_ptr<proc::ProcHost> host_;
   std::string identity_;
@@ -375,16 +390,13 @@ class Agent {
 }  // namespace host
 
 absl::Status run_host_agent(HostAgentOptions options) {
-  if (options.ca != kTrustAllConnections || !options.cert.empty() || !options.private_key.empty()) {
-    return absl::UnimplementedError(
-        "mutual TLS for host agents is not implemented yet: use ca=\"trust_all_connections\" with no certificate or "
-        "key (every connection is still authenticated by the mesh secret)");
-  }
+  absl::StatusOr<transport::TlsFiles> tls = host::tls_files_of(options.ca, options.cert, options.private_key);
+  if (!tls.ok()) return tls.status();
   absl::StatusOr<std::string> secret = host::resolve_mesh_secret(options.secret);
   if (!secret.ok()) return secret.status();
   absl::StatusOr<host::AgentListen> listen = host::parse_agent_address(options.address);
   if (!listen.ok()) return listen.status();
-  host::Agent agent(options, *std::move(secret), *std::move(listen));
+  host::Agent agent(options, *std::move(secret), *std::move(listen), *std::move(tls));
   if (absl::Status started = agent.start(); !started.ok()) return started;
   if (options.on_listening) options.on_listening(agent.id());
   agent.wait_for_shutdown();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/host_mesh.h"
+#include "core/host/host_tls.h"
 #include "castmesh/wire/v1/host.pb.h"
 #include "core/host/host_address.h"
 #include "core/log/log.h"
@@ -85,6 +86,7 @@ uint32_t millis(absl::Duration d) { return static_cast<uint32_t>(std::max<int64_
 
 // The runtime's proc, made to listen on TCP where the agents can reach it.
 absl::StatusOr<std::shared_ptr<proc::ProcHost>> controller_proc(Runtime& runtime, const HostMeshOptions& options,
+                                                               const transport::TlsFiles& tls,
                                                                const std::string& first_agent) {
   std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(runtime);
   absl::StatusOr<transport::ChannelAddress> agent = transport::parse_channel_address(first_agent);
@@ -95,6 +97,14 @@ absl::StatusOr<std::shared_ptr<proc::ProcHost>> controller_proc(Runtime& runtime
     if (!options.secret.empty() && options.secret != host->secret()) {
       return absl::FailedPreconditionError(
           "this controller is already a proc with another mesh secret (a process has one)");
+    }
+    if (host->uses_tls() != tls.enabled()) {
+      // One listener per process: the agents' procs dial it, so its TLS must
+      // be what they speak.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this controller is already a proc ", host->uses_tls() ? "with" : "without",
+          " mutual TLS, and attach asks for ", tls.enabled() ? "TLS" : "no TLS",
+          " (a process has one listener): attach before starting procs, with the same credentials"));
     }
     const bool tcp = absl::StartsWith(host->id(), "tcp:");
     const bool loopback_self = absl::StartsWith(host->id(), "tcp:127.") || absl::StartsWith(host->id(), "tcp:[::1]");
@@ -109,6 +119,7 @@ absl::StatusOr<std::shared_ptr<proc::ProcHost>> controller_proc(Runtime& runtime
   if (!secret.ok()) return secret.status();
   proc::ProcHostOptions host_options;
   host_options.secret = *std::move(secret);
+  host_options.tls = tls;
   if (!options.listen.empty()) {
     host_options.listen = options.listen;
   } else if (loopback_agent) {
@@ -165,11 +176,8 @@ absl::StatusOr<std::string> resolve_mesh_secret(const std::string& explicit_secr
 absl::StatusOr<HostMesh> HostMesh::attach(Runtime& runtime, const std::vector<std::string>& workers,
                                           HostMeshOptions options) {
   if (workers.empty()) return absl::InvalidArgumentError("attach needs at least one host agent address");
-  if (options.ca != kTrustAllConnections || !options.cert.empty() || !options.private_key.empty()) {
-    return absl::UnimplementedError(
-        "mutual TLS for host agents is not implemented yet: use ca=\"trust_all_connections\" with no certificate or "
-        "key (every connection is still authenticated by the mesh secret)");
-  }
+  absl::StatusOr<transport::TlsFiles> tls = host::tls_files_of(options.ca, options.cert, options.private_key);
+  if (!tls.ok()) return tls.status();
   if (options.heartbeat_interval <= absl::ZeroDuration() || options.heartbeat_timeout <= options.heartbeat_interval) {
     return absl::InvalidArgumentError("heartbeat_timeout must be longer than heartbeat_interval, both positive");
   }
@@ -182,7 +190,7 @@ absl::StatusOr<HostMesh> HostMesh::attach(Runtime& runtime, const std::vector<st
     }
     dial.push_back(*std::move(address));
   }
-  absl::StatusOr<std::shared_ptr<proc::ProcHost>> host = host::controller_proc(runtime, options, dial.front());
+  absl::StatusOr<std::shared_ptr<proc::ProcHost>> host = host::controller_proc(runtime, options, *tls, dial.front());
   if (!host.ok()) return host.status();
   auto state = std::make_shared<State>();
   state->host = *std::move(host);

@@ -187,6 +187,10 @@ absl::StatusOr<WorkerLaunch> worker_launch_from(const EnvLookup& env) {
     if (*ms <= 0) return absl::InvalidArgumentError(absl::StrCat(name, "=", text, " must be a positive number of ms"));
     *into = absl::Milliseconds(*ms);
   }
+  for (auto [name, into] : {std::pair{kEnvTlsCa, &launch.tls.ca_file}, std::pair{kEnvTlsCert, &launch.tls.cert_file},
+                            std::pair{kEnvTlsKey, &launch.tls.key_file}}) {
+    if (const char* path = lookup(env, name); path != nullptr) *into = path;
+  }
   if (const char* secret = lookup(env, kEnvSecret); secret != nullptr) {
     launch.secret = secret;
   } else if (const char* secret_fd = lookup(env, kEnvSecretFd); secret_fd != nullptr) {

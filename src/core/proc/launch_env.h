@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "core/transport/tls.h"
 
 namespace castmesh::proc {
 
@@ -26,6 +27,12 @@ inline constexpr char kEnvSecretFd[] = "CASTMESH_SECRET_FD";
 // sends one, and after how long without a frame a peer is lost.
 inline constexpr char kEnvHeartbeatIntervalMs[] = "CASTMESH_HEARTBEAT_INTERVAL_MS";
 inline constexpr char kEnvHeartbeatTimeoutMs[] = "CASTMESH_HEARTBEAT_TIMEOUT_MS";
+// Mutual TLS of a worker's TCP connections: the paths of the CA, its
+// certificate and its private key (a file only its user can read). Paths,
+// never key material: a host agent passes its own files to its procs.
+inline constexpr char kEnvTlsCa[] = "CASTMESH_TLS_CA";
+inline constexpr char kEnvTlsCert[] = "CASTMESH_TLS_CERT";
+inline constexpr char kEnvTlsKey[] = "CASTMESH_TLS_KEY";
 
 // Where a worker's rank and world size were read from, in this order of
 // precedence (the first whose rank variable is set wins; CASTMESH_WORLD_SIZE,
@@ -56,6 +63,7 @@ struct WorkerLaunch {
   absl::Duration join_timeout = absl::Seconds(60);  // how long to keep trying to join
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // CASTMESH_HEARTBEAT_INTERVAL_MS
   absl::Duration heartbeat_timeout = absl::Seconds(5);          // CASTMESH_HEARTBEAT_TIMEOUT_MS
+  transport::TlsFiles tls;  // CASTMESH_TLS_CA / _CERT / _KEY; all empty: no TLS
 };
 
 // Reads a variable; nullptr when unset. Lets tests parse a made-up environment.

@@ -140,6 +140,8 @@ absl::StatusOr<std::shared_ptr<ProcHost>> ProcHost::attach(Runtime& runtime, Pro
   endpoint_options.secret = options.secret;
   endpoint_options.heartbeat_interval = options.heartbeat_interval;
   endpoint_options.heartbeat_timeout = options.heartbeat_timeout;
+  endpoint_options.tls = options.tls;
+  host->uses_tls_ = options.tls.enabled();
   ProcHost* raw = host.get();
   auto endpoint = transport::Endpoint::start(
       endpoint_options,

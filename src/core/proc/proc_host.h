@@ -65,6 +65,7 @@ struct ProcHostOptions {
   std::string secret;
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  transport::TlsFiles tls;  // mutual TLS on TCP connections (EndpointOptions::tls); empty: none
 };
 
 class ProcHost : public std::enable_shared_from_this<ProcHost> {
@@ -98,6 +99,8 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   Runtime& runtime() const { return runtime_; }
   // The mesh's shared secret (authenticates every connection).
   const std::string& secret() const { return secret_; }
+  // Whether this proc's TCP connections use mutual TLS.
+  bool uses_tls() const { return uses_tls_; }
 
   // One-way control message (FrameHeader.kind = KIND_CONTROL).
   absl::Status send_control(const ProcId& peer, const google::protobuf::MessageLite& message,
@@ -166,6 +169,7 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
 
   Runtime& runtime_;
   std::string secret_;
+  bool uses_tls_ = false;  // set by attach(), before the host is shared
   std::unique_ptr<transport::Endpoint> endpoint_;  // set once in attach(), shut down (not reset) in the destructor
   ProcId id_;                                       // endpoint_->id(), copied so teardown never races on it
   std::shared_ptr<Router> router_;

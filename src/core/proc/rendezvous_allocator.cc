@@ -65,6 +65,7 @@ absl::StatusOr<std::shared_ptr<proc::ProcHost>> RendezvousAllocator::listening_h
   proc::ProcHostOptions host_options;
   host_options.listen = options.listen;
   host_options.secret = secret;
+  host_options.tls = transport::TlsFiles{options.tls_ca, options.tls_cert, options.tls_key};
   if (address->kind == transport::ChannelAddress::Kind::kTcp && proc::is_wildcard_host(address->host)) {
     host_options.advertise_host =
         options.advertise_host.empty() ? proc::default_advertise_host() : options.advertise_host;

@@ -79,6 +79,7 @@ int serve_worker(const WorkerLaunch& launch, RuntimeOptions runtime_options) {
   host_options.secret = launch.secret;
   host_options.heartbeat_interval = launch.heartbeat_interval;
   host_options.heartbeat_timeout = launch.heartbeat_timeout;
+  host_options.tls = launch.tls;
   auto attached = ProcHost::attach(runtime, host_options);
   if (!attached.ok()) {
     CASTMESH_LOG_ERROR("castmesh worker rank {}: cannot start: {}", rank, attached.status().ToString());

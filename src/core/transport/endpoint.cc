@@ -986,6 +986,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A recv() on the connection failed with `error` (errno), or found it
   // closed by the peer (`error` 0).
   void recv_failed(const FrameFilter* mine, int error) {
+    if (error == 0 && outgoing_ && !established_ && acceptor_nonce_.empty() && owner_.tls() == nullptr) {
+      // Closed before any challenge: a TLS acceptor closes a dialer that
+      // never sent a TLS hello (at its handshake deadline).
+      read_failed(mine,
+                  absl::UnavailableError(absl::StrCat("connection to ", peer_,
+                                                      ": the peer closed the connection before its challenge "
+                                                      "(does the peer require TLS?)")),
+                  /*protocol=*/false);
+      return;
+    }
     if (tls_ != nullptr && error == EPROTO) {
       read_failed(mine,
                   absl::UnavailableError(absl::StrCat("TLS connection with ", outgoing_ ? peer_ : remote_, ": ",

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -131,7 +132,12 @@ TEST(CpuBinding, SpecsAreCheckedAndSpreadOverTheProcsOfAHost) {
 // A castmesh-host process on loopback; its address read from its first line.
 class Agent {
  public:
-  explicit Agent(const char* address = "tcp://127.0.0.1:0") {
+  explicit Agent(const char* address = "tcp://127.0.0.1:0", std::vector<std::string> extra_args = {}) {
+    std::vector<std::string> args = {"castmesh-host", "--address", address};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
     int out[2];
     EXPECT_EQ(::pipe(out), 0);
     pid_ = ::fork();
@@ -139,7 +145,7 @@ class Agent {
       ::dup2(out[1], STDOUT_FILENO);
       ::close(out[0]);
       ::setenv("CASTMESH_SECRET", kSecret, 1);
-      ::execl(CASTMESH_HOST_BINARY, "castmesh-host", "--address", address, static_cast<char*>(nullptr));
+      ::execv(CASTMESH_HOST_BINARY, argv.data());
       std::_Exit(127);
     }
     ::close(out[1]);
@@ -277,16 +283,93 @@ TEST(HostMesh, AFrozenAgentIsLostAfterTheMeshsOwnHeartbeatTimeout) {
   EXPECT_LT(took, absl::Seconds(15)) << procs.status();
 }
 
-TEST(HostMesh, TlsCredentialsAreNotImplementedYet) {
+TEST(HostMesh, IncompleteTlsCredentialsAreRefusedSayingWhatIsMissing) {
   castmesh::Runtime runtime;
   castmesh::HostMeshOptions options;
   options.ca = "ca.pem";
-  EXPECT_EQ(castmesh::HostMesh::attach(runtime, {"tcp://127.0.0.1:1"}, options).status().code(),
-            absl::StatusCode::kUnimplemented);
+  auto attached = castmesh::HostMesh::attach(runtime, {"tcp://127.0.0.1:1"}, options);
+  EXPECT_EQ(attached.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(attached.status().message().find("private key"), std::string::npos) << attached.status();
   castmesh::HostAgentOptions agent;
   agent.address = "tcp://127.0.0.1:0";
   agent.private_key = "key.pem";
-  EXPECT_EQ(castmesh::run_host_agent(agent).code(), absl::StatusCode::kUnimplemented);
+  const absl::Status run = castmesh::run_host_agent(agent);
+  EXPECT_EQ(run.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(run.message().find("trust_all_connections"), std::string::npos) << run;
+}
+
+// Test certificates (scripts/make-test-certs.sh) in a fresh folder, removed
+// at the end; empty dir() when the openssl command is missing.
+class TestCerts {
+ public:
+  TestCerts() {
+    if (std::system("openssl version >/dev/null 2>&1") != 0) return;
+    char dir_template[] = "/tmp/castmesh-host-certs-XXXXXX";
+    dir_ = ::mkdtemp(dir_template);
+    if (std::system((std::string(CASTMESH_MAKE_TEST_CERTS) + " " + dir_ + " agent controller >/dev/null").c_str()) !=
+        0) {
+      dir_.clear();
+    }
+  }
+  ~TestCerts() {
+    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
+  }
+  const std::string& dir() const { return dir_; }
+  std::vector<std::string> agent_args() const {
+    return {"--ca", dir_ + "/ca.crt", "--cert", dir_ + "/agent.crt", "--key", dir_ + "/agent.key"};
+  }
+  castmesh::HostMeshOptions controller_options() const {
+    castmesh::HostMeshOptions options;
+    options.secret = kSecret;
+    options.ca = dir_ + "/ca.crt";
+    options.cert = dir_ + "/controller.crt";
+    options.private_key = dir_ + "/controller.key";
+    options.attach_timeout = absl::Seconds(15);
+    return options;
+  }
+
+ private:
+  std::string dir_;
+};
+
+TEST(HostMesh, AttachSpawnAndAskOverMutualTlsAndRefuseAMismatchEitherWay) {
+  TestCerts certs;
+  if (certs.dir().empty()) GTEST_SKIP() << "the openssl command (for scripts/make-test-certs.sh) is not available";
+  Agent tls_agent("tcp://127.0.0.1:0", certs.agent_args());
+  Agent plain_agent;
+  ASSERT_FALSE(tls_agent.address().empty());
+  ASSERT_FALSE(plain_agent.address().empty());
+  {
+    // TLS controller, TLS agent: its procs (this binary, given the agent's
+    // files through CASTMESH_TLS_*) join and answer over TLS.
+    castmesh::Runtime runtime;
+    auto hosts = castmesh::HostMesh::attach(runtime, {tls_agent.address()}, certs.controller_options());
+    ASSERT_TRUE(hosts.ok()) << hosts.status();
+    auto procs = hosts->spawn_procs(*castmesh::Shape::Create({{"procs", 2}}));
+    ASSERT_TRUE(procs.ok()) << procs.status();
+    auto locators = procs->spawn<Locator>("locator");
+    ASSERT_TRUE(locators.ok()) << locators.status();
+    for (size_t i = 0; i < locators->size(); ++i) {
+      auto where = (*locators)[i].ask(WhereAreYou{}).get(absl::Seconds(30));
+      ASSERT_TRUE(where.ok()) << where.status();
+    }
+    EXPECT_TRUE(procs->stop().ok());
+    // A controller without TLS is refused by the TLS agent...
+    castmesh::Runtime plain;
+    castmesh::HostMeshOptions plain_options;
+    plain_options.secret = kSecret;
+    plain_options.attach_timeout = absl::Seconds(15);
+    auto refused = castmesh::HostMesh::attach(plain, {tls_agent.address()}, plain_options);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("require TLS"), std::string::npos) << refused.status();
+    EXPECT_TRUE(hosts->shutdown().ok());
+  }
+  // ...and a TLS controller by an agent without it.
+  castmesh::Runtime runtime;
+  auto refused = castmesh::HostMesh::attach(runtime, {plain_agent.address()}, certs.controller_options());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("speak TLS"), std::string::npos) << refused.status();
+  EXPECT_TRUE(tls_agent.exited());
 }
 
 }  // namespace

@@ -652,6 +652,21 @@ std::map<std::string, std::string> rendezvous_vars(std::map<std::string, std::st
   return more;
 }
 
+TEST(LaunchEnv, TlsFilesComeFromTheirVariablesAsPaths) {
+  auto launch = parse(rendezvous_vars({{"CASTMESH_RANK", "0"}, {"CASTMESH_WORLD_SIZE", "1"}}));
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  EXPECT_FALSE(launch->tls.enabled());
+  launch = parse(rendezvous_vars({{"CASTMESH_RANK", "0"},
+                                  {"CASTMESH_WORLD_SIZE", "1"},
+                                  {"CASTMESH_TLS_CA", "/certs/ca.crt"},
+                                  {"CASTMESH_TLS_CERT", "/certs/h.crt"},
+                                  {"CASTMESH_TLS_KEY", "/certs/h.key"}}));
+  ASSERT_TRUE(launch.ok()) << launch.status();
+  EXPECT_EQ(launch->tls.ca_file, "/certs/ca.crt");
+  EXPECT_EQ(launch->tls.cert_file, "/certs/h.crt");
+  EXPECT_EQ(launch->tls.key_file, "/certs/h.key");
+}
+
 TEST(LaunchEnv, RankAndSizeComeFromTheFirstLauncherThatSetsThem) {
   auto slurm = parse(rendezvous_vars({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "8"}}));
   ASSERT_TRUE(slurm.ok()) << slurm.status();

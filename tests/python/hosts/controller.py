@@ -75,8 +75,17 @@ def check(condition: bool, what: str) -> None:
         sys.exit(1)
 
 
+def tls_credentials() -> dict:
+    """The controller's mutual TLS files when the test sets TEST_TLS_DIR
+    (scripts/make-test-certs.sh output), else none."""
+    folder = os.environ.get("TEST_TLS_DIR")
+    if not folder:
+        return {}
+    return {"ca": f"{folder}/ca.crt", "cert": f"{folder}/controller.crt", "private_key": f"{folder}/controller.key"}
+
+
 def attach(addresses: list, **kwargs: object) -> castmesh.HostMesh:
-    hosts = castmesh.attach_to_workers(workers=addresses, name=f"test-{sys.argv[1]}", **kwargs)
+    hosts = castmesh.attach_to_workers(workers=addresses, name=f"test-{sys.argv[1]}", **tls_credentials(), **kwargs)
     hosts.initialized.get()
     return hosts
 
@@ -164,9 +173,11 @@ def scenario_hold(addresses: list) -> None:
 
 
 def scenario_attach_fails(addresses: list) -> None:
-    """Attaching must fail; prints the error."""
+    """Attaching must fail; prints the error. TEST_ATTACH_TIMEOUT: longer
+    than a connection's own 5 s handshake deadline where that is the error
+    the test reads."""
     try:
-        attach(addresses, attach_timeout=5.0)
+        attach(addresses, attach_timeout=float(os.environ.get("TEST_ATTACH_TIMEOUT", "5")))
     except Exception as error:  # noqa: BLE001 - the message is what the test checks
         print(f"ERROR {type(error).__name__}: {error}", flush=True)
         return
@@ -206,6 +217,23 @@ def scenario_leave(addresses: list) -> None:
     hosts.spawn_procs(per_host={"procs": 2}).spawn("probe", Probe).rank.call().get()
     print("OK", flush=True)
     os._exit(0)  # no atexit: as a controller that crashes
+
+
+def scenario_tls(addresses: list) -> None:
+    """Attach, spawn, calls, allreduce and an RDMA read across hosts, all
+    over mutual TLS (the test's agents and this controller have TLS)."""
+    check(bool(tls_credentials()), "TEST_TLS_DIR is set")
+    hosts = attach(addresses)
+    procs = hosts.spawn_procs(per_host={"procs": 2})
+    probes = procs.spawn("probe", Probe)
+    n = 2 * len(addresses)
+    check(sorted(probes.rank.call().get().values()) == list(range(n)), "call")
+    check(set(probes.allreduce.call().get().values()) == {float(n * (n + 1) // 2)}, "allreduce")
+    buffer = probes.slice(hosts=0, procs=0).expose.call_one().get()
+    far = probes.slice(hosts=1, procs=0).read.call_one(buffer).get()
+    check(far == ("socket", 1.0), f"cross-host read {far}")
+    hosts.shutdown().get()
+    print("OK", flush=True)
 
 
 def scenario_shutdown(addresses: list) -> None:
