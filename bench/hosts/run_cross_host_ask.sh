@@ -22,19 +22,24 @@ certs=$(mktemp -d)
 trap 'bash "${NETNS}" down "${PREFIX}" > /dev/null 2>&1 || true; rm -rf "${certs}"' EXIT
 bash "${NETNS}" up "${PREFIX}" 2 > /dev/null 2>&1
 log=$(mktemp)
-bash "${NETNS}" exec "${PREFIX}" 2 -- "${BENCH}" echo-server 198.18.0.12 26700 > "${log}.echo" 2>&1 &
 
-# One agent and one controller run; "$@": the agent's TLS arguments.
+# One agent, echo server and controller run on PORT (the agent) and
+# PORT+100 (the echo server, which serves one connection); "$@": the
+# agent's TLS arguments.
 run() {
+  local port=$1
+  shift
   : > "${log}"
-  bash "${NETNS}" exec "${PREFIX}" 2 -- "${AGENT}" --address tcp://198.18.0.12:26600 "$@" > "${log}" 2>&1 &
+  : > "${log}.echo"
+  bash "${NETNS}" exec "${PREFIX}" 2 -- "${BENCH}" echo-server 198.18.0.12 $((port + 100)) > "${log}.echo" 2>&1 &
+  bash "${NETNS}" exec "${PREFIX}" 2 -- "${AGENT}" --address "tcp://198.18.0.12:${port}" "$@" > "${log}" 2>&1 &
   for _ in $(seq 100); do grep -q listening "${log}" && grep -q up "${log}.echo" && break; sleep 0.1; done
-  bash "${NETNS}" exec "${PREFIX}" 1 -- "${BENCH}" controller tcp://198.18.0.12:26600 198.18.0.12:26700 "${ROUNDS}"
-  wait "$!" 2> /dev/null || true  # the controller's shutdown ends the agent
+  bash "${NETNS}" exec "${PREFIX}" 1 -- "${BENCH}" controller "tcp://198.18.0.12:${port}" \
+    "198.18.0.12:$((port + 100))" "${ROUNDS}"
 }
 
-run
+run 26600
 if [[ ${WITH_TLS} == --tls ]]; then
   bash "${ROOT}/scripts/make-test-certs.sh" "${certs}" agent controller > /dev/null
-  CASTMESH_BENCH_TLS_DIR=${certs} run --ca "${certs}/ca.crt" --cert "${certs}/agent.crt" --key "${certs}/agent.key"
+  CASTMESH_BENCH_TLS_DIR=${certs} run 26601 --ca "${certs}/ca.crt" --cert "${certs}/agent.crt" --key "${certs}/agent.key"
 fi

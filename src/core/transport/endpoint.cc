@@ -797,15 +797,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     last_rx_.store(last_tx_, std::memory_order_relaxed);
     // For PeerReaders: a descriptor that no close() of the socket can leave
     // dangling (or hand to another file) while a reader polls it.
-    // A TLS connection has neither: its bytes go through its TLS session,
-    // which the I/O thread alone drives (the reader's raw reads and the
-    // senders' raw writes would bypass it).
+    // A TLS connection lends no reader: its bytes are read through its TLS
+    // session by the I/O thread only (a reader's raw recv() would bypass
+    // it). Its senders' direct writes do go through the session
+    // (send_front), whose lock serializes them with the I/O thread's reads.
     if (tls_ == nullptr) reader_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
     bool schedule = false;
     {
       detail::MutexLock lock(out_mu_);
       can_write_ = true;
-      direct_fd_ = tls_ == nullptr ? socket_.native_handle() : -1;
+      direct_fd_ = socket_.native_handle();
       if (!writing_ && !pending_.empty()) {
         set_writing_locked(true);
         schedule = true;
@@ -977,7 +978,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // recv() of the socket, or through TLS on a TLS connection (the I/O
-  // thread's alone: a TLS connection lends no reader).
+  // thread's alone there: a TLS connection lends no reader).
   ssize_t receive(int fd, char* into, std::size_t max) {
     if (tls_ != nullptr) return tls_->read(into, max);
     return ::recv(fd, into, max, MSG_DONTWAIT);
@@ -1409,8 +1410,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::atomic<Clock::time_point> last_rx_{Clock::time_point{}};  // any reading thread
   Clock::time_point last_tx_{};
   std::string admission_key_;  // accepted and not yet authenticated: whose cap it counts against
-  // TLS (I/O thread only): set before the connection's first byte when it
-  // speaks TLS; tls_done_ once both certificates were verified.
+  // TLS: set on the I/O thread before the connection's first byte when it
+  // speaks TLS, then only read (a sending thread reads it after taking
+  // out_mu_ and finding direct_fd_, which establish() sets later);
+  // tls_done_ (I/O thread) once both certificates were verified.
   std::unique_ptr<TlsSession> tls_;
   bool tls_done_ = false;
   bool admitted_ = false;

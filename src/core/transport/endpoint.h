@@ -82,9 +82,10 @@ struct EndpointOptions {
   // Mutual TLS 1.3 on every TCP connection, accepted or dialed (all three
   // files set), or none (all empty). With TLS, both sides verify the other's
   // certificate against the CA before any castmesh frame is read, then run
-  // the secret handshake inside TLS; a TLS connection's bytes are read and
-  // written by the I/O thread only (no PeerReader, no direct write from a
-  // sending thread). Unix sockets and local: channels never use TLS.
+  // the secret handshake inside TLS. Every byte of a TLS connection goes
+  // through its TLS session: it is read by the I/O thread only (it lends
+  // no PeerReader), and direct writes by sending threads are TLS writes.
+  // Unix sockets and local: channels never use TLS.
   TlsFiles tls;
   wire::FrameLimits limits;
   std::size_t max_outbound_bytes = std::size_t{256} << 20;

@@ -417,6 +417,11 @@ TEST_F(TlsTest, NoPlaintextLeavesATlsConnection) {
     ASSERT_TRUE(a->send_data(via_tap, marker, marker, wire::Payload::copy_of(std::string(1 << 20, 'z') + marker))
                     .ok());
     ASSERT_TRUE(in_b.wait_messages(1));
+    // On the established, idle connection the sending thread writes itself
+    // (the direct write), through TLS when it is on.
+    std::this_thread::sleep_for(20ms);
+    ASSERT_TRUE(a->send(via_tap, message(marker), wire::Payload::copy_of(marker), SendUrgency::kNow).ok());
+    ASSERT_TRUE(in_b.wait_messages(2));
     std::this_thread::sleep_for(100ms);  // the data frame too
     const std::string seen = tap.seen();
     EXPECT_GT(seen.size(), std::size_t{1} << 20);
