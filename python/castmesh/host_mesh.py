@@ -19,7 +19,6 @@ import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _castmesh, _context
-from .actor import Actor, endpoint
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Point, Shape
@@ -151,6 +150,8 @@ class HostMesh(MeshShapeOps):
                 raise with_context(error, f"starting {len(world)} procs on {len(self)} host(s) failed") from None
             mesh = ProcMesh(cmesh, world)
             (self._root or self)._proc_meshes.append(mesh)
+            # No terminal is shared with other hosts: their output comes here.
+            mesh.logging_option(stream_to_client=True).get()
         if bootstrap is not None:
             _run_bootstrap(mesh, bootstrap)
         return mesh
@@ -214,22 +215,12 @@ def _proc_bind(spec: Optional[Union[str, Sequence[Any]]]) -> str:
     return ";".join(lists)
 
 
-class _Bootstrap(Actor):
-    """Runs the user's bootstrap in a proc (spawned, called once, stopped)."""
-
-    @endpoint
-    def run(self, fn: Callable[[], Any]) -> None:
-        fn()
-
-
 def _run_bootstrap(mesh: Any, bootstrap: Callable[[], Any]) -> None:
-    actors = mesh.spawn("castmesh_bootstrap", _Bootstrap)
     try:
-        actors.run.call(bootstrap).get()
-    except Exception as error:
+        mesh._run_in_every_proc(bootstrap, "bootstrap")
+    except ProcError:
         mesh.stop().get()
-        raise ProcError(f"the bootstrap of a new proc raised: {error}", "FAILED_PRECONDITION") from error
-    actors.stop().get()
+        raise
 
 
 def run_worker_loop_forever(*, address: str, ca: str = TRUST_ALL_CONNECTIONS, private_key: Optional[str] = None,
