@@ -263,11 +263,21 @@ class JobTrait(abc.ABC):
         self.apply()
         if not self._secret:
             return this_host()
-        dead = [i for i in range(len(self._addresses(mesh_name))) if not self._host_alive(mesh_name, i)]
-        if dead:
-            self._replace_hosts(mesh_name, dead)
         old = self._attached.pop(mesh_name, None)
-        fresh = self._attach(mesh_name)
+        # An agent killed a moment ago may still accept connections while its
+        # process exits (then resets them): when the attach fails, look again
+        # after a pause, replacing what is gone by then.
+        for attempt in range(3):
+            dead = [i for i in range(len(self._addresses(mesh_name))) if not self._host_alive(mesh_name, i)]
+            if dead:
+                self._replace_hosts(mesh_name, dead)
+            try:
+                fresh = self._attach(mesh_name)
+                break
+            except JobError:
+                if attempt == 2:
+                    raise
+                time.sleep(1.0)
         if old is not None:
             # The survivors' agents kill the old procs when this controller
             # shuts the new mesh down: stop them first, as their own mesh would.
@@ -278,6 +288,15 @@ class JobTrait(abc.ABC):
     def kill(self) -> None:
         """Ends the job: its agents and every proc they started. Idempotent."""
         if self._applied and not self._killed:
+            # Stop this controller's procs cleanly first (their meshes stop
+            # as asked, not as failures), then end the agents however they are.
+            for hosts in self._attached.values():
+                if not isinstance(hosts, HostMesh) or hosts._pending is None:
+                    continue
+                try:
+                    hosts.shutdown().get(timeout=30)
+                except Exception:  # noqa: BLE001 - the agents are ended below in any case
+                    pass
             self._kill()
         self._killed = True
         self._attached.clear()
