@@ -195,11 +195,12 @@ done
 # ---- wait until every node is idle -------------------------------------------
 deadline=$((SECONDS + IDLE_DEADLINE_S))
 while :; do
-    states=$(sinfo -h -N -p debug -o '%N %T' 2>/dev/null || true)
+    states=$(sinfo -h -N -p debug -o '%N %T' 2>&1 || true)
     idle=$(grep -c ' idle$' <<<"$states" || true)
     ((idle == N)) && break
     if ((SECONDS >= deadline)); then
-        die "not every node is idle after ${IDLE_DEADLINE_S}s: $(tr '\n' ';' <<<"$states")"
+        die "not every node is idle after ${IDLE_DEADLINE_S}s (is another 198.18.0.0/24 fixture up?): sinfo says" \
+            "$(tr '\n' ';' <<<"$states")"
     fi
     sleep 0.2
 done

@@ -59,6 +59,17 @@ class Trainer(Actor):
         return self.step_count, os.getpid()
 
 
+# Jobs this controller made; main() kills those not handed on (a failed
+# check must not leave agents behind for the next test).
+_made: List[Any] = []
+_handed_on: List[Any] = []
+
+
+def made(job: Any) -> Any:
+    _made.append(job)
+    return job
+
+
 def check(condition: bool, what: str) -> None:
     if not condition:
         print(f"CHECK FAILED: {what}", flush=True)
@@ -101,7 +112,7 @@ def call_across(hosts: castmesh.HostMesh, n_hosts: int, per_host: int) -> List[t
 
 def scenario_process_three() -> None:
     """3 agent subprocesses, 2 procs each, calls and an allreduce across them."""
-    job = ProcessJob({"hosts": 3})
+    job = made(ProcessJob({"hosts": 3}))
     hosts = job.state().hosts
     check(len(hosts) == 3, "three hosts")
     agent_pids = {h["agent_pid"] for h in hosts.hosts}
@@ -118,10 +129,11 @@ def scenario_process_three() -> None:
 
 def scenario_process_hold(path: str) -> None:
     """Starts a job, uses it, dumps it, holds until told, exits without kill."""
-    job = ProcessJob({"hosts": 2})
+    job = made(ProcessJob({"hosts": 2}))
     hosts = job.state().hosts
     call_across(hosts, 2, 1)
     job.dump(path)
+    _handed_on.append(job)
     check(os.stat(path).st_mode & 0o777 == 0o600, "the dump is mode 0600")
     say("READY", " ".join(str(h["agent_pid"]) for h in hosts.hosts))
     sys.stdin.readline()
@@ -130,7 +142,7 @@ def scenario_process_hold(path: str) -> None:
 
 def scenario_load_attach(path: str) -> None:
     """A second controller re-attaches to a dumped job, uses it and kills it."""
-    job = job_load(path)
+    job = made(job_load(path))
     check(job.active, "the loaded job is active")
     hosts = job.state().hosts
     call_across(hosts, 2, 2)
@@ -154,7 +166,7 @@ def scenario_load_refused(path: str) -> None:
 def scenario_process_respawn() -> None:
     """An agent is killed; respawn_hosts replaces it and the mesh works again."""
     castmesh.unhandled_fault_hook = lambda failure: None  # the loss is expected here
-    job = ProcessJob({"hosts": 2})
+    job = made(ProcessJob({"hosts": 2}))
     hosts = job.state().hosts
     call_across(hosts, 2, 1)
     victim = hosts.hosts[1]["agent_pid"]
@@ -215,7 +227,7 @@ def _agent_alive(pid: int) -> bool:
 def scenario_process_training() -> None:
     """Loses a proc at step 3 and a whole host (its agent) at step 6."""
     castmesh.unhandled_fault_hook = lambda failure: None  # the losses are expected here
-    job = ProcessJob({"trainers": 2})
+    job = made(ProcessJob({"trainers": 2}))
 
     def kill_proc(hosts: castmesh.HostMesh, trainers: Any) -> None:
         os.kill(trainers.slice(hosts=1, gpus=0).pid.call_one().get(), signal.SIGKILL)
@@ -247,7 +259,7 @@ def scenario_slurm_hold(path: str, log_dir: str) -> None:
     """2 nodes x 2 procs, calls and an allreduce across them, dump; exits
     without kill (the Slurm job keeps running for the next controller)."""
     start = time.monotonic()
-    job = _slurm_job(log_dir)
+    job = made(_slurm_job(log_dir))
     hosts = job.state().hosts
     say("ATTACHED", f"{time.monotonic() - start:.2f}")
     names = [h["hostname"] for h in hosts.hosts]
@@ -255,12 +267,13 @@ def scenario_slurm_hold(path: str, log_dir: str) -> None:
     where = call_across(hosts, 2, 2)
     check({w[0] for w in where} == set(names), f"procs run on the nodes: {where}")
     job.dump(path)
+    _handed_on.append(job)
     say("READY", job.job_ids[0], " ".join(names))
 
 
 def scenario_slurm_load(path: str) -> None:
     """A second controller re-attaches to the running Slurm job, uses it and kills it."""
-    job = job_load(path)
+    job = made(job_load(path))
     check(job.active, "the loaded Slurm job is running")
     hosts = job.state().hosts
     call_across(hosts, 2, 2)
@@ -286,7 +299,12 @@ def main() -> None:
     fn = globals().get("scenario_" + scenario.replace("-", "_"))
     if fn is None:
         sys.exit(f"unknown scenario {scenario}")
-    fn(*sys.argv[2:])
+    try:
+        fn(*sys.argv[2:])
+    finally:
+        for job in _made:
+            if job not in _handed_on:
+                job.kill()
 
 
 if __name__ == "__main__":
