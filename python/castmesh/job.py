@@ -117,13 +117,20 @@ def _write_private(path: Path, text: str) -> None:
         raise
 
 
+_process_secret: Optional[str] = None
+
+
 def _job_secret() -> str:
     """The secret of a new job: the controller's own (CASTMESH_SECRET or
-    CASTMESH_SECRET_FILE) when it has one, since a process has one secret;
-    otherwise a fresh random one (32 bytes)."""
+    CASTMESH_SECRET_FILE) when it has one; otherwise one random secret (32
+    bytes) made for this process, shared by its jobs, because a controller
+    process has one runtime and so one mesh secret."""
+    global _process_secret
     if os.environ.get("CASTMESH_SECRET") or os.environ.get("CASTMESH_SECRET_FILE"):
         return str(_castmesh.resolve_mesh_secret(""))
-    return secrets.token_hex(32)
+    if _process_secret is None:
+        _process_secret = secrets.token_hex(32)
+    return _process_secret
 
 
 def _check_controller_secret(secret: str, what: str) -> None:
@@ -639,7 +646,7 @@ class SlurmJob(JobTrait):
     def _wait_running(self, job_id: str) -> Dict[str, str]:
         timeout = self._spec["job_start_timeout"]
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.05
+        started = time.monotonic()
         while True:
             info = _scontrol_job(job_id)
             state = info.get("JobState", "")
@@ -653,8 +660,9 @@ class SlurmJob(JobTrait):
                 subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
                 raise JobError(f"SlurmJob: Slurm job {job_id} did not start within {timeout:g}s: it is {state} "
                                f"with reason {reason} (cancelled)")
-            time.sleep(delay)
-            delay = min(delay * 1.5, 1.0)  # quick for a free cluster, gentle on slurmctld for a queue
+            # Quick while a free cluster starts the job, gentle on slurmctld
+            # while it waits in a queue.
+            time.sleep(0.05 if time.monotonic() - started < 5 else 1.0)
 
     def _wait_agents(self, job_id: str, tasks: int) -> List[Tuple[str, str]]:
         """Each task's (address, node), by task id: srun's block
