@@ -206,6 +206,13 @@ def test_slurm_job_two_hosts_dump_load_and_kill(slurm: Slurm) -> None:
         assert slurm.leftovers([1, 2, 3]) == []
 
 
+@pytest.mark.timeout(90)
+def test_slurm_job_respawns_a_lost_host_in_a_new_allocation(slurm: Slurm) -> None:
+    with tempfile.TemporaryDirectory(prefix="castmesh-slurmjob-") as logs:
+        assert "OK" in finish(controller("slurm-respawn", logs, env=slurm.env), timeout=80)
+        assert slurm.leftovers([1, 2, 3]) == []
+
+
 @pytest.mark.timeout(60)
 def test_slurm_job_in_a_down_partition_fails_with_slurms_reason(slurm: Slurm) -> None:
     with tempfile.TemporaryDirectory(prefix="castmesh-slurmjob-") as logs:

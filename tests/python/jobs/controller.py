@@ -282,6 +282,24 @@ def scenario_slurm_load(path: str) -> None:
     say("OK")
 
 
+def scenario_slurm_respawn(log_dir: str) -> None:
+    """An agent of a running Slurm job is killed; respawn_hosts gets a node of
+    a new allocation in its place (the third node) and the mesh works again."""
+    castmesh.unhandled_fault_hook = lambda failure: None  # the loss is expected here
+    job = made(_slurm_job(log_dir))
+    hosts = job.state().hosts
+    before = [h["hostname"] for h in hosts.hosts]
+    os.kill(hosts.hosts[1]["agent_pid"], signal.SIGKILL)  # the nodes share this machine's pid namespace
+    fresh = job.respawn_hosts("hosts")
+    after = [h["hostname"] for h in fresh.hosts]
+    check(after[0] == before[0] and after[1] not in before, f"host 1 replaced by another node: {before} -> {after}")
+    check(len(job.job_ids) == 2, f"a second allocation: {job.job_ids}")
+    where = call_across(fresh, 2, 1)
+    check({w[0] for w in where} == set(after), f"procs on the new nodes: {where}")
+    job.kill()
+    say("OK")
+
+
 def scenario_slurm_down(log_dir: str) -> None:
     """A job in the DOWN partition fails with Slurm's reason once job_start_timeout expires."""
     job = SlurmJob({"hosts": 1}, python_exe=sys.executable, log_dir=log_dir, partition="down",
