@@ -68,13 +68,18 @@ chmod 700 "$D"
 echo "$D" >"$RUN_DIR/$PREFIX"
 
 # Undo everything on any failure below, leaving the logs for diagnosis.
-trap 'rc=$?; if ((rc != 0)); then
+on_exit() {
+    local rc=$? f
+    if ((rc != 0)); then
         echo "$prog: failed; logs under $D" >&2
         for f in "$D"/munge/munged.log "$D"/ctld/slurmctld.log "$D"/node*/slurmd.log; do
             [[ -s "$f" ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }
         done
         CASTMESH_SLURM_KEEP_DIR=1 bash "$HERE/slurm-down.sh" >&2 || true
-     fi; exit $rc' EXIT
+    fi
+    exit "$rc"
+}
+trap on_exit EXIT
 
 # ---- munge ------------------------------------------------------------------
 mkdir -p "$D/munge"
