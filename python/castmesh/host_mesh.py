@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import sys
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _castmesh, _context
@@ -24,6 +25,9 @@ from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Point, Shape
 
 TRUST_ALL_CONNECTIONS = "trust_all_connections"
+# The proc meshes this controller started on each agent (by its address),
+# whichever HostMesh started them (HostMesh.shutdown stops them all).
+_meshes_by_agent: Dict[str, "weakref.WeakSet[Any]"] = {}
 
 # How a proc starts: the extra environment of every proc, or a callable of
 # its Point returning it (e.g. a rank-dependent variable).
@@ -62,7 +66,6 @@ class HostMesh(MeshShapeOps):
         self._pending = pending
         self._root = root
         self._ops = ops
-        self._proc_meshes: List[Any] = []
         self._shutdown: Optional[Future[None]] = None
 
     @property
@@ -149,7 +152,8 @@ class HostMesh(MeshShapeOps):
             except ProcError as error:
                 raise with_context(error, f"starting {len(world)} procs on {len(self)} host(s) failed") from None
             mesh = ProcMesh(cmesh, world)
-            (self._root or self)._proc_meshes.append(mesh)
+            for host in impl.hosts:
+                _meshes_by_agent.setdefault(host["agent"], weakref.WeakSet()).add(mesh)
             # No terminal is shared with other hosts: their output comes here.
             mesh.logging_option(stream_to_client=True).get()
         if bootstrap is not None:
@@ -164,10 +168,14 @@ class HostMesh(MeshShapeOps):
         if root._pending is None:
             raise ValueError("this_host() cannot be shut down")
         if root._shutdown is None:
-            meshes = list(root._proc_meshes)
             pending = root._pending
 
             def stop_all() -> None:
+                # Every proc mesh of this controller on these agents, also those
+                # started through another attachment to them: the agents end all
+                # of this controller's procs, which must be stopped, not failed.
+                agents = [host["agent"] for host in pending.get().hosts]
+                meshes = {mesh for agent in agents for mesh in list(_meshes_by_agent.get(agent, ()))}
                 for mesh in meshes:
                     try:
                         mesh.stop().get()

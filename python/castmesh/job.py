@@ -285,10 +285,8 @@ class JobTrait(abc.ABC):
                 if attempt == 2:
                     raise
                 time.sleep(1.0)
-        if old is not None:
-            # The survivors' agents kill the old procs when this controller
-            # shuts the new mesh down: stop them first, as their own mesh would.
-            fresh._proc_meshes.extend((old._root or old)._proc_meshes)
+        # The survivors' old procs are stopped by fresh.shutdown() too: it stops
+        # every proc mesh of this controller on its agents (host_mesh.py).
         self._attached[mesh_name] = fresh
         return fresh
 
