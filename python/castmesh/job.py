@@ -270,7 +270,7 @@ class JobTrait(abc.ABC):
         self.apply()
         if not self._secret:
             return this_host()
-        old = self._attached.pop(mesh_name, None)
+        self._attached.pop(mesh_name, None)
         # An agent killed a moment ago may still accept connections while its
         # process exits (then resets them): when the attach fails, look again
         # after a pause, replacing what is gone by then.
