@@ -794,6 +794,15 @@ class ProcMesh(MeshShapeOps):
         return len(self._shape)
 
     @property
+    def proc_ids(self) -> List[str]:
+        """The procs' addresses (``tcp:HOST:PORT``, ``unix:...``), in row-major order
+        (in the controller that started them)."""
+        if self._impl is None:
+            raise ProcError("the addresses of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
+        by_rank = dict(zip(self._shape.ascending_ranks, self._impl.ids))
+        return [by_rank[rank] for rank in self._shape.ranks]
+
+    @property
     def pids(self) -> List[int]:
         """Operating-system process ids of the procs, in row-major order
         (in the controller that started them)."""
@@ -933,12 +942,13 @@ class ProcMesh(MeshShapeOps):
 
         return in_thread(apply, f"castmesh-logging-{self._shape}")
 
-    def _run_in_every_proc(self, fn: Callable[[], Any], what: str) -> None:
+    def _run_in_every_proc(self, fn: Callable[[], Any], what: str) -> "ValueMesh[Any]":
         """Runs ``fn()`` once in every proc of this mesh (a short-lived actor
-        per proc); raises ProcError naming ``what`` with the first error."""
+        per proc, whose rank is the proc's row-major position) and returns
+        the results; raises ProcError naming ``what`` with the first error."""
         runners = self._spawn(f"castmesh_{what}", _RunInProc, (), {}, None)
         try:
-            runners.run.call(fn).get()
+            return runners.run.call(fn).get()
         except Exception as error:
             raise ProcError(f"{what} raised in a proc: {error}", "FAILED_PRECONDITION") from error
         finally:
@@ -959,8 +969,8 @@ class _RunInProc(Actor):
     """Runs a function in its proc (ProcMesh._run_in_every_proc)."""
 
     @endpoint
-    def run(self, fn: Callable[[], Any]) -> None:
-        fn()
+    def run(self, fn: Callable[[], Any]) -> Any:
+        return fn()
 
 
 def _set_logging_level(level: int) -> None:
