@@ -134,27 +134,26 @@ void OutputService::deliver(std::vector<Line>& batch, uint64_t dropped) {
       original[1] = capture_->original_fd(2);
     }
   }
-  if (!stream) {
-    if (dropped > 0) write_all(original[1], absl::StrCat("... ", dropped, " line(s) of output dropped\n"));
-    for (const Line& line : batch) write_all(original[line.stream == 2 ? 1 : 0], line.text + "\n");
-    return;
-  }
   // One message per run of lines of one stream, in order.
   size_t i = 0;
-  while (i < batch.size()) {
+  while (stream && i < batch.size()) {
     v1::OutputLines header;
     header.set_stream(static_cast<uint32_t>(batch[i].stream));
     header.set_dropped(dropped);
-    dropped = 0;
     std::string body;
     const int stream_of_run = batch[i].stream;
-    for (; i < batch.size() && batch[i].stream == stream_of_run; ++i) absl::StrAppend(&body, batch[i].text, "\n");
+    size_t end = i;
+    for (; end < batch.size() && batch[end].stream == stream_of_run; ++end) absl::StrAppend(&body, batch[end].text, "\n");
     auto owned = std::make_shared<std::string>(std::move(body));
     wire::Payload payload = wire::Payload::share(owned, owned->data(), owned->size());
     if (!host_.send_data(destination, kOutputDataType, header.SerializeAsString(), std::move(payload)).ok()) {
-      return;  // the controller is gone: nobody to show them to
+      break;  // the controller is gone: what is left goes where the output went before
     }
+    dropped = 0;
+    i = end;
   }
+  if (dropped > 0) write_all(original[1], absl::StrCat("... ", dropped, " line(s) of output dropped\n"));
+  for (; i < batch.size(); ++i) write_all(original[batch[i].stream == 2 ? 1 : 0], batch[i].text + "\n");
 }
 
 void OutputService::send_loop() {
