@@ -176,6 +176,8 @@ class Slurm:
 def slurm() -> Iterator[Slurm]:
     if _SANITIZED:
         pytest.skip("Slurm tests run in the dev stage, not under the preloaded ASan runtime")
+    if os.environ.get("CASTMESH_TEST_STAGE") == "wheels":  # scripts/test.sh: the dev stage ran them
+        pytest.skip("Slurm tests run in the dev stage (the wheel stage checks packaging)")
     if (why := netns_hosts.skip_reason()) is not None:
         pytest.skip(f"Slurm tests need network namespaces: {why}")
     env = dict(os.environ, CASTMESH_SLURM_PREFIX=SLURM_PREFIX)
