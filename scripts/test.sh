@@ -211,7 +211,9 @@ check_wheel_installs() {
   # numpy is no castmesh dependency, but the DLPack tests need a real consumer.
   "${py}" -m pip install -q --disable-pip-version-check pytest numpy
   # The console script of the host agent is installed with the core wheel.
-  "${WHEEL_VENV}/bin/castmesh-host" --help | head -1
+  local usage
+  usage=$("${WHEEL_VENV}/bin/castmesh-host" --help)
+  echo "${usage%%$'\n'*}"
   # CASTMESH_TEST_STAGE=wheels: the Slurm and mpi4py-demo suites exercise the
   # same Python code as in the dev stage at a minute each; they say so and skip.
   (cd "${BUILD}" && CASTMESH_TEST_STAGE=wheels "${py}" -m pytest -q -p no:cacheprovider "${ROOT}/tests/python")
