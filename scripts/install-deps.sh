@@ -6,7 +6,9 @@ PKGS=(build-essential cmake ninja-build pkg-config git
       libasio-dev libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev libssl-dev
       libgtest-dev libgmock-dev libbenchmark-dev pybind11-dev
       python3-dev python3-venv libibverbs-dev patchelf
-      openmpi-bin libopenmpi-dev)  # the collectives benchmark's MPI peer (a smoke run in the dev ctest)
+      openmpi-bin libopenmpi-dev  # the collectives benchmark's MPI peer (a smoke run in the dev ctest)
+      iproute2 util-linux         # network-namespace test hosts (tests/testing/netns_hosts.sh)
+      slurm-wlm munge)            # a real Slurm for castmesh.job's tests (scripts/slurm-up.sh)
 missing=()
 for p in "${PKGS[@]}" "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

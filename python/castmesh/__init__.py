@@ -92,9 +92,15 @@ def cmake_dir() -> str:
 _register_plugin_packages()
 
 
+# Submodules reachable as attributes without an import of their own
+# (``castmesh.collectives.current()``), loaded on first use.
+_LAZY_SUBMODULES = ("MPI", "collectives", "rdma", "tensor_engine", "job", "spmd")
+
+
 def __getattr__(name: str) -> object:
-    """``castmesh.MPI`` (mpi4py's API, docs/mpi4py.md) is imported on first use."""
-    if name == "MPI":
+    """``castmesh.MPI`` (mpi4py's API, docs/mpi4py.md), ``castmesh.collectives``,
+    ``castmesh.rdma``, ... are imported on first use."""
+    if name in _LAZY_SUBMODULES:
         import importlib  # noqa: PLC0415 - lazy: castmesh.MPI needs NumPy
-        return importlib.import_module(".MPI", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'castmesh' has no attribute {name!r}")

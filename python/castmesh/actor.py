@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import types
 from typing import Any, Callable, Dict, Generic, Optional, TypeVar, overload
 
@@ -32,6 +33,32 @@ class Actor:
     An instance lives in a worker proc on its own thread and handles one call
     at a time; spawn it with ``procs.spawn("name", MyActor, *args)``.
     """
+
+    @property
+    def logger(self) -> logging.Logger:
+        """This actor's ``logging.Logger`` (``castmesh.actor.<Class>.<rank>``):
+        every record it makes carries the actor's rank (``record.rank``) and
+        point (``record.point``); with the procs' output forwarded
+        (``ProcMesh.logging_option``) its lines reach the controller prefixed
+        with the proc's point and host."""
+        point = current_rank()
+        logger = logging.getLogger(f"castmesh.actor.{type(self).__qualname__}.{point.rank}")
+        if not any(isinstance(f, _RankFilter) for f in logger.filters):
+            logger.addFilter(_RankFilter(point))
+        return logger
+
+
+class _RankFilter(logging.Filter):
+    """Puts the actor's rank and point on each record of its logger."""
+
+    def __init__(self, point: Point) -> None:
+        super().__init__()
+        self.point = point
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.point.rank
+        record.point = self.point
+        return True
 
 
 class EndpointDescriptor(Generic[R]):

@@ -16,15 +16,18 @@ import os
 import re
 import socket
 import sys
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _castmesh, _context
-from .actor import Actor, endpoint
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Point, Shape
 
 TRUST_ALL_CONNECTIONS = "trust_all_connections"
+# The proc meshes this controller started on each agent (by its address),
+# whichever HostMesh started them (HostMesh.shutdown stops them all).
+_meshes_by_agent: Dict[str, "weakref.WeakSet[Any]"] = {}
 
 # How a proc starts: the extra environment of every proc, or a callable of
 # its Point returning it (e.g. a rank-dependent variable).
@@ -56,7 +59,6 @@ class HostMesh(MeshShapeOps):
         self._pending = pending
         self._root = root
         self._ops = ops
-        self._proc_meshes: List[Any] = []
         self._shutdown: Optional[Future[None]] = None
 
     @property
@@ -143,7 +145,10 @@ class HostMesh(MeshShapeOps):
             except ProcError as error:
                 raise with_context(error, f"starting {len(world)} procs on {len(self)} host(s) failed") from None
             mesh = ProcMesh(cmesh, world)
-            (self._root or self)._proc_meshes.append(mesh)
+            for host in impl.hosts:
+                _meshes_by_agent.setdefault(host["agent"], weakref.WeakSet()).add(mesh)
+            # No terminal is shared with other hosts: their output comes here.
+            mesh.logging_option(stream_to_client=True).get()
         if bootstrap is not None:
             _run_bootstrap(mesh, bootstrap)
         return mesh
@@ -156,10 +161,14 @@ class HostMesh(MeshShapeOps):
         if root._pending is None:
             raise ValueError("this_host() cannot be shut down")
         if root._shutdown is None:
-            meshes = list(root._proc_meshes)
             pending = root._pending
 
             def stop_all() -> None:
+                # Every proc mesh of this controller on these agents, also those
+                # started through another attachment to them: the agents end all
+                # of this controller's procs, which must be stopped, not failed.
+                agents = [host["agent"] for host in pending.get().hosts]
+                meshes = {mesh for agent in agents for mesh in list(_meshes_by_agent.get(agent, ()))}
                 for mesh in meshes:
                     try:
                         mesh.stop().get()
@@ -207,22 +216,12 @@ def _proc_bind(spec: Optional[Union[str, Sequence[Any]]]) -> str:
     return ";".join(lists)
 
 
-class _Bootstrap(Actor):
-    """Runs the user's bootstrap in a proc (spawned, called once, stopped)."""
-
-    @endpoint
-    def run(self, fn: Callable[[], Any]) -> None:
-        fn()
-
-
 def _run_bootstrap(mesh: Any, bootstrap: Callable[[], Any]) -> None:
-    actors = mesh.spawn("castmesh_bootstrap", _Bootstrap)
     try:
-        actors.run.call(bootstrap).get()
-    except Exception as error:
+        mesh._run_in_every_proc(bootstrap, "bootstrap")
+    except ProcError:
         mesh.stop().get()
-        raise ProcError(f"the bootstrap of a new proc raised: {error}", "FAILED_PRECONDITION") from error
-    actors.stop().get()
+        raise
 
 
 def run_worker_loop_forever(*, address: str, ca: str = TRUST_ALL_CONNECTIONS, private_key: Optional[str] = None,

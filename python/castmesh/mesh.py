@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import builtins
+import functools
 import inspect
 import itertools
+import logging
 import operator
 import os
 import queue
@@ -34,7 +36,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Iterator, List,
 
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
-from .actor import Actor, EndpointDescriptor
+from .actor import Actor, EndpointDescriptor, endpoint
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
@@ -792,6 +794,15 @@ class ProcMesh(MeshShapeOps):
         return len(self._shape)
 
     @property
+    def proc_ids(self) -> List[str]:
+        """The procs' addresses (``tcp:HOST:PORT``, ``unix:...``), in row-major order
+        (in the controller that started them)."""
+        if self._impl is None:
+            raise ProcError("the addresses of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
+        by_rank = dict(zip(self._shape.ascending_ranks, self._impl.ids))
+        return [by_rank[rank] for rank in self._shape.ranks]
+
+    @property
     def pids(self) -> List[int]:
         """Operating-system process ids of the procs, in row-major order
         (in the controller that started them)."""
@@ -905,6 +916,44 @@ class ProcMesh(MeshShapeOps):
         self._stop_future = in_thread(stop_procs, f"castmesh-stop-{self._shape}")
         return self._stop_future
 
+    def logging_option(self, stream_to_client: bool = False, aggregate_window_sec: Optional[float] = None,
+                       level: int = logging.INFO) -> "Future[None]":
+        """Where the procs' output goes (Monarch's signature; a Future,
+        awaitable and ``.get()``-able). Everything the procs write to their
+        stdout and stderr (file descriptors 1 and 2: Python, C and C++ alike)
+        and their Python ``logging`` (root level set to ``level``, to stderr)
+        is captured; with ``stream_to_client`` it arrives here, stdout to
+        stdout and stderr to stderr, each line prefixed with the proc's point
+        and host, in each proc's order; otherwise it goes where it went
+        before (the agent's or launcher's terminal). With
+        ``aggregate_window_sec``, identical lines of several procs within the
+        window are printed once with a count. Lossless while a proc's unsent
+        lines stay under 8 MiB; beyond that its oldest lines are dropped (a
+        notice says how many), never blocking its actors. On by default for
+        procs on other hosts (``attach_to_workers``)."""
+        if self._impl is None:
+            raise ProcError("logging_option is set in the controller that started the procs", "FAILED_PRECONDITION")
+        impl = self._impl
+        window = float(aggregate_window_sec or 0.0)
+
+        def apply() -> None:
+            self._run_in_every_proc(functools.partial(_set_logging_level, level), "logging_option")
+            _castmesh.forward_output(impl, stream_to_client, window, 0)
+
+        return in_thread(apply, f"castmesh-logging-{self._shape}")
+
+    def _run_in_every_proc(self, fn: Callable[[], Any], what: str) -> "ValueMesh[Any]":
+        """Runs ``fn()`` once in every proc of this mesh (a short-lived actor
+        per proc, whose rank is the proc's row-major position) and returns
+        the results; raises ProcError naming ``what`` with the first error."""
+        runners = self._spawn(f"castmesh_{what}", _RunInProc, (), {}, None)
+        try:
+            return runners.run.call(fn).get()
+        except Exception as error:
+            raise ProcError(f"{what} raised in a proc: {error}", "FAILED_PRECONDITION") from error
+        finally:
+            runners.stop().get()
+
     def __enter__(self) -> "ProcMesh":
         return self
 
@@ -914,6 +963,22 @@ class ProcMesh(MeshShapeOps):
     def __repr__(self) -> str:
         state = "stopped" if self._is_stopped() else "running"
         return f"<ProcMesh {self._shape} {state}>"
+
+
+class _RunInProc(Actor):
+    """Runs a function in its proc (ProcMesh._run_in_every_proc)."""
+
+    @endpoint
+    def run(self, fn: Callable[[], Any]) -> Any:
+        return fn()
+
+
+def _set_logging_level(level: int) -> None:
+    """A proc's Python logging: the root at ``level``, writing to stderr."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+    root.setLevel(level)
 
 
 class _LocalProc:
@@ -1104,6 +1169,7 @@ def _shutdown() -> None:
             mesh.stop().get()
         except Exception:  # noqa: BLE001 - best effort at exit
             pass
+    _castmesh.flush_forwarded_output()  # what the procs wrote before they stopped
     with _runtime_lock:
         runtime, _runtime_instance = _runtime_instance, None
     if runtime is not None:

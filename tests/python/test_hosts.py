@@ -42,6 +42,9 @@ PARTITION_DEADLINE_S = 5.5 + 4.0
 # Under the ASan stage every child inherits the preloaded sanitizer runtime,
 # the namespace tools (ip, unshare, sh) included: these run in the dev stage.
 _SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
+# CI's dev stage (as root) sets CASTMESH_REQUIRE_NETNS=1: there a skip would hide a broken stage.
+if os.environ.get("CASTMESH_REQUIRE_NETNS") == "1" and not _SANITIZED and netns_hosts.skip_reason() is not None:
+    raise RuntimeError(f"CASTMESH_REQUIRE_NETNS=1 but namespaces cannot be made here: {netns_hosts.skip_reason()}")
 pytestmark = [
     pytest.mark.skipif(netns_hosts.skip_reason() is not None,
                        reason=f"needs network namespaces: {netns_hosts.skip_reason()}"),
