@@ -40,8 +40,9 @@ def _join_spmd_world() -> Any:
     os.environ["CASTMESH_RANK"] = "0"
     os.environ["CASTMESH_WORLD_SIZE"] = "1"
     try:
-        address = f"unix:@castmesh-mpi-singleton-{os.getpid()}-{secrets.token_hex(8)}"
-        return _castmesh.world_communicator(address, secrets.token_hex(16), timeout)
+        # A free loopback port: private to this process and portable (abstract
+        # Unix names exist only on Linux).
+        return _castmesh.world_communicator("tcp:127.0.0.1:0", secrets.token_hex(16), timeout)
     finally:
         for name, value in saved.items():
             if value is None:
