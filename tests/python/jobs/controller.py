@@ -230,10 +230,18 @@ def scenario_process_training() -> None:
     job = made(ProcessJob({"trainers": 2}))
 
     def kill_proc(hosts: castmesh.HostMesh, trainers: Any) -> None:
-        os.kill(trainers.slice(hosts=1, gpus=0).pid.call_one().get(), signal.SIGKILL)
+        pid = trainers.slice(hosts=1, gpus=0).pid.call_one().get()
+        os.kill(pid, signal.SIGKILL)
+        check(pid_gone(pid, timeout=20), f"proc {pid} was killed")
 
     def kill_agent(hosts: castmesh.HostMesh, trainers: Any) -> None:
+        # Its procs die with it, a moment later (the kernel's parent-death
+        # signal, or their lifeline pipe where there is none): the next step
+        # must find them gone, not race with their end.
+        doomed = list(trainers.slice(hosts=0).pid.call().get().values())
         os.kill(hosts.hosts[0]["agent_pid"], signal.SIGKILL)
+        for pid in doomed:
+            check(pid_gone(pid, timeout=20), f"proc {pid} died with its agent")
 
     try:
         events = _train(job, 8, {3: kill_proc, 6: kill_agent})
