@@ -797,18 +797,19 @@ class ProcMesh(MeshShapeOps):
     def proc_ids(self) -> List[str]:
         """The procs' addresses (``tcp:HOST:PORT``, ``unix:...``), in row-major order
         (in the controller that started them)."""
-        if self._impl is None:
-            raise ProcError("the addresses of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
-        by_rank = dict(zip(self._shape.ascending_ranks, self._impl.ids))
-        return [by_rank[rank] for rank in self._shape.ranks]
+        return self._row_major(lambda impl: impl.ids, "addresses")
 
     @property
     def pids(self) -> List[int]:
         """Operating-system process ids of the procs, in row-major order
         (in the controller that started them)."""
+        return self._row_major(lambda impl: impl.pids, "pids")
+
+    def _row_major(self, of_procs: Callable[[Any], List[Any]], what: str) -> List[Any]:
+        """A per-proc value of the C++ mesh (ascending rank order) in this view's row-major order."""
         if self._impl is None:
-            raise ProcError("the pids of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
-        by_rank = dict(zip(self._shape.ascending_ranks, self._impl.pids))
+            raise ProcError(f"the {what} of a proc mesh are known in its controller only", "FAILED_PRECONDITION")
+        by_rank = dict(zip(self._shape.ascending_ranks, of_procs(self._impl)))
         return [by_rank[rank] for rank in self._shape.ranks]
 
     def slice(self, **selectors: Union[int, slice, range]) -> "ProcMesh":
