@@ -20,12 +20,12 @@
 #include "core/host/host_address.h"
 #include "core/log/log.h"
 #include "core/platform/cpu_binding.h"
-#include "core/platform/process.h"
 #include "core/proc/join.h"
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/proc_mesh_state.h"
 #include "core/proc/remote_supervision.h"
+#include "core/proc/worker_spawn.h"
 #include "core/transport/address.h"
 #include "core/wire/status_code.h"
 
@@ -272,15 +272,14 @@ absl::StatusOr<ProcMesh> HostMesh::spawn_procs(const Shape& per_host_requested, 
   if (procs <= 0 || per_host == 0) return absl::InvalidArgumentError("a proc mesh needs at least one proc");
   std::vector<std::string> argv = options.worker_argv;
   if (argv.empty() && !options.agent_python_worker) {
-    absl::StatusOr<std::string> executable = platform::executable_path();
-    if (!executable.ok()) return executable.status();
-    argv = platform::command_line();
-    if (argv.empty()) argv.push_back("castmesh-worker");
+    absl::StatusOr<std::vector<std::string>> program = proc::default_worker_argv();
+    if (!program.ok()) return program.status();
+    argv = *std::move(program);
     // The agent starts it: a path of this process's own (/proc/self/exe)
     // would name the agent's program there.
     char resolved[PATH_MAX];
-    if (::realpath(executable->c_str(), resolved) == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot resolve this program's path (", *executable,
+    if (::realpath(argv[0].c_str(), resolved) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot resolve this program's path (", argv[0],
                                                         ") for the procs' command; set worker_argv"));
     }
     argv[0] = resolved;

@@ -13,7 +13,6 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/proc_mesh.h"
 #include "core/log/log.h"
-#include "core/platform/process.h"
 #include "core/proc/controller_lifeline.h"
 #include "core/proc/join.h"
 #include "core/proc/launch_env.h"
@@ -26,16 +25,6 @@
 
 namespace castmesh {
 namespace {
-
-// This program again, with the command line it was started with.
-absl::StatusOr<std::vector<std::string>> default_worker_argv() {
-  absl::StatusOr<std::string> executable = platform::executable_path();
-  if (!executable.ok()) return executable.status();
-  std::vector<std::string> argv = platform::command_line();
-  if (argv.empty()) argv.push_back("castmesh-worker");
-  argv[0] = *std::move(executable);
-  return argv;
-}
 
 // The pids of the workers started so far, by rank: a join must come from
 // the process started for its rank.
@@ -94,7 +83,7 @@ absl::StatusOr<ProcMesh> LocalAllocator::allocate(Runtime& runtime, const Shape&
 
   // Start the workers.
   absl::StatusOr<std::vector<std::string>> worker_argv =
-      options_.worker_argv.empty() ? default_worker_argv() : options_.worker_argv;
+      options_.worker_argv.empty() ? proc::default_worker_argv() : options_.worker_argv;
   if (!worker_argv.ok()) return worker_argv.status();
   const std::vector<std::string>& argv_strings = *worker_argv;
   absl::StatusOr<proc::WorkerLifeline> lifeline = proc::WorkerLifeline::for_spawning();

@@ -44,6 +44,15 @@ absl::StatusOr<int> secret_pipe(const std::string& secret) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::string>> default_worker_argv() {
+  absl::StatusOr<std::string> executable = platform::executable_path();
+  if (!executable.ok()) return executable.status();
+  std::vector<std::string> argv = platform::command_line();
+  if (argv.empty()) argv.push_back("castmesh-worker");
+  argv[0] = *std::move(executable);
+  return argv;
+}
+
 std::vector<std::string> inherited_worker_environment() {
   static constexpr std::string_view kLaunchVariables[] = {
       "CASTMESH_BOOTSTRAP=",  "CASTMESH_SECRET=",     "CASTMESH_RANK=",         "CASTMESH_WORLD_SIZE=",

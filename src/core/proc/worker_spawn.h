@@ -13,6 +13,12 @@
 
 namespace castmesh::proc {
 
+// This program again, with the command line it was started with
+// (castmesh::init recorded it); argv[0] is this process's executable path
+// as platform::executable_path() gives it (on Linux /proc/self/exe, which
+// names this program only to this process).
+absl::StatusOr<std::vector<std::string>> default_worker_argv();
+
 // This process's environment without the variables that make a process a
 // worker or hand it a secret (CASTMESH_BOOTSTRAP, CASTMESH_SECRET, ranks,
 // ...): the base every worker's environment is built on.
