@@ -30,6 +30,7 @@
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"
 #include "core/proc/worker_spawn.h"
+#include "core/transport/address.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh {
@@ -79,7 +80,10 @@ class Agent {
                                                                  attached.status().message()));
     }
     host_ = *std::move(attached);
-    advertise_host_ = advertised_host_of(host_->id());
+    // The host part of its proc id: what its procs advertise too.
+    absl::StatusOr<transport::ChannelAddress> id = transport::parse_channel_address(host_->id());
+    if (!id.ok()) return id.status();
+    advertise_host_ = id->host;
     host_->on_control(v1::HostAttach().GetTypeName(), [this](const ProcId& peer, uint64_t id, const std::string& p) {
       handle_attach(peer, id, p);
     });
@@ -108,15 +112,6 @@ class Agent {
     RuntimeOptions options;
     options.workers = 1;  // the agent runs no actors of its own
     return options;
-  }
-
-  // "tcp:HOST:PORT" -> HOST (brackets kept off for IPv6).
-  static std::string advertised_host_of(const std::string& id) {
-    std::string_view rest(id);
-    rest.remove_prefix(std::min<size_t>(rest.size(), 4));  // "tcp:"
-    rest = rest.substr(0, rest.rfind(':'));
-    if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']') rest = rest.substr(1, rest.size() - 2);
-    return std::string(rest);
   }
 
   std::string controller_label() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

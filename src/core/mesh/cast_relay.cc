@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
@@ -18,6 +17,7 @@
 #include "core/log/log.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
+#include "core/transport/address.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh::mesh {
@@ -141,26 +141,27 @@ class MemberReplySink final : public detail::ReplySink {
 // ---- CastTable ----
 
 namespace {
-// "tcp:HOST:PORT" -> HOST; anything else (Unix, local) is this host: "".
-absl::string_view host_of(const ProcId& proc) {
-  absl::string_view id(proc);
-  if (!absl::StartsWith(id, "tcp:")) return {};
-  id.remove_prefix(4);
-  const size_t colon = id.rfind(':');
-  return colon == absl::string_view::npos ? id : id.substr(0, colon);
+// The host of a proc: the host part of its TCP address; a Unix or local
+// address is this host ("").
+std::string host_of(const ProcId& proc) {
+  absl::StatusOr<transport::ChannelAddress> address = transport::parse_channel_address(proc);
+  return address.ok() && address->kind == transport::ChannelAddress::Kind::kTcp ? address->host : std::string();
 }
 
 // The groups as runs of one host each, if there are two hosts or more and
 // every host's groups are one run; else nothing.
 std::vector<CastSpan> host_runs(const std::vector<ProcId>& group_procs) {
   std::vector<CastSpan> runs;
-  absl::flat_hash_set<absl::string_view> seen;
+  absl::flat_hash_set<std::string> seen;
+  std::string previous;
   for (size_t g = 0; g < group_procs.size(); ++g) {
-    if (g > 0 && host_of(group_procs[g]) == host_of(group_procs[g - 1])) {
+    std::string host = host_of(group_procs[g]);
+    if (g > 0 && host == previous) {
       runs.back().end = g + 1;
       continue;
     }
-    if (!seen.insert(host_of(group_procs[g])).second) return {};  // a host's groups are not one run
+    previous = host;
+    if (!seen.insert(std::move(host)).second) return {};  // a host's groups are not one run
     runs.push_back(CastSpan{g, g + 1});
   }
   if (runs.size() < 2) return {};
