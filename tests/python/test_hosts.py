@@ -28,7 +28,9 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "testing"))
 
+import controller_process  # noqa: E402
 import netns_hosts  # noqa: E402
+from controller_process import wait_for  # noqa: E402
 
 SECRET = "castmesh-test-hosts-secret"
 PORT = 26600
@@ -120,19 +122,7 @@ def controller(scenario: str, addresses: List[str], env: Optional[Dict[str, str]
 
 
 def finish(proc: subprocess.Popen, timeout: float = 120) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out
-    return out
-
-
-def wait_for(proc: subprocess.Popen, word: str) -> str:
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith(word):
-            return line
-    raise AssertionError(f"no {word} from the controller:\n{''.join(seen)}")
+    return controller_process.finish(proc, timeout)
 
 
 def procs_of(agents: Agents, k: int) -> List[int]:

@@ -28,7 +28,9 @@ CONTROLLER = HERE / "jobs" / "controller.py"
 SLURM_PREFIX = "cmjobs"  # the netns prefix of this module's cluster
 sys.path.insert(0, str(HERE.parent / "testing"))
 
+import controller_process  # noqa: E402
 import netns_hosts  # noqa: E402
+from controller_process import wait_for  # noqa: E402
 
 # Under the ASan stage every child inherits the preloaded sanitizer runtime,
 # Slurm's daemons and the namespace tools included: these run in the dev stage.
@@ -51,25 +53,7 @@ def controller(*args: str, env: Dict[str, str] | None = None, **popen: object) -
 
 
 def finish(proc: subprocess.Popen, timeout: float = 60) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"controller did not finish within {timeout}s:\n{out}") from None
-    assert proc.returncode == 0, out
-    return out
-
-
-def wait_for(proc: subprocess.Popen, word: str) -> str:
-    assert proc.stdout is not None
-    seen = []
-    for line in proc.stdout:
-        seen.append(line)
-        if line.startswith(word):
-            return line
-    proc.wait()
-    raise AssertionError(f"no {word} from the controller (exit {proc.returncode}):\n{''.join(seen)}")
+    return controller_process.finish(proc, timeout)
 
 
 def release(proc: subprocess.Popen) -> str:

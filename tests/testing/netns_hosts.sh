@@ -317,23 +317,27 @@ cmd_heal() {
     bridge link set dev "$veth" state 3 2>/dev/null || true
 }
 
-cmd_pids() {
-    [[ $# == 2 ]] || usage
+# The namespace of host K of PREFIX (both checked), which must exist.
+existing_host_ns() {
     validate_prefix "$1"
     validate_k "$2"
     local ns
     ns=$(ns_name "$1" "$2")
     require_ns "$ns"
+    echo "$ns"
+}
+
+cmd_pids() {
+    [[ $# == 2 ]] || usage
+    local ns
+    ns=$(existing_host_ns "$1" "$2")
     ns_pids "$ns"
 }
 
 cmd_kill() {
     [[ $# == 2 ]] || usage
-    validate_prefix "$1"
-    validate_k "$2"
     local ns
-    ns=$(ns_name "$1" "$2")
-    require_ns "$ns"
+    ns=$(existing_host_ns "$1" "$2")
     kill_ns "$ns"
 }
 
