@@ -38,7 +38,8 @@ struct Row {
 
 absl::Status malformed(std::string_view name, std::string_view text, std::string_view expected) {
   return absl::InvalidArgumentError(
-      absl::StrCat(std::string(name), "='", log::printable(text, 40), "' is not ", std::string(expected), " (docs/config.md)"));
+      absl::StrCat(std::string(name), "='", log::printable(text, 40), "' is not ", std::string(expected),
+                   " (docs/config.md)"));
 }
 
 absl::StatusOr<bool> parse_switch(std::string_view name, std::string_view text) {
@@ -255,11 +256,11 @@ constexpr std::string_view kOtherVariables[] = {
     "CASTMESH_JOB_PORT", "CASTMESH_JOB_PYTHON",
     // Scripts, CI, tests and benchmarks (scripts/, tests/, bench/): they are in the environment of the
     // processes those start.
-    "CASTMESH_JOBS", "CASTMESH_SKIP", "CASTMESH_AARCH64_START_BY", "CASTMESH_CROSS_BUILD_DIR", "CASTMESH_FUZZ_BUILD",
-    "CASTMESH_FUZZ_SECONDS", "CASTMESH_GPU_CHECK_BUILD", "CASTMESH_SLURM_DIR", "CASTMESH_SLURM_KEEP_DIR",
-    "CASTMESH_SLURM_PREFIX", "CASTMESH_NETNS_BRNF_OFF", "CASTMESH_NETNS_STATE_DIR", "CASTMESH_REQUIRE_NETNS",
-    "CASTMESH_REQUIRE_SLURM", "CASTMESH_MPI4PY_CACHE", "CASTMESH_BENCH_TLS_DIR", "CASTMESH_FAKE_NIC_DELAY_MS",
-    "CASTMESH_FAKE_TE_NCCL"};
+    "CASTMESH_JOBS", "CASTMESH_SKIP", "CASTMESH_EXAMPLE_TARGET", "CASTMESH_AARCH64_START_BY",
+    "CASTMESH_CROSS_BUILD_DIR", "CASTMESH_FUZZ_BUILD", "CASTMESH_FUZZ_SECONDS", "CASTMESH_GPU_CHECK_BUILD",
+    "CASTMESH_SLURM_DIR", "CASTMESH_SLURM_KEEP_DIR", "CASTMESH_SLURM_PREFIX", "CASTMESH_NETNS_BRNF_OFF",
+    "CASTMESH_NETNS_STATE_DIR", "CASTMESH_REQUIRE_NETNS", "CASTMESH_REQUIRE_SLURM", "CASTMESH_MPI4PY_CACHE",
+    "CASTMESH_BENCH_TLS_DIR", "CASTMESH_FAKE_NIC_DELAY_MS", "CASTMESH_FAKE_TE_NCCL"};
 constexpr std::string_view kOtherPrefixes[] = {"CASTMESH_TEST_"};
 
 const Row* row_named(std::string_view name) {
