@@ -103,6 +103,26 @@ std::string format_duration_field(const Config& config) {
   return absl::StrCat(Ms ? absl::ToInt64Milliseconds(config.*Field) : absl::ToInt64Microseconds(config.*Field));
 }
 
+// The names of a two-way choice, in the order of its enum's values.
+constexpr std::string_view kIsaNames[] = {"auto", "portable"};   // ReductionIsa
+constexpr std::string_view kFallbackNames[] = {"auto", "error"};  // RdmaFallback
+
+template <typename E, E Config::*Field, const std::string_view (&Names)[2]>
+absl::Status parse_choice_field(const Setting& info, std::string_view text, Config& config) {
+  const std::string lower = absl::AsciiStrToLower(std::string(text));
+  for (size_t i = 0; i < 2; ++i) {
+    if (lower == Names[i]) {
+      config.*Field = static_cast<E>(i);
+      return absl::OkStatus();
+    }
+  }
+  return malformed(info.env, text, absl::StrCat(std::string(Names[0]), " or ", std::string(Names[1])));
+}
+template <typename E, E Config::*Field, const std::string_view (&Names)[2]>
+std::string format_choice_field(const Config& config) {
+  return std::string(Names[static_cast<size_t>(config.*Field)]);
+}
+
 constexpr uint64_t kMaxSpinUs = 1'000'000;
 constexpr uint64_t kMaxSocketSpinUs = 100'000;
 constexpr uint64_t kMaxMs = std::numeric_limits<int32_t>::max();
@@ -173,16 +193,8 @@ const std::array<Row, 21> kRows = {{
      &format_duration_field<&Config::socket_spin, false>},
     {{"reduction_isa", "CASTMESH_REDUCTION_ISA", SettingKind::kChoice, "auto", "auto|portable",
       "the reduction kernels: the best this CPU runs (AVX2 where built and present), or the portable ones", true},
-     [](const Setting& info, std::string_view text, Config& config) -> absl::Status {
-       const std::string_view name = info.env;
-       const std::string lower = absl::AsciiStrToLower(std::string(text));
-       if (lower != "auto" && lower != "portable") return malformed(name, text, "auto or portable");
-       config.reduction_isa = lower == "auto" ? ReductionIsa::kAuto : ReductionIsa::kPortable;
-       return absl::OkStatus();
-     },
-     [](const Config& config) -> std::string {
-       return config.reduction_isa == ReductionIsa::kAuto ? "auto" : "portable";
-     }},
+     &parse_choice_field<ReductionIsa, &Config::reduction_isa, kIsaNames>,
+     &format_choice_field<ReductionIsa, &Config::reduction_isa, kIsaNames>},
     // --- transport ---
     {{"max_message_bytes", "CASTMESH_MAX_MESSAGE_BYTES", SettingKind::kInteger, "1073741824", "bytes",
       "the largest payload of one frame a connection accepts (an endpoint's own limit, when set, wins)", false},
@@ -202,16 +214,8 @@ const std::array<Row, 21> kRows = {{
       "error: an RDMA operation ibverbs cannot carry fails (FailedPrecondition) instead of using single copy, a "
       "shared segment or the socket",
       false},
-     [](const Setting& info, std::string_view text, Config& config) -> absl::Status {
-       const std::string_view name = info.env;
-       const std::string lower = absl::AsciiStrToLower(std::string(text));
-       if (lower != "auto" && lower != "error") return malformed(name, text, "auto or error");
-       config.rdma_fallback = lower == "auto" ? RdmaFallback::kAuto : RdmaFallback::kError;
-       return absl::OkStatus();
-     },
-     [](const Config& config) -> std::string {
-       return config.rdma_fallback == RdmaFallback::kAuto ? "auto" : "error";
-     }},
+     &parse_choice_field<RdmaFallback, &Config::rdma_fallback, kFallbackNames>,
+     &format_choice_field<RdmaFallback, &Config::rdma_fallback, kFallbackNames>},
     {{"rdma_single_copy", "CASTMESH_RDMA_SINGLE_COPY", SettingKind::kBool, "1", "0/1",
       "same-host RDMA operations copy process to process; 0: a shared segment (or the socket) instead", false},
      &parse_bool_field<&Config::rdma_single_copy>, &format_bool_field<&Config::rdma_single_copy>},
