@@ -131,3 +131,42 @@ def test_procs_spawned_afterwards_get_the_runtime_layer():
             after.stop().get(timeout=60)
     finally:
         before.stop().get(timeout=60)
+
+
+# A controller of its own (this process's runtime has another mesh secret): it attaches to `agent`, spawns procs
+# before and inside configured(...), and prints what each proc sees.
+_HOST_MESH_CONTROLLER = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import castmesh, castmesh.config as config
+from test_config import Probe
+hosts = castmesh.attach_to_workers(workers=[sys.argv[1]], secret="config-test-secret")
+plain = hosts.spawn_procs(per_host={"gpus": 1})
+with config.configured(socket_spin_us=77):
+    tuned = hosts.spawn_procs(per_host={"gpus": 1})
+for procs in (tuned, plain):
+    print("seen", procs.spawn("probe", Probe).settings.call_one().get(timeout=60)["socket_spin_us"])
+hosts.shutdown().get(timeout=60)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_host_mesh_procs_spawned_afterwards_get_the_runtime_layer():
+    # A loopback host agent whose own environment sets the spin: the controller's runtime layer wins over it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASTMESH_") or k.startswith("CASTMESH_TEST_")}
+    agent = subprocess.Popen([sys.executable, "-m", "castmesh.host", "--address", "tcp://127.0.0.1:0"],
+                             env=dict(env, CASTMESH_SECRET="config-test-secret", CASTMESH_SOCKET_SPIN_US="33"),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = agent.stdout.readline()
+        assert "listening at" in line, line + agent.stdout.read()
+        controller = subprocess.run([sys.executable, "-c", _HOST_MESH_CONTROLLER, line.split()[-1],
+                                     os.path.dirname(os.path.abspath(__file__))],
+                                    env=env, capture_output=True, text=True, timeout=100)
+        assert controller.returncode == 0, controller.stdout + controller.stderr
+        assert [ln for ln in controller.stdout.splitlines() if ln.startswith("seen")] == ["seen 77", "seen 33"]
+        agent.wait(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()

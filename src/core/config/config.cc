@@ -402,6 +402,7 @@ class State {
       if (eq == std::string_view::npos || eq + 1 == entry.size()) continue;  // empty: unset
       const Row* row = row_named(entry.substr(0, eq));
       if (row == nullptr || !entry.starts_with(kPrefix)) continue;
+      if (env_[static_cast<size_t>(row - kRows.data())]) continue;  // the first entry of a name counts, as for getenv
       const std::string text(entry.substr(eq + 1));
       Config probe;
       if (absl::Status st = row->parse(row->info, text, probe); !st.ok()) {
