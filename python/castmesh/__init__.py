@@ -15,6 +15,7 @@ from typing import List
 
 from . import _castmesh
 from ._castmesh import BackendInfo, DeviceInfo
+from . import config  # the settings table (docs/config.md): castmesh.config.configure(...)
 
 __version__: str = _castmesh.__version__
 

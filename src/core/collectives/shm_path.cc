@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
@@ -55,45 +56,36 @@ struct CompactHeader {
 static_assert(sizeof(CompactHeader) == 40);
 constexpr size_t kChunk = kShmRingBytes / 4;
 constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fits max_payload()
-// How long a waiting caller spins on the rings before it sleeps. Longer
+// How long a waiting caller spins on the rings before it sleeps (1 ms: the
+// default of shm_spin_us in the settings table, castmesh/config.h). Longer
 // than a wake-up through the drain thread under load (two thread wake-ups,
 // which took 80 us to over 1 ms on the shared 2-core VM): with a shorter spin
 // two ranks settle into both sleeping at every hop (measured: 50 us and
 // 200 us spins gave 60-300 us per hop in some runs against 1-2 us).
-constexpr absl::Duration kWaitSpin = absl::Milliseconds(1);
 // The spin pauses (cpu_relax) rather than yielding the core unless the core
 // is wanted (progress/wait_policy.h): yielding after the first 10 us avoided
 // the 1 ms steps at load 5-7, but in an A/B at load 2 it was slower
 // (allreduce 8 B 2.2-15 us against 2.1-3.1 us, and 64 KiB took 0.7-1 ms in 2
 // of 5 runs against 25-47 us). Measured in bench/RESULTS.md.
 
-// The spin before a waiter sleeps; CASTMESH_SHM_SPIN_US (microseconds)
-// overrides it for measurements (separately when procs outnumber cores:
-// CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US).
+// The spin before a waiter sleeps: shm_spin_us (separately when procs
+// outnumber cores: shm_spin_oversubscribed_us). Read once per process.
 absl::Duration wait_spin(bool oversubscribed) {
-  static const auto read = [](const char* name, absl::Duration fallback) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return fallback;
-    char* end = nullptr;
-    const long us = std::strtol(v, &end, 10);
-    if (*end != '\0' || us < 0 || us > 1'000'000) return fallback;
-    return absl::Microseconds(us);
-  };
-  static const absl::Duration normal = read("CASTMESH_SHM_SPIN_US", kWaitSpin);
-  static const absl::Duration crowded = read("CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US", normal);
+  static const absl::Duration normal = config::global().shm_spin;
+  static const absl::Duration crowded = config::global().shm_spin_oversubscribed.value_or(normal);
   return oversubscribed ? crowded : normal;
 }
 
-// CASTMESH_SHM_WAITER_SLEEP=0: a waiter sleeps on its request after the
+// shm_waiter_sleep=0 (CASTMESH_SHM_WAITER_SLEEP): a waiter sleeps on its request after the
 // spin and drain threads serve it (the path before the waiter bells; for
 // A/B measurements, and the behaviour where futex_waitv is missing).
 bool waiter_sleep_enabled() {
-  static const bool on = platform::env_switch_on("CASTMESH_SHM_WAITER_SLEEP");
+  static const bool on = config::global().shm_waiter_sleep;
   return on;
 }
 
 bool enabled() {
-  static const bool on = platform::env_switch_on("CASTMESH_SHM");
+  static const bool on = config::global().shm;
   return on;
 }
 

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
@@ -45,21 +46,17 @@ std::atomic<uint64_t> g_waiter_sleeps{0};
 thread_local bool t_reading = false;
 
 bool enabled() {
-  static const bool on = platform::env_switch_on("CASTMESH_SOCKET_WAIT");
+  static const bool on = config::global().socket_wait;
   return on;
 }
 
 bool io_thread_defers() {
-  static const bool on = platform::env_switch_on("CASTMESH_SOCKET_IO_DEFER");
+  static const bool on = config::global().socket_io_defer;
   return on;
 }
 
 absl::Duration spin_time() {
-  static const absl::Duration spin = [] {
-    int us = 200;
-    if (const char* v = std::getenv("CASTMESH_SOCKET_SPIN_US"); v != nullptr && !absl::SimpleAtoi(v, &us)) us = 200;
-    return absl::Microseconds(std::clamp(us, 0, 100000));
-  }();
+  static const absl::Duration spin = config::global().socket_spin;
   return spin;
 }
 

@@ -1,11 +1,11 @@
 #include "core/progress/progress_engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "castmesh/config.h"
 #include "core/log/log.h"
 #include "core/platform/process.h"
 #include "core/progress/request_state.h"
@@ -21,13 +21,7 @@ namespace {
 // job of this process, so the limit is generous; the threads are made only
 // when that many jobs run at once.
 int max_workers() {
-  static const int n = [] {
-    int value = 64;
-    if (const char* v = std::getenv("CASTMESH_PROGRESS_MAX_WORKERS"); v != nullptr && *v != '\0') {
-      value = std::atoi(v);
-    }
-    return std::clamp(value, 1, 4096);
-  }();
+  static const int n = config::global().progress_max_workers;  // read once: docs/config.md
   return n;
 }
 
@@ -203,7 +197,7 @@ void ProgressEngine::submit(Job job) {
   if (!warned_full_) {
     warned_full_ = true;
     CASTMESH_LOG_WARN("castmesh-progress: all {} progress workers are busy; further blocking data-plane jobs queue "
-                      "(CASTMESH_PROGRESS_MAX_WORKERS raises the limit)",
+                      "(progress_max_workers, CASTMESH_PROGRESS_MAX_WORKERS, raises the limit)",
                       max_workers());
   }
 }

@@ -1,8 +1,8 @@
 #include "core/progress/wait_policy.h"
 
+#include "castmesh/config.h"
+
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <thread>
 
 namespace castmesh::progress {
@@ -12,13 +12,16 @@ namespace {
 // getrusage call each time).
 constexpr int64_t kContentionCheckNs = 50'000;
 
-// CASTMESH_SHM_SPIN_YIELD=1 / 0 forces the spin to yield / pause at every
-// look; -1 (unset): yield only while the core is contended.
+// shm_spin_yield (CASTMESH_SHM_SPIN_YIELD) 1 / 0 forces the spin to yield /
+// pause at every look; -1 (auto): yield only while the core is contended.
 int spin_yield_forced() {
   static const int forced = [] {
-    const char* v = std::getenv("CASTMESH_SHM_SPIN_YIELD");
-    if (v == nullptr || *v == '\0') return -1;
-    return std::string_view(v) == "0" ? 0 : 1;
+    switch (config::global().shm_spin_yield) {
+      case config::SpinYield::kPause: return 0;
+      case config::SpinYield::kYield: return 1;
+      case config::SpinYield::kAuto: break;
+    }
+    return -1;
   }();
   return forced;
 }

@@ -17,7 +17,8 @@
 // 1 KiB allreduce against 1.6 us pausing), so it yields only when one of the
 // above holds. bench/RESULTS.md has the measurements.
 //
-// CASTMESH_SHM_SPIN_YIELD=1 / 0 forces yielding / pausing at every look.
+// shm_spin_yield (CASTMESH_SHM_SPIN_YIELD, docs/config.md) forces yielding or
+// pausing at every look.
 // Used by one thread at a time (the waiter's own state is thread_local).
 #pragma once
 

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
@@ -56,8 +57,7 @@ bool is_finished(const std::shared_ptr<Transfer>& transfer) {
 }
 
 bool switched_off() {
-  const char* text = std::getenv("CASTMESH_RDMA_SHARED_SEGMENT");
-  return text != nullptr && std::string_view(text) == "0";
+  return !config::global().rdma_shared_segment;
 }
 
 // ---- requester side ----
