@@ -54,6 +54,8 @@ struct Config {
   bool socket_io_defer = true;                               // CASTMESH_SOCKET_IO_DEFER
   absl::Duration socket_spin = absl::Microseconds(200);      // CASTMESH_SOCKET_SPIN_US
   ReductionIsa reduction_isa = ReductionIsa::kAuto;          // CASTMESH_REDUCTION_ISA
+  // --- progress (src/core/progress) ---
+  int progress_max_workers = 64;                             // CASTMESH_PROGRESS_MAX_WORKERS
   // --- transport (src/core/transport, src/core/proc) ---
   uint64_t max_message_bytes = uint64_t{1} << 30;            // CASTMESH_MAX_MESSAGE_BYTES
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // CASTMESH_HEARTBEAT_INTERVAL_MS

@@ -195,6 +195,11 @@ const std::array<Row, 21> kRows = {{
       "the reduction kernels: the best this CPU runs (AVX2 where built and present), or the portable ones", true},
      &parse_choice_field<ReductionIsa, &Config::reduction_isa, kIsaNames>,
      &format_choice_field<ReductionIsa, &Config::reduction_isa, kIsaNames>},
+    // --- progress ---
+    {{"progress_max_workers", "CASTMESH_PROGRESS_MAX_WORKERS", SettingKind::kInteger, "64", "threads",
+      "the progress engine's workers at most (non-blocking collectives, large RDMA copies); more jobs queue", true},
+     &parse_int_field<int, &Config::progress_max_workers, 1, 4096>,
+     &format_int_field<int, &Config::progress_max_workers>},
     // --- transport ---
     {{"max_message_bytes", "CASTMESH_MAX_MESSAGE_BYTES", SettingKind::kInteger, "1073741824", "bytes",
       "the largest payload of one frame a connection accepts (an endpoint's own limit, when set, wins)", false},

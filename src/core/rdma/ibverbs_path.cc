@@ -20,6 +20,7 @@
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
 #include "core/rdma/service.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -273,7 +274,7 @@ void IbverbsPath::State::destroy_endpoint(uint64_t endpoint) {
 void IbverbsPath::State::ensure_poller() {
   if (poller_started) return;
   poller_started = true;
-  std::thread([this] { poll_loop(); }).detach();
+  progress::ProgressEngine::instance().start_service("castmesh-ibverbs", [this] { poll_loop(); });
 }
 
 void IbverbsPath::State::fail_pair(const ProcId& peer, const absl::Status& why, bool mark_socket_only,

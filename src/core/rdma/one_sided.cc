@@ -21,6 +21,7 @@
 #include "core/rdma/segment_path.h"
 #include "core/rdma/service.h"
 #include "core/rdma/shared_segment.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -110,7 +111,7 @@ class Owner {
         draining_.push_back(Drain{slot, std::move(registration)});
         if (!drainer_running_) {
           drainer_running_ = true;
-          std::thread([this] { drain(); }).detach();
+          progress::ProgressEngine::instance().submit(progress::Job{[this] { drain(); }, {}});
         }
       }
     }

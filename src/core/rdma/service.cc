@@ -24,6 +24,7 @@
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
 #include "core/wire/frame.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -385,7 +386,7 @@ void note_cross_memory_refused(const absl::Status& why) {
 
 void run_job(size_t bytes, std::function<void()> job) {
   if (bytes < kOwnThreadBytes) return job();
-  std::thread(std::move(job)).detach();
+  progress::ProgressEngine::instance().submit(progress::Job{std::move(job), {}});
 }
 
 void begin(const std::shared_ptr<Transfer>& transfer) {
