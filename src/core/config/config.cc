@@ -129,7 +129,8 @@ constexpr uint64_t kMaxMs = std::numeric_limits<int32_t>::max();
 constexpr uint64_t kMinRdmaChunk = 1024;              // as the RDMA service clamps a peer's chunk
 constexpr uint64_t kMaxRdmaChunk = uint64_t{64} << 20;
 
-const std::array<Row, 21> kRows = {{
+// The table; its length follows from the rows (std::to_array).
+const auto kRows = std::to_array<Row>({
     // --- collectives ---
     {{"shm", "CASTMESH_SHM", SettingKind::kBool, "1", "0/1",
       "shared-memory rings between procs of one host; 0: every message goes through the socket transport", true},
@@ -248,7 +249,8 @@ const std::array<Row, 21> kRows = {{
       "that port's GID table entry (RoCE v2 often needs another; see show_gids)", true},
      &parse_int_field<uint32_t, &Config::rdma_gid_index, 0, 65535>,
      &format_int_field<uint32_t, &Config::rdma_gid_index>},
-}};
+});
+constexpr size_t kRowCount = std::tuple_size_v<decltype(kRows)>;
 
 // CASTMESH_ variables that are not settings: each is owned (read, and
 // documented) where its comment says. The name check accepts them, and
@@ -435,8 +437,8 @@ class State {
 
   detail::Mutex mu_;
   bool loaded_ ABSL_GUARDED_BY(mu_) = false;
-  std::array<std::optional<std::string>, kRows.size()> env_ ABSL_GUARDED_BY(mu_);
-  std::array<std::optional<std::string>, kRows.size()> runtime_ ABSL_GUARDED_BY(mu_);
+  std::array<std::optional<std::string>, kRowCount> env_ ABSL_GUARDED_BY(mu_);
+  std::array<std::optional<std::string>, kRowCount> runtime_ ABSL_GUARDED_BY(mu_);
   absl::Status env_error_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<const Config>> snapshots_ ABSL_GUARDED_BY(mu_);
   std::atomic<const Config*> current_{nullptr};
