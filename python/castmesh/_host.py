@@ -2,7 +2,8 @@
 dedicated thread per actor) creates one ActorHost and hands it every call.
 
 A call's reply is ``dumps(("ok", value))`` or ``dumps(("err", (type name,
-message, formatted traceback, pickled exception or None)))``; an endpoint
+message, formatted traceback, pickled exception or None)))`` (``"failed"``
+instead of ``"err"`` when the error failed the actor); an endpoint
 that raises an ``Exception`` does not stop its actor. The actor *fails*
 (``failure`` is set; the C++ host then fails, so its mesh and owner see it)
 when its constructor raises, when an endpoint raises a ``BaseException``
@@ -22,7 +23,7 @@ import traceback
 from typing import Any, Callable, List, Optional, Set, Tuple
 
 from . import _context, _serial
-from .errors import ActorError, SupervisionError
+from .errors import ActorError, ActorFailedError, SupervisionError
 from .ports import Port
 from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
 
@@ -82,7 +83,9 @@ def piece_values(piece: bytes, actor: str) -> List[Tuple[bool, Any]]:
     raise ValueError(f"not a reply piece (tag {tag!r})")
 
 
-def _error_reply(error: BaseException) -> bytes:
+def _error_reply(error: BaseException, fails_actor: bool = False) -> bytes:
+    """The reply of a call that raised `error`; `fails_actor`: it failed the
+    actor too (the caller raises ActorFailedError, a SupervisionError)."""
     kind = type(error)
     type_name = f"{kind.__module__}.{kind.__qualname__}"
     text = "".join(traceback.format_exception(kind, error, error.__traceback__))
@@ -90,7 +93,7 @@ def _error_reply(error: BaseException) -> bytes:
         exc_bytes: Optional[bytes] = _serial.dumps(error)
     except Exception:  # noqa: BLE001 - the exception itself may not pickle
         exc_bytes = None
-    return _serial.dumps(("err", (type_name, str(error), text, exc_bytes)))
+    return _serial.dumps(("failed" if fails_actor else "err", (type_name, str(error), text, exc_bytes)))
 
 
 class ActorHost:
@@ -207,7 +210,7 @@ class ActorHost:
                 self._report(endpoint, reply)
             return reply
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
-            reply = _error_reply(error)
+            reply = _error_reply(error, fails_actor=True)
             self._report(endpoint, reply)
             self._fail(error, f"{endpoint}() raised")
             return reply
@@ -307,7 +310,7 @@ class ActorHost:
             else:
                 port.exception(self._actor_error(error))
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
-            self._tell_caller(port, self._actor_error(error))
+            self._tell_caller(port, self._actor_error(error, fails_actor=True))
             self._fail_later(error, f"{descriptor.name}() raised")
 
     @staticmethod
@@ -317,12 +320,14 @@ class ActorHost:
         if not getattr(port, "answered", False):
             port.exception(error)
 
-    def _actor_error(self, error: BaseException, message: Optional[str] = None) -> ActorError:
+    def _actor_error(self, error: BaseException, message: Optional[str] = None,
+                     fails_actor: bool = False) -> ActorError:
         """What the caller of a concurrent call raises for `error` (as for
-        any endpoint: an ActorError naming the remote type and this actor)."""
+        any endpoint: an ActorError naming the remote type and this actor;
+        an ActorFailedError when it failed the actor)."""
         kind = type(error)
         text = "".join(traceback.format_exception(kind, error, error.__traceback__))
-        return ActorError(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
+        return (ActorFailedError if fails_actor else ActorError)(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
                           text, self._address)
 
     def _fail_later(self, error: BaseException, what: str) -> None:
@@ -454,4 +459,4 @@ def decode_reply(data: bytes, actor: str) -> Tuple[bool, Any]:
             exception = _serial.loads(exc_bytes)
         except Exception:  # noqa: BLE001 - its class may not exist here
             exception = None
-    return False, ActorError(type_name, message, text, actor, exception)
+    return False, (ActorFailedError if kind == "failed" else ActorError)(type_name, message, text, actor, exception)

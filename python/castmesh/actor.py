@@ -78,6 +78,9 @@ class EndpointDescriptor(Generic[R]):
         # concurrent_endpoint: each call runs as a task on the actor's event
         # loop and the actor takes its next message at once.
         self.concurrent = concurrent
+        # Monarch's endpoint options, kept as given (see endpoint()).
+        self.propagate: Any = None
+        self.instrument = False
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     @property
@@ -105,7 +108,7 @@ class EndpointDescriptor(Generic[R]):
 
 
 def endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: bool = False,
-             propagate: Any = None) -> Any:
+             propagate: Any = None, instrument: bool = False) -> Any:
     """Marks an actor method (sync or ``async def``) as callable from other procs.
 
     Arguments and results are pickled (cloudpickle, so classes defined in
@@ -117,14 +120,18 @@ def endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: b
     ``explicit_response_port=True`` passes the caller's response
     :class:`~castmesh.Port` as the first argument after ``self``; the method
     answers with ``port.send(value)`` (now or later, e.g. from another
-    endpoint) and its return value is ignored. ``propagate`` is accepted for
-    Monarch compatibility and must be None.
+    endpoint) and its return value is ignored. ``propagate`` and
+    ``instrument`` are accepted as Monarch takes them and kept on the endpoint
+    (``.propagate``, ``.instrument``): Monarch's propagators describe results
+    to its tensor engine, and castmesh has no per-endpoint telemetry, so
+    neither changes how a call runs.
     """
-    if propagate is not None:
-        raise NotImplementedError("endpoint(propagate=...) is not supported by castmesh")
-    if fn is None:
-        return lambda method: EndpointDescriptor(method, explicit_response_port)
-    return EndpointDescriptor(fn, explicit_response_port)
+    def wrap(method: Callable[..., R]) -> EndpointDescriptor[R]:
+        descriptor = EndpointDescriptor(method, explicit_response_port)
+        descriptor.propagate, descriptor.instrument = propagate, instrument
+        return descriptor
+
+    return wrap if fn is None else wrap(fn)
 
 
 def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: bool = False,
@@ -148,12 +155,9 @@ def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_respo
     for the call's answer gets that error as an ActorError). Calls still running
     when the actor stops are cancelled and awaited before its
     ``__cleanup__`` runs. ``instrument`` is accepted for Monarch
-    compatibility (castmesh has no per-endpoint telemetry). Raises
+    compatibility, as is ``propagate`` (see :func:`endpoint`). Raises
     ValueError for a method that is not ``async def``.
     """
-    del instrument
-    if propagate is not None:
-        raise NotImplementedError("concurrent_endpoint(propagate=...) is not supported by castmesh")
 
     def wrap(method: Callable[..., R]) -> EndpointDescriptor[R]:
         if isinstance(method, EndpointDescriptor):
@@ -161,7 +165,9 @@ def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_respo
                              "@concurrent_endpoint")
         if not inspect.iscoroutinefunction(method):
             raise ValueError(f"concurrent_endpoint can only wrap async endpoints, {method!r} is not 'async def'")
-        return EndpointDescriptor(method, explicit_response_port, concurrent=True)
+        descriptor = EndpointDescriptor(method, explicit_response_port, concurrent=True)
+        descriptor.propagate, descriptor.instrument = propagate, instrument
+        return descriptor
 
     return wrap if fn is None else wrap(fn)
 

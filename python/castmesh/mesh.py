@@ -779,6 +779,10 @@ class ProcMesh(MeshShapeOps):
         self._remote = remote
         self._stopped = False
         self._meshes: List[Optional[int]] = []  # supervision tokens of the actor meshes spawned on it
+        # How many meshes of each name were spawned on these procs (the root's):
+        # a name spawned again gets actors of their own ("name~2", ...), as in Monarch.
+        self._spawned_names: Dict[str, int] = {}
+        self._spawned_names_lock = threading.Lock()
         self._stop_future: Optional[Future[None]] = None
         if root is None and remote is None:
             self._key = f"{os.getpid()}-{id(self)}"
@@ -870,8 +874,13 @@ class ProcMesh(MeshShapeOps):
         # its actor mesh is; reversed where this slice is.
         shape = Shape._of(Shape(self._shape.sizes)._impl, self._shape._flips)
         spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks, self)
+        root = self._root or self
+        with root._spawned_names_lock:
+            spawned = root._spawned_names.get(name, 0)
+            root._spawned_names[name] = spawned + 1
         try:
-            cmesh = self._impl.spawn_mesh(name, spec, list(shape.sizes.items()))
+            cmesh = self._impl.spawn_mesh(name if spawned == 0 else f"{name}~{spawned + 1}", spec,
+                                          list(shape.sizes.items()))
         except ProcError as error:
             raise with_context(error, f"spawning {name!r} failed") from None
         refs = cmesh.refs()
@@ -960,6 +969,27 @@ class ProcMesh(MeshShapeOps):
 
     def __exit__(self, *exc: Any) -> None:
         self.stop().get()
+
+    async def __aenter__(self) -> "ProcMesh":
+        await self.initialized
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    @property
+    def initialized(self) -> "Future[None]":
+        """Resolves (``await`` or ``.get()``) once the procs are up, as
+        Monarch's: castmesh's ``spawn_procs`` returns with them up, so it
+        is resolved already (fails for a stopped mesh)."""
+        if self._is_stopped():
+            error = ProcError(f"the proc mesh {self._shape} has been stopped", "FAILED_PRECONDITION")
+
+            def fail(timeout: Optional[float]) -> None:
+                raise error
+
+            return Future(fail, lambda cb: cb())
+        return Future.ready(None)
 
     def __repr__(self) -> str:
         state = "stopped" if self._is_stopped() else "running"

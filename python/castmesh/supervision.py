@@ -67,7 +67,9 @@ class MeshFailure:
         return f"mesh {self.mesh_name!r} member {{{coords}}} ({self.actor}) failed: {self.reason}"
 
     def __str__(self) -> str:
-        return self.report()
+        # As Monarch's: the type and the member's rank first (code matching on them ports unchanged).
+        rank = getattr(self.point, "rank", None)
+        return f"MeshFailure(rank={rank}): {self.report()}" if rank is not None else f"MeshFailure: {self.report()}"
 
     def __repr__(self) -> str:
         return f"MeshFailure({self.report()!r})"

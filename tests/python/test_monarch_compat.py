@@ -1,0 +1,68 @@
+"""Monarch spellings that code ported by changing its import relies on:
+ProcMesh.initialized and ``async with`` on proc meshes; castmesh.rdma's
+backend queries, warning classes and RDMAAction.read_remote(dst, src)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import pytest
+
+from castmesh import Actor, ProcError, endpoint, this_host
+from castmesh import rdma
+from castmesh.rdma import RDMAAction, RDMABuffer
+
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x: int) -> int:
+        return x
+
+
+@pytest.mark.timeout(120)
+def test_proc_mesh_initialized_and_async_with():
+    async def run() -> None:
+        async with this_host().spawn_procs(per_host={"gpus": 2}) as procs:
+            assert await procs.initialized is None
+            assert list((await procs.spawn("echo", Echo).echo.call(3)).values()) == [3, 3]
+        with pytest.raises(ProcError, match="stopped"):
+            await procs.initialized
+        with pytest.raises(ProcError, match="stopped"):
+            procs.initialized.get()
+
+    asyncio.run(run())
+
+
+def test_rdma_backend_queries_agree():
+    ibverbs = rdma.is_ibverbs_available()
+    assert rdma.get_rdma_backend() == ("ibverbs" if ibverbs else "tcp")
+    with pytest.warns(DeprecationWarning, match="is_ibverbs_available"):
+        assert rdma.is_rdma_available() is ibverbs
+    buffer = RDMABuffer(bytearray(16))
+    assert buffer.backend() == ("ibverbs" if "ibverbs" in buffer.transports else "tcp")
+    for kind in (rdma.RDMAReadTransferWarning, rdma.RDMAWriteTransferWarning, rdma.RDMATcpFallbackWarning):
+        assert issubclass(kind, Warning)
+        warnings.filterwarnings("ignore", category=kind)  # what Monarch code does with them
+
+
+@pytest.mark.timeout(60)
+def test_rdma_action_read_remote_takes_monarchs_order_and_the_old_one_with_a_warning():
+    source = bytearray(b"0123456789abcdef")
+    buffer = RDMABuffer(source)
+    dst = bytearray(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Monarch's order warns nothing
+        RDMAAction().read_remote(dst, buffer, offset=4).submit().get()
+    assert dst == b"4567"
+    old = bytearray(4)
+    with pytest.warns(DeprecationWarning, match="Monarch's order"):
+        action = RDMAAction().read_remote(buffer, old, offset=8)
+    action.submit().get()
+    assert old == b"89ab"
+    with pytest.raises(TypeError, match="src must be an RdmaBuffer"):
+        RDMAAction().read_remote(dst, bytearray(4))
+    written = bytearray(b"WXYZ")
+    RDMAAction().write_remote(buffer, written, offset=12).submit().get()  # (dst buffer, src memory)
+    assert source[12:] == b"WXYZ"
+    buffer.release().get()
