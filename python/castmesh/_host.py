@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import struct
 import sys
 import threading
@@ -83,12 +84,22 @@ def piece_values(piece: bytes, actor: str) -> List[Tuple[bool, Any]]:
     raise ValueError(f"not a reply piece (tag {tag!r})")
 
 
+def _user_traceback(error: BaseException) -> str:
+    """`error`'s formatted traceback without castmesh's own frames above the user's code."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None and \
+            os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
 def _error_reply(error: BaseException, fails_actor: bool = False) -> bytes:
     """The reply of a call that raised `error`; `fails_actor`: it failed the
     actor too (the caller raises ActorFailedError, a SupervisionError)."""
     kind = type(error)
     type_name = f"{kind.__module__}.{kind.__qualname__}"
-    text = "".join(traceback.format_exception(kind, error, error.__traceback__))
+    text = _user_traceback(error)
     try:
         exc_bytes: Optional[bytes] = _serial.dumps(error)
     except Exception:  # noqa: BLE001 - the exception itself may not pickle
@@ -151,7 +162,9 @@ class ActorHost:
             self._instance = self._invoke(cls, *args, **kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
             self._init_error = _error_reply(error)
-            self._fail(error, "its constructor raised")
+            self._fail(error, f"its constructor {getattr(cls, '__qualname__', cls)}() raised")
+            # The reason's later lines (MeshFailure.reason): the user's frames.
+            self.failure += "\n" + _user_traceback(error).rstrip()
 
     def handle(self, endpoint: str, payload: memoryview, oneway: bool = False) -> bytes:
         """Runs one endpoint call; never raises (errors become the reply).
@@ -175,7 +188,9 @@ class ActorHost:
         if endpoint == INIT_ENDPOINT and self._init_error is None:
             return _serial.dumps(("ok", None))
         if self._init_error is not None:
-            if oneway:
+            # The constructor's own message: the failure it caused reports it
+            # to the owner (MeshFailure), once per mesh rather than per proc.
+            if oneway and endpoint != INIT_ENDPOINT:
                 self._report(endpoint, self._init_error)
             return self._init_error
         # Set per call: the host may be created on another thread than the
@@ -211,7 +226,8 @@ class ActorHost:
             return reply
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
             reply = _error_reply(error, fails_actor=True)
-            self._report(endpoint, reply)
+            if oneway:  # a caller gets it in the reply; the owner in a MeshFailure
+                self._report(endpoint, reply)
             self._fail(error, f"{endpoint}() raised")
             return reply
 
@@ -326,7 +342,7 @@ class ActorHost:
         any endpoint: an ActorError naming the remote type and this actor;
         an ActorFailedError when it failed the actor)."""
         kind = type(error)
-        text = "".join(traceback.format_exception(kind, error, error.__traceback__))
+        text = _user_traceback(error)
         return (ActorFailedError if fails_actor else ActorError)(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
                           text, self._address)
 
@@ -459,4 +475,9 @@ def decode_reply(data: bytes, actor: str) -> Tuple[bool, Any]:
             exception = _serial.loads(exc_bytes)
         except Exception:  # noqa: BLE001 - its class may not exist here
             exception = None
-    return False, (ActorFailedError if kind == "failed" else ActorError)(type_name, message, text, actor, exception)
+    if kind == "failed":
+        from . import supervision  # noqa: PLC0415 - imported by supervision's importers
+
+        supervision.expect_failure(actor)
+        return False, ActorFailedError(type_name, message, text, actor, exception)
+    return False, ActorError(type_name, message, text, actor, exception)

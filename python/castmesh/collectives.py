@@ -43,8 +43,10 @@ from __future__ import annotations
 
 import array
 import asyncio
+import os
 import threading
 import time
+import warnings
 from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence
 
 from . import _castmesh
@@ -171,6 +173,7 @@ _states: Dict[str, _GroupState] = {}
 _states_lock = threading.Lock()
 _ROLL_CALL_MAGIC = 0x636D_726F_6C6C  # "cmroll": a roll-call message, not a user's
 _ROLL_CALL_GRACE_MAX = 10.0          # seconds the roll call listens at most
+_WORLD_HINT_AFTER_S = 5.0            # world() without a rendezvous says how to set one after this
 
 
 def _state_of(impl: Any) -> _GroupState:
@@ -564,6 +567,33 @@ def world(rendezvous: str = "", secret: str = "", timeout: float = 60.0) -> Comm
 
     Rank and size come from the launcher's variables; rank 0 listens on
     ``rendezvous`` (default ``CASTMESH_RENDEZVOUS``, else a single-host address
-    derived from the job id) and the others join it.
+    derived from the job id) and the others join it. Without a rendezvous, a
+    world not met after 5 s warns (RuntimeWarning) what to set: ranks started
+    by hand, not by one launcher, do not meet at the derived address.
     """
-    return Communicator(_castmesh.world_communicator(rendezvous, secret, timeout))
+    if rendezvous or os.environ.get("CASTMESH_RENDEZVOUS"):
+        return Communicator(_castmesh.world_communicator(rendezvous, secret, timeout))
+    # The default address comes from the launcher's job id (or the parent's
+    # pid): ranks started by hand never meet there. Say so while waiting.
+    result: List[Any] = []
+
+    def join() -> None:
+        try:
+            result.append(_castmesh.world_communicator(rendezvous, secret, timeout))
+        except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
+            result.append(error)
+
+    joiner = threading.Thread(target=join, name="castmesh-world-join", daemon=True)
+    joiner.start()
+    joiner.join(min(_WORLD_HINT_AFTER_S, timeout))
+    if joiner.is_alive():
+        warnings.warn(
+            f"castmesh.collectives.world() has not met its peers after {_WORLD_HINT_AFTER_S:g} s (it gives up "
+            f"after {timeout:g} s): without CASTMESH_RENDEZVOUS the ranks meet at an address derived from their "
+            "launcher's job id, or from their parent process id where there is none, so ranks started by hand "
+            "(not by one mpirun/srun) never meet. Set CASTMESH_RENDEZVOUS=tcp:HOST:PORT (rank 0's host) and "
+            "CASTMESH_SECRET in every rank, or pass rendezvous= and secret=", RuntimeWarning, stacklevel=2)
+        joiner.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return Communicator(result[0])

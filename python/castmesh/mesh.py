@@ -60,13 +60,18 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
         slot = ref.ask(endpoint, payload)
 
     def wait(timeout: Optional[float]) -> Any:
-        data = _wait_slot(slot, timeout, f"an answer from {ref.address}", endpoint, ref.address, token)
+        data = _wait_slot(slot, timeout, f"answer from {ref.address}", endpoint, ref.address, token)
         ok, value = decode_reply(data, ref.address)
         if ok:
             return value
         raise value
 
     return Future(wait, slot.add_callback)
+
+
+# How long a call that found a member gone waits for that member's failure
+# report to explain it (docs/python.md); a stopped member has none.
+_FAILURE_REPORT_WAIT_S = 2.0
 
 
 def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str, target: str,
@@ -77,13 +82,14 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     try:
         data = slot.wait(-1.0 if timeout is None else timeout)
     except ProcError as failed:
-        failures = supervision.failures_of(token)
-        why = "".join(f"\n  {report}" for report in failures)
-        error = ProcError(f"call {endpoint}() to {target} failed: {failed.code}: {failed}{why}", failed.code)
+        # A failed member's report follows its calls' errors closely: wait a moment for it.
+        failures = supervision.wait_for_failures(token, _FAILURE_REPORT_WAIT_S if failed.code == "UNAVAILABLE" else 0)
+        why = supervision.summary(failures) if failures else str(failed)
+        error = ProcError(f"call {endpoint}() to {target} failed: {failed.code}: {why}", failed.code)
         error.endpoint = endpoint
         raise error from None
     if data is None:
-        raise TimeoutError(f"no {awaited} to {endpoint}() within {timeout} s")
+        raise TimeoutError(f"{endpoint}() got no {awaited} within {timeout} s")
     return data
 
 
@@ -312,7 +318,7 @@ class Accumulator(Generic[R, T]):
         slot = mesh._route.call_reduce(name, endpoint._payload(args, kwargs), op)
 
         def wait(timeout: Optional[float]) -> T:
-            piece = _wait_slot(slot, timeout, f"a folded answer from {mesh!r}", endpoint._name, repr(mesh),
+            piece = _wait_slot(slot, timeout, f"folded answer from {mesh!r}", endpoint._name, repr(mesh),
                                mesh._token)
             value = self._identity
             for ok, item in piece_values(piece, repr(mesh)):
@@ -555,7 +561,7 @@ class _TreeRoute:
         slot = self._cmesh.call(endpoint, payload)
 
         def wait(timeout: Optional[float]) -> Any:
-            data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
+            data = _wait_slot(slot, timeout, f"complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
             by_rank = dict(zip(mesh.shape.ascending_ranks, data))
             values = []
             for ref, reply in zip(mesh._ordered_refs(), (by_rank[rank] for rank in mesh.shape.ranks)):
@@ -700,7 +706,7 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         self._route.stop(self)
 
         def wait(timeout: Optional[float]) -> None:
-            _wait_slot(done, timeout, "stop", "stop", repr(self))
+            _wait_slot(done, timeout, "confirmation that it stopped", "stop", repr(self))
 
         return Future(wait, done.add_callback)
 

@@ -17,7 +17,7 @@
 // Follows a `pip install "castmesh[...]"` in messages: castmesh has no PyPI
 // release yet, so pip finds the plugin wheels only where they were built.
 #define CASTMESH_WHEELS_HINT \
-  "--find-links <folder of castmesh's built wheels> (no PyPI release yet; castmesh's README, section Python, says how to build them)"
+  "--find-links <castmesh's built wheels> (not on PyPI yet: README, section Python)"
 
 namespace castmesh::plugin {
 
