@@ -597,6 +597,10 @@ class _TreeRoute:
                 raise TimeoutError(f"no further result of {endpoint}() within {wait} s")
             if kind == "end":
                 raise ProcError(f"stream {endpoint}() to {mesh!r} ended early")
+            if kind == "failed":  # that member's answer: the others' still come
+                code, message = data
+                return False, ProcError(f"stream {endpoint}() to {refs[position].address} failed: {code}: {message}",
+                                        code)
             return decode_reply(data, refs[position].address)
 
         return ResultStream(len(mesh), next_result, timeout)

@@ -5,6 +5,7 @@ backend queries, warning classes and RDMAAction.read_remote(dst, src)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import warnings
 
 import pytest
@@ -66,3 +67,44 @@ def test_rdma_action_read_remote_takes_monarchs_order_and_the_old_one_with_a_war
     RDMAAction().write_remote(buffer, written, offset=12).submit().get()  # (dst buffer, src memory)
     assert source[12:] == b"WXYZ"
     buffer.release().get()
+
+
+class Mortal(Actor):
+    @endpoint
+    def answer_or_die(self, doomed: int, go: str) -> int:
+        import os
+        import time
+
+        from castmesh import current_rank
+
+        rank = current_rank().rank
+        if rank == doomed:
+            os._exit(3)  # the proc dies mid-call
+        for _ in range(1200):  # the others answer once the controller has seen the death (a hang guard)
+            if os.path.exists(go):
+                break
+            time.sleep(0.05)
+        return rank
+
+
+@pytest.mark.timeout(120)
+def test_stream_keeps_the_survivors_results_when_a_member_dies(faults, tmp_path):
+    go = tmp_path / "go"
+    procs = this_host().spawn_procs(per_host={"gpus": 4})
+    try:
+        mortals = procs.spawn("mortal", Mortal)
+        futures = list(mortals.answer_or_die.stream(2, str(go)))
+        for _ in range(1200):
+            if faults:
+                break
+            time.sleep(0.05)
+        assert faults, "the death of gpus=2 was not reported"
+        go.write_text("")
+        outcomes = [(f.exception(60), f) for f in futures]
+        values = sorted(f.get(0) for error, f in outcomes if error is None)
+        errors = [error for error, _ in outcomes if error is not None]
+        assert values == [0, 1, 3], outcomes
+        assert len(errors) == 1 and isinstance(errors[0], ProcError), errors
+        assert "mortal[2]" in str(errors[0]), errors[0]
+    finally:
+        procs.stop().get()
