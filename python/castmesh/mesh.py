@@ -32,11 +32,11 @@ import threading
 import warnings
 import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar,
-                    Union)
+                    Union, cast)
 
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
-from .actor import Actor, EndpointDescriptor, endpoint
+from .actor import Actor, EndpointDescriptor, P, endpoint
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
@@ -93,8 +93,9 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     return data
 
 
-class EndpointRef(Generic[R]):
-    """An endpoint of an actor mesh; call it through its adverbs."""
+class EndpointRef(Generic[P, R]):
+    """An endpoint of an actor mesh; call it through its adverbs, which take
+    the endpoint method's arguments (after self; type checkers check them)."""
 
     __slots__ = ("_mesh", "_name", "_explicit")
 
@@ -118,7 +119,7 @@ class EndpointRef(Generic[R]):
         port, receiver = Channel.open()
         return receiver, self._payload(args, {**kwargs, PORT_KWARG: port.address})
 
-    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         """Calls every actor of the mesh; the future gives a ValueMesh of the results.
 
         Any failing actor makes the whole future fail with its error (the
@@ -143,7 +144,7 @@ class EndpointRef(Generic[R]):
     def _call(self, payload: bytes) -> Future[ValueMesh[R]]:
         return self._mesh._route.call(self._mesh, self._name, payload)
 
-    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Calls the one actor of a single-actor mesh (e.g. ``mesh.slice(gpus=0)``)."""
         mesh = self._mesh
         if len(mesh) != 1:
@@ -156,7 +157,7 @@ class EndpointRef(Generic[R]):
         receiver, payload = self._with_port(args, kwargs)
         return gather([mesh._route.call_one(mesh, self._name, payload), receiver.recv()], lambda values: values[1])
 
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+    def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Sends the call to every actor without waiting for (or getting) replies.
 
         Calls from one sender reach each actor in the order they were made.
@@ -174,7 +175,7 @@ class EndpointRef(Generic[R]):
     def _cast(self, payload: bytes) -> None:
         self._mesh._route.cast(self._mesh, self._name, payload)
 
-    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Calls one actor of the mesh, chosen round-robin (load balancing)."""
         mesh = self._mesh
         position = next(mesh._chooser) % len(mesh)
@@ -216,6 +217,10 @@ class EndpointRef(Generic[R]):
     def __repr__(self) -> str:
         return f"<endpoint {self._name} of {self._mesh!r}>"
 
+    if TYPE_CHECKING:
+        # Inside the actor, ``self.ping(...)`` is the method itself (EndpointDescriptor.__get__).
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
 
 # Monarch's name for an endpoint of a mesh: the same class.
 Endpoint = EndpointRef
@@ -239,7 +244,8 @@ class NotAnEndpoint:
         return f"<method {self._name} of {self._mesh!r}, not an endpoint>"
 
 
-def as_endpoint(method: NotAnEndpoint, *, propagate: Any = None, explicit_response_port: bool = False) -> Endpoint[Any]:
+def as_endpoint(method: NotAnEndpoint, *, propagate: Any = None,
+                explicit_response_port: bool = False) -> "EndpointRef[..., Any]":
     """An endpoint for a method not marked ``@endpoint`` (``as_endpoint(mesh.method)``),
     with every adverb; ``explicit_response_port=True``: the method takes the
     response port first, as ``@endpoint(explicit_response_port=True)``."""
@@ -275,7 +281,7 @@ class Accumulator(Generic[R, T]):
     value, up to floating-point rounding (float additions in another order).
     """
 
-    def __init__(self, endpoint: EndpointRef[R], identity: T, combine: Callable[[T, R], T]) -> None:
+    def __init__(self, endpoint: "EndpointRef[..., R]", identity: T, combine: Callable[[T, R], T]) -> None:
         self._endpoint = endpoint
         self._identity = identity
         self._combine = combine
@@ -681,7 +687,7 @@ class ActorMesh(MeshShapeOps, Generic[A]):
             raise AttributeError(name)
         attr = inspect.getattr_static(self._cls, name, None)
         if isinstance(attr, EndpointDescriptor):
-            ref: EndpointRef[Any] = EndpointRef(self, name)
+            ref: EndpointRef[..., Any] = EndpointRef(self, name)
             return ref
         if inspect.isfunction(attr):
             return NotAnEndpoint(self, name)
@@ -859,21 +865,25 @@ class ProcMesh(MeshShapeOps):
     def _is_stopped(self) -> bool:
         return (self._root or self)._stopped
 
-    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
+    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> A:
         """Creates one ``cls(*args, **kwargs)`` per proc, named ``name``.
 
         Returns once every actor is registered; the constructors run next
         (one that raises fails its member, see Supervision). The actor mesh
         has this mesh's sizes (on a slice, its members numbered 0..n-1). In an
         actor (a proc mesh passed to it), the controller spawns on its behalf
-        and the calling actor supervises the new mesh."""
+        and the calling actor supervises the new mesh.
+
+        The result is an :class:`ActorMesh`; type checkers see ``cls`` (as
+        Monarch types it), whose endpoints are then typed adverbs
+        (``mesh.ping.call_one(1)``: ``Future[int]``)."""
         if self._impl is None:
             from .instance import registry
 
             ctx = _context.current()
             owner = None if ctx is None else ctx.address
             return registry().spawn_on.call_one(self, name, cls, args, kwargs, owner).get()
-        return self._spawn(name, cls, args, kwargs, None)
+        return cast(A, self._spawn(name, cls, args, kwargs, None))
 
     def _spawn(self, name: str, cls: Type[A], args: tuple, kwargs: dict, owner: Optional[str]) -> ActorMesh[A]:
         """spawn() in the controller; `owner`: the supervising actor (None:
@@ -1025,15 +1035,15 @@ def _set_logging_level(level: int) -> None:
 class _LocalProc:
     """The proc running the caller, as returned by :func:`this_proc`."""
 
-    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
-        """Spawns one actor in this proc (its own thread)."""
+    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> A:
+        """Spawns one actor in this proc (its own thread); an ActorMesh, typed as ProcMesh.spawn's."""
         shape = Shape({})
         spec = _spec(cls, args, kwargs, name, shape)
         if _context.in_worker():
             ref = _castmesh.spawn_in_this_proc(name, spec)
         else:
             ref = _runtime().spawn_local(name, spec)
-        return _supervised(ActorMesh(cls, name, {0: ref}, shape), [ref])
+        return cast(A, _supervised(ActorMesh(cls, name, {0: ref}, shape), [ref]))
 
     @property
     def rank(self) -> int:
