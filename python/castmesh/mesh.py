@@ -84,7 +84,13 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     except ProcError as failed:
         # A failed member's report follows its calls' errors closely: wait a moment for it.
         failures = supervision.wait_for_failures(token, _FAILURE_REPORT_WAIT_S if failed.code == "UNAVAILABLE" else 0)
+        # A call to one member is explained by that member's failure only (it may have been stopped).
+        if not target.startswith("<"):
+            failures = [failure for failure in failures if failure.actor == target]
         why = supervision.summary(failures) if failures else str(failed)
+        reason = supervision.stop_reason(token)
+        if reason and not failures:
+            why += f" (the mesh was stopped: {reason})"
         error = ProcError(f"call {endpoint}() to {target} failed: {failed.code}: {why}", failed.code)
         error.endpoint = endpoint
         raise error from None
@@ -705,14 +711,15 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         sub._token, sub._base_position = self._token, self._base_position
         return sub
 
-    def stop(self) -> "Future[None]":
+    def stop(self, reason: str = "") -> "Future[None]":
         """Stops every actor of this (sliced) mesh once it has handled what it
         was sent; each runs its ``__cleanup__(None)``. The future (``await``
-        or ``.get()``) completes once every one of them has stopped."""
+        or ``.get()``) completes once every one of them has stopped. Later
+        calls to them fail naming ``reason`` (Monarch's ``stop(reason=...)``)."""
         refs = self._ordered_refs()
         done = _castmesh.watch_stopped(refs)
         if self._token is not None:
-            supervision.stopping(self._token, [self._base_position[rank] for rank in self._shape.ranks])
+            supervision.stopping(self._token, [self._base_position[rank] for rank in self._shape.ranks], reason)
         self._route.stop(self)
 
         def wait(timeout: Optional[float]) -> None:
@@ -909,13 +916,14 @@ class ProcMesh(MeshShapeOps):
         (self._root or self)._meshes.append(mesh._token)
         return mesh
 
-    def stop(self) -> "Future[None]":
+    def stop(self, reason: str = "") -> "Future[None]":
         """Asks every proc to exit; the future (``await`` or ``.get()``)
         completes once they have (stragglers busy in an endpoint for 5 s are
         killed with a warning; procs started by a launcher cannot be, and are
         warned about). Actors on them are stopped, not failed. Idempotent: a
         second call gives the same future. Only the whole mesh can be
-        stopped, not a slice of it (ValueError)."""
+        stopped, not a slice of it (ValueError). Later calls to its actors
+        fail naming ``reason`` (Monarch's ``stop(reason=...)``)."""
         if self._root is not None:
             raise ValueError(f"stop() the whole proc mesh, not the slice {self._shape} of it")
         if self._stop_future is not None:
@@ -929,7 +937,7 @@ class ProcMesh(MeshShapeOps):
             return self._stop_future
         self._stopped = True
         for token in self._meshes:
-            supervision.stopping(token)
+            supervision.stopping(token, None, reason or "its proc mesh was stopped")
         impl = self._impl
 
         def stop_procs() -> None:

@@ -165,8 +165,15 @@ def send(endpoint: Any, args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] 
     """Calls ``endpoint`` (e.g. ``mesh.compute``) on every actor of its mesh
     without waiting. With ``port``, each actor's result (or error) is sent
     there (an explicit-response endpoint gets ``port`` as its first
-    argument); without, results are dropped (as ``broadcast``). Only
-    ``selection="all"`` is supported: slice the mesh to choose actors."""
-    if selection != "all":
-        raise ValueError(f"send(..., selection={selection!r}): only 'all' is supported; slice the mesh instead")
+    argument); without, results are dropped (as ``broadcast``).
+    ``selection="choose"`` (Monarch's) sends to one actor instead, chosen as
+    ``choose()`` chooses (round-robin); slice the mesh to pick others."""
+    if selection == "choose":
+        from .mesh import EndpointRef  # noqa: PLC0415 - mesh imports this module
+
+        mesh = endpoint._mesh
+        position = next(mesh._chooser) % len(mesh)
+        endpoint = EndpointRef(mesh.slice(**mesh.shape.point(position).coords), endpoint._name, endpoint._explicit)
+    elif selection != "all":
+        raise ValueError(f"send(..., selection={selection!r}): 'all' or 'choose'; slice the mesh to pick actors")
     endpoint._send(tuple(args), dict(kwargs or {}), port)

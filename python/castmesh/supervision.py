@@ -89,7 +89,7 @@ def unhandled_fault_hook(failure: MeshFailure) -> None:
 class _Watched:
     """What this process knows about a mesh it spawned and supervises."""
 
-    __slots__ = ("name", "shape", "owner", "stopping", "failures")
+    __slots__ = ("name", "shape", "owner", "stopping", "failures", "stop_reason")
 
     def __init__(self, name: str, shape: Any, owner: Optional[str]) -> None:
         self.name = name
@@ -97,6 +97,7 @@ class _Watched:
         self.owner = owner  # address of the owning actor; None: the controller's code
         self.stopping: set = set()  # positions stopped on purpose
         self.failures: Dict[int, MeshFailure] = {}  # position -> its failure
+        self.stop_reason = ""  # what stop(reason=...) said
 
 
 _lock = threading.Lock()
@@ -133,15 +134,24 @@ def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
     return token
 
 
-def stopping(token: Optional[int], positions: Optional[List[int]] = None) -> None:
+def stopping(token: Optional[int], positions: Optional[List[int]] = None, reason: str = "") -> None:
     """Members (all of them when `positions` is None) are being stopped on
-    purpose: their end is not a failure."""
+    purpose: their end is not a failure; `reason` explains later calls' errors."""
     if token is None:
         return
     with _lock:
         record = _records.get(token)
         if record is not None:
             record.stopping.update(range(len(record.shape)) if positions is None else positions)
+            if reason:
+                record.stop_reason = reason
+
+
+def stop_reason(token: Optional[int]) -> str:
+    """What stop(reason=...) said of a watched mesh ("" if nothing)."""
+    with _lock:
+        record = _records.get(token) if token is not None else None
+        return "" if record is None else record.stop_reason
 
 
 def failures_of(token: Optional[int]) -> List[MeshFailure]:

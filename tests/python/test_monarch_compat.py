@@ -108,3 +108,53 @@ def test_stream_keeps_the_survivors_results_when_a_member_dies(faults, tmp_path)
         assert "mortal[2]" in str(errors[0]), errors[0]
     finally:
         procs.stop().get()
+
+
+class SelfStopping(Actor):
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+    @endpoint
+    def stop_myself(self) -> str:
+        from castmesh import context
+
+        context().actor_instance.stop()
+        return "stopping"  # this answer still goes out
+
+    @endpoint
+    def abort_myself(self) -> None:
+        from castmesh import context
+
+        try:
+            context().actor_instance.abort("the weights are corrupt")
+        except Exception:  # noqa: BLE001 - an abort is no Exception: it fails the actor
+            pass
+
+
+@pytest.mark.timeout(120)
+def test_actor_instance_stop_and_abort_and_stop_reason(faults):
+    from castmesh import ActorFailedError, SupervisionError, context
+
+    procs = this_host().spawn_procs(per_host={"gpus": 3})
+    try:
+        actors = procs.spawn("selfish", SelfStopping)
+        assert actors.slice(gpus=0).stop_myself.call_one().get(timeout=30) == "stopping"
+        with pytest.raises(SupervisionError):
+            for _ in range(600):  # until the stop has gone through (a hang guard)
+                actors.slice(gpus=0).ping.call_one().get(timeout=30)
+                time.sleep(0.05)
+        with pytest.raises(ActorFailedError, match="the weights are corrupt"):
+            actors.slice(gpus=1).abort_myself.call_one().get(timeout=30)
+        for _ in range(600):
+            if faults:
+                break
+            time.sleep(0.05)
+        assert len(faults) == 1 and "the weights are corrupt" in faults[0].reason  # the abort; the stop is none
+        actors.slice(gpus=2).stop(reason="done with it").get(timeout=30)
+        with pytest.raises(SupervisionError, match="the mesh was stopped: done with it"):
+            actors.slice(gpus=2).ping.call_one().get(timeout=30)
+        with pytest.raises(RuntimeError, match="controller"):
+            context().actor_instance.stop()
+    finally:
+        procs.stop().get()
