@@ -26,7 +26,7 @@ from typing import Any, Dict, Generic, Optional, Tuple, TypeVar
 from . import _castmesh, _context, _serial
 from .future import Future
 
-__all__ = ["Channel", "Port", "PortReceiver", "send"]
+__all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver", "send"]
 
 R = TypeVar("R")
 
@@ -146,6 +146,17 @@ class PortReceiver(Generic[R]):
             pass
 
 
+class RankedPortReceiver(PortReceiver[R]):
+    """A receiver whose ``recv()`` gives ``(rank, value)``: the rank of the
+    mesh member that sent it (``None`` for a port no mesh call handed out),
+    as Monarch's ``Channel.open_ranked()`` receiver does."""
+
+    __slots__ = ()
+
+    def recv(self) -> "Future[Tuple[Optional[int], R]]":  # type: ignore[override]
+        return self.recv_ranked()
+
+
 class Channel(Generic[R]):
     """Opens channels: ``port, receiver = Channel.open()``."""
 
@@ -158,6 +169,14 @@ class Channel(Generic[R]):
         _ensure_runtime()
         channel = _castmesh.open_channel()
         return Port(channel.address), PortReceiver(channel)
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> Tuple[Port[R], RankedPortReceiver[R]]:
+        """As :meth:`open`, whose receiver's ``recv()`` gives ``(rank, value)`` (Monarch's)."""
+        del once
+        _ensure_runtime()
+        channel = _castmesh.open_channel()
+        return Port(channel.address), RankedPortReceiver(channel)
 
 
 def send(endpoint: Any, args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None,

@@ -147,6 +147,15 @@ def test_send_with_a_port_collects_every_result(relays):
 
 
 @pytest.mark.timeout(60)
+def test_open_ranked_receives_ranks_and_values(relays):
+    port, receiver = Channel.open_ranked()
+    send(relays.square, (2,), {}, port=port)
+    assert sorted(receiver.recv().get(timeout=30) for _ in range(2)) == [(0, 4), (1, 5)]
+    port.send("from the controller")
+    assert receiver.recv().get(timeout=30) == (None, "from the controller")
+
+
+@pytest.mark.timeout(60)
 def test_send_with_selection_choose_reaches_one_actor(relays):
     port, receiver = Channel.open()
     send(relays.square, (3,), {}, port=port, selection="choose")
