@@ -189,6 +189,8 @@ check_wheel_installs() {
   local pip=("${py}" -m pip install -q --disable-pip-version-check --no-index --find-links "${WHEELHOUSE}")
   local check=tests/integration/wheels/check_backends.py
   "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh cloudpickle
+  # The Python quick start (what scripts/run-example.sh runs last) against the core wheel alone.
+  "${py}" examples/python/quickstart.py
   "${pip[@]}" "castmesh[rdma]"
   "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma cloudpickle
   if [ "${HAVE_CUDA}" = 1 ]; then
