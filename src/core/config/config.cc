@@ -129,7 +129,7 @@ constexpr uint64_t kMaxMs = std::numeric_limits<int32_t>::max();
 constexpr uint64_t kMinRdmaChunk = 1024;              // as the RDMA service clamps a peer's chunk
 constexpr uint64_t kMaxRdmaChunk = uint64_t{64} << 20;
 
-const std::array<Row, 21> kRows = {{
+const std::array<Row, 22> kRows = {{
     // --- collectives ---
     {{"shm", "CASTMESH_SHM", SettingKind::kBool, "1", "0/1",
       "shared-memory rings between procs of one host; 0: every message goes through the socket transport", true},
