@@ -260,7 +260,7 @@ def test_rotated_certificate_serves_new_connections_without_restarting_the_agent
         first.stdin.flush()
         controller_process.finish(first, 120)
         out = attach_error(hosts, agent.address, certs)
-        assert "this proc refused the peer's certificate (CN=expired)" in out, out
+        assert "this proc refused the peer's certificate" in out, out
         assert "certificate has expired" in out, out
         agent.wait_log("the peer refused this proc's TLS handshake")
         # A valid new certificate: new connections (the controller's, and

@@ -75,11 +75,6 @@ class TlsContext {
   Stamp stamp_ ABSL_GUARDED_BY(mu_);
 };
 
-// Plaintext encrypted per write() before its records go to the socket in one
-// write: large enough that system calls are a small part of a large
-// transfer's cost, small enough to stay in cache between the two.
-inline constexpr std::size_t kTlsWriteBatch = 256 * 1024;
-
 // One connection's TLS over a non-blocking socket. Calls follow the
 // recv()/sendmsg() conventions so the connection's read and write paths
 // stay the same with and without TLS. Thread-safe (one lock around the SSL
@@ -87,8 +82,8 @@ inline constexpr std::size_t kTlsWriteBatch = 256 * 1024;
 //
 // Throughput: OpenSSL reads ahead (one recv() brings many records) and its
 // records are encrypted into a buffer of the session's, which goes to the
-// socket in writes of up to kTlsWriteBatch bytes: one system call per many
-// 16 KiB records each way instead of one (or two) per record.
+// socket in one write per batch of records: one system call per many 16 KiB
+// records each way instead of one (or two) per record.
 class TlsSession {
  public:
   enum class Step { kDone, kWantRead, kWantWrite, kFailed };
@@ -127,6 +122,10 @@ class TlsSession {
   SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
   const int fd_;
   std::string error_ ABSL_GUARDED_BY(mu_);
+  // The common name of the peer certificate this side refused, written by
+  // the verification callback inside handshake() (mu_ held; the callback
+  // cannot say so).
+  std::string refused_cn_;
   // Records OpenSSL wrote (its write BIO appends here), from out_sent_ on
   // not yet in the socket.
   std::string out_ ABSL_GUARDED_BY(mu_);
