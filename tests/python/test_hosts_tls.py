@@ -17,9 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional
 
 import pytest
 
@@ -27,28 +26,21 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "testing"))
 
 import controller_process  # noqa: E402
+import host_tests  # noqa: E402
 import netns_hosts  # noqa: E402
 from controller_process import wait_for  # noqa: E402
+from host_tests import wait_until  # noqa: E402
 
 SECRET = "castmesh-test-hosts-tls-secret"
 PORT = 26640
 AGENT_HOST = 1
 CONTROLLER_HOST = 2
 
-_SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
-pytestmark = [
-    pytest.mark.skipif(netns_hosts.skip_reason() is not None,
-                       reason=f"needs network namespaces: {netns_hosts.skip_reason()}"),
-    pytest.mark.skipif(_SANITIZED, reason="host tests run in the dev stage, not under the preloaded ASan runtime"),
-]
+pytestmark = host_tests.marks()
 
 
 def _env(**extra: str) -> Dict[str, str]:
-    env = dict(os.environ)
-    env.pop("CASTMESH_SECRET_FILE", None)
-    env.update(CASTMESH_SECRET=SECRET, PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
+    return host_tests.env(SECRET, **extra)
 
 
 @pytest.fixture(scope="module")
@@ -68,15 +60,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     except (OSError, subprocess.CalledProcessError) as error:
         pytest.skip(f"cannot make test certificates (needs the openssl command): {error}")
     return folder
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 class Agent:
@@ -110,6 +93,12 @@ class Agent:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=30)
+
+    def __enter__(self) -> "Agent":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 @pytest.fixture
@@ -162,16 +151,14 @@ REFUSALS = {
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_bad_certificate_is_refused_with_the_reason_on_both_sides(hosts, certs, agent_log, case) -> None:
     env, controller_says, agent_says = REFUSALS[case]
-    agent = Agent(hosts, certs, agent_log).started()
-    try:
+    with Agent(hosts, certs, agent_log) as agent:
+        agent.started()
         out = attach_error(hosts, agent.address, certs, **env)
         for text in controller_says:
             assert text in out, out
         for text in agent_says:
             agent.wait_log(text)
         assert agent.proc.poll() is None, "the agent serves on"
-    finally:
-        agent.stop()
 
 
 @pytest.mark.timeout(120)
@@ -189,45 +176,36 @@ def test_client_without_a_certificate_is_refused(hosts, certs, agent_log) -> Non
         "    print('NOT REFUSED')\n"
         "except ssl.SSLError as error:\n"
         "    print('REFUSED', error)\n")
-    agent = Agent(hosts, certs, agent_log).started()
-    try:
+    with Agent(hosts, certs, agent_log) as agent:
+        agent.started()
         run = hosts.run(CONTROLLER_HOST, [sys.executable, "-c", client], capture_output=True, text=True, timeout=60)
         assert "REFUSED" in run.stdout and "certificate required" in run.stdout.lower(), run.stdout + run.stderr
         agent.wait_log("peer did not return a certificate")
-    finally:
-        agent.stop()
 
 
 @pytest.mark.timeout(120)
 def test_mismatched_key_stops_either_side_before_any_connection(hosts, certs, agent_log) -> None:
     # The controller: its attach fails at once, naming both files.
-    agent = Agent(hosts, certs, agent_log).started()
-    try:
+    with Agent(hosts, certs, agent_log) as agent:
+        agent.started()
         out = attach_error(hosts, agent.address, certs, TEST_TLS_KEY="agent")
         assert "does not match the certificate" in out and "agent.key" in out, out
-    finally:
-        agent.stop()
     assert "unauthenticated peer" not in agent.log(), "the controller never dialed"
     # The agent: it does not start.
-    agent = Agent(hosts, certs, agent_log, key="controller")
-    try:
+    with Agent(hosts, certs, agent_log, key="controller") as agent:
         assert agent.proc.wait(timeout=60) != 0
         log = agent.log()
         assert "does not match the certificate" in log and "controller.key" in log, log
         assert "listening at" not in log, log
-    finally:
-        agent.stop()
 
 
 @pytest.mark.timeout(120)
 def test_valid_certificate_with_the_wrong_secret_is_refused(hosts, certs, agent_log) -> None:
-    agent = Agent(hosts, certs, agent_log).started()
-    try:
+    with Agent(hosts, certs, agent_log) as agent:
+        agent.started()
         out = attach_error(hosts, agent.address, certs, CASTMESH_SECRET="not-the-mesh-secret")
         assert "proof of the mesh secret" in out, out
         agent.wait_log("wrong mesh secret")
-    finally:
-        agent.stop()
 
 
 def rotate(folder: Path, certs: Path, name: str) -> None:
@@ -247,8 +225,8 @@ def test_rotated_certificate_serves_new_connections_without_restarting_the_agent
     folder.mkdir()
     rotate(folder, certs, "agent")
     # (info: the agent logs each reload)
-    agent = Agent(hosts, certs, agent_log, folder=folder, CASTMESH_LOG="info").started()
-    try:
+    with Agent(hosts, certs, agent_log, folder=folder, CASTMESH_LOG="info") as agent:
+        agent.started()
         # A controller and its proc on the agent's host, connected before the rotation.
         first = controller(hosts, "call-across-rotation", agent.address, certs)
         wait_for(first, "READY")
@@ -260,7 +238,7 @@ def test_rotated_certificate_serves_new_connections_without_restarting_the_agent
         first.stdin.flush()
         controller_process.finish(first, 120)
         out = attach_error(hosts, agent.address, certs)
-        assert "this proc refused the peer's certificate" in out, out
+        assert "this proc refused the peer's certificate (CN=expired)" in out, out
         assert "certificate has expired" in out, out
         agent.wait_log("the peer refused this proc's TLS handshake")
         # A valid new certificate: new connections (the controller's, and
@@ -269,5 +247,3 @@ def test_rotated_certificate_serves_new_connections_without_restarting_the_agent
         controller_process.finish(controller(hosts, "attach", agent.address, certs), 120)
         log = agent.wait_log("new connections use the new certificate")
         assert agent.proc.poll() is None, log
-    finally:
-        agent.stop()
