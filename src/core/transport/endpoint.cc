@@ -1004,9 +1004,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // Closed after this proc answered the challenge: the acceptor refused
       // the answer, most likely for a different mesh secret (a version
       // mismatch shows in the challenge, on this side; the acceptor's log
-      // line says which).
+      // line says which). Unavailable, as any other close before the
+      // connection is up (callers that retry a dial see the same code).
       read_failed(mine,
-                  absl::PermissionDeniedError(absl::StrCat(
+                  absl::UnavailableError(absl::StrCat(
                       "connection to ", peer_,
                       ": the peer closed the connection after this proc's proof of the mesh secret (is the "
                       "secret the same on both sides? the peer's log says why it refused)")),
