@@ -13,13 +13,10 @@ otherwise.
 
 from __future__ import annotations
 
-import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -29,8 +26,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "testing"))
 
 import controller_process  # noqa: E402
+import host_tests  # noqa: E402
 import netns_hosts  # noqa: E402
 from controller_process import wait_for  # noqa: E402
+from host_tests import wait_until  # noqa: E402
 
 SECRET = "castmesh-test-hosts-secret"
 PORT = 26600
@@ -41,25 +40,11 @@ CONTROLLER_HOST = 4  # controllers run here, agents on AGENT_HOSTS
 KILL_DEADLINE_S = 2.0 + 3.0
 PARTITION_DEADLINE_S = 5.5 + 4.0
 
-# Under the ASan stage every child inherits the preloaded sanitizer runtime,
-# the namespace tools (ip, unshare, sh) included: these run in the dev stage.
-_SANITIZED = "libasan" in os.environ.get("LD_PRELOAD", "")
-# CI's dev stage (as root) sets CASTMESH_REQUIRE_NETNS=1: there a skip would hide a broken stage.
-if os.environ.get("CASTMESH_REQUIRE_NETNS") == "1" and not _SANITIZED and netns_hosts.skip_reason() is not None:
-    raise RuntimeError(f"CASTMESH_REQUIRE_NETNS=1 but namespaces cannot be made here: {netns_hosts.skip_reason()}")
-pytestmark = [
-    pytest.mark.skipif(netns_hosts.skip_reason() is not None,
-                       reason=f"needs network namespaces: {netns_hosts.skip_reason()}"),
-    pytest.mark.skipif(_SANITIZED, reason="host tests run in the dev stage, not under the preloaded ASan runtime"),
-]
+pytestmark = host_tests.marks()
 
 
 def _env(**extra: str) -> Dict[str, str]:
-    env = dict(os.environ)
-    env.pop("CASTMESH_SECRET_FILE", None)
-    env.update(CASTMESH_SECRET=SECRET, PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
+    return host_tests.env(SECRET, **extra)
 
 
 HOSTS: List["netns_hosts.NetnsHosts"] = []  # the module's hosts, for controller()
@@ -129,15 +114,6 @@ def procs_of(agents: Agents, k: int) -> List[int]:
     """The processes of host k other than its agent."""
     agent = agents.procs.get(k)
     return [pid for pid in agents.hosts.pids(k) if agent is None or pid != agent.pid]
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 @pytest.mark.timeout(240)

@@ -961,11 +961,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
         rbegin_ = 0;
       }
       const std::size_t room = rcap_ - rend_;
-      const ssize_t r = receive(fd, rbuf_.get() + rend_, room);
+      bool drained = false;
+      const ssize_t r = receive(fd, rbuf_.get() + rend_, room, &drained);
       if (r > 0) {
         rend_ += static_cast<std::size_t>(r);
-        // TLS returns one record per read, however much more is ready.
-        emptied = tls_ == nullptr && static_cast<std::size_t>(r) < room;
+        // TLS returns one record per read, however much more is ready: it
+        // says itself whether its read-ahead emptied the socket.
+        emptied = tls_ == nullptr ? static_cast<std::size_t>(r) < room : drained;
         last_rx_.store(receive_time(), std::memory_order_relaxed);
         continue;
       }
@@ -978,9 +980,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // recv() of the socket, or through TLS on a TLS connection (the I/O
-  // thread's alone there: a TLS connection lends no reader).
-  ssize_t receive(int fd, char* into, std::size_t max) {
-    if (tls_ != nullptr) return tls_->read(into, max);
+  // thread's alone there: a TLS connection lends no reader; `drained`: see
+  // TlsSession::read).
+  ssize_t receive(int fd, char* into, std::size_t max, bool* drained = nullptr) {
+    if (tls_ != nullptr) return tls_->read(into, max, drained);
     return ::recv(fd, into, max, MSG_DONTWAIT);
   }
 
@@ -994,6 +997,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
                   absl::UnavailableError(absl::StrCat("connection to ", peer_,
                                                       ": the peer closed the connection before its challenge "
                                                       "(does the peer require TLS?)")),
+                  /*protocol=*/false);
+      return;
+    }
+    if (error == 0 && outgoing_ && !established_ && !acceptor_nonce_.empty()) {
+      // Closed after this proc answered the challenge: the acceptor refused
+      // the answer, most likely for a different mesh secret (a version
+      // mismatch shows in the challenge, on this side; the acceptor's log
+      // line says which). Unavailable, as any other close before the
+      // connection is up (callers that retry a dial see the same code).
+      read_failed(mine,
+                  absl::UnavailableError(absl::StrCat(
+                      "connection to ", peer_,
+                      ": the peer closed the connection after this proc's proof of the mesh secret (is the "
+                      "secret the same on both sides? the peer's log says why it refused)")),
                   /*protocol=*/false);
       return;
     }

@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/log/log.h"
@@ -34,6 +36,21 @@ std::string drain_openssl_errors() {
 // refused something of this side's.
 bool is_peer_alert(unsigned long e) { return ERR_GET_REASON(e) >= SSL_AD_REASON_OFFSET; }
 
+// An error that bytes which are no TLS record cause (a plaintext peer).
+bool not_tls(unsigned long e) {
+  switch (ERR_GET_REASON(e)) {
+    case SSL_R_WRONG_VERSION_NUMBER:
+    case SSL_R_HTTP_REQUEST:
+    case SSL_R_HTTPS_PROXY_REQUEST:
+    case SSL_R_PACKET_LENGTH_TOO_LONG:
+    case SSL_R_UNKNOWN_PROTOCOL:
+    case SSL_R_RECORD_LENGTH_MISMATCH:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The common name of a certificate's subject, made printable (it may come
 // from a peer that failed verification).
 std::string common_name(X509* cert) {
@@ -41,6 +58,57 @@ std::string common_name(X509* cert) {
   char cn[256] = {0};
   if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof(cn)) < 0) return "";
   return log::printable(cn);
+}
+
+// How much OpenSSL reads from the socket at once (read-ahead): many records
+// per recv(), where it would otherwise read each record's header and body
+// with a recv() each.
+constexpr long kTlsReadAhead = 256 * 1024;
+// Plaintext encrypted per write() before its records go to the socket in one
+// send(): large enough that system calls are a small part of a large
+// transfer's cost, small enough to stay in cache between the two.
+constexpr std::size_t kTlsWriteBatch = 256 * 1024;
+
+// send() to a closed peer must not raise SIGPIPE (endpoint.cc's kNoSigPipe:
+// where MSG_NOSIGNAL is missing, Asio set SO_NOSIGPIPE on the socket).
+#if defined(MSG_NOSIGNAL)
+constexpr int kSendFlags = MSG_DONTWAIT | MSG_NOSIGNAL;
+#else
+constexpr int kSendFlags = MSG_DONTWAIT;
+#endif
+
+// The write BIO of every TlsSession: appends OpenSSL's records to the
+// session's out_ (its data pointer), which the session sends itself. It never
+// refuses bytes, so OpenSSL never holds a half-written record.
+BIO_METHOD* output_method() {
+  static BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "castmesh TLS output");
+    BIO_meth_set_write_ex(m, [](BIO* bio, const char* data, size_t n, size_t* written) -> int {
+      static_cast<std::string*>(BIO_get_data(bio))->append(data, n);
+      *written = n;
+      return 1;
+    });
+    // Flushing is the session's (flush_locked); nothing else is asked of it.
+    BIO_meth_set_ctrl(m, [](BIO*, int cmd, long, void*) -> long { return cmd == BIO_CTRL_FLUSH ? 1 : 0; });
+    BIO_meth_set_create(m, [](BIO* bio) -> int {
+      BIO_set_init(bio, 1);
+      return 1;
+    });
+    return m;
+  }();
+  return method;
+}
+
+// The verification callback of every connection: OpenSSL's verdict stands;
+// a refused certificate's common name goes to the session's refused_cn_
+// (the SSL's app data) for its error, since OpenSSL keeps no peer
+// certificate it refused.
+int note_refused_certificate(int ok, X509_STORE_CTX* store) {
+  if (ok == 1) return 1;
+  auto* ssl = static_cast<SSL*>(X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  auto* refused_cn = ssl != nullptr ? static_cast<std::string*>(SSL_get_app_data(ssl)) : nullptr;
+  if (refused_cn != nullptr && refused_cn->empty()) *refused_cn = common_name(X509_STORE_CTX_get0_cert(store));
+  return 0;
 }
 
 std::string mode_string(mode_t mode) {
@@ -74,9 +142,8 @@ absl::Status check_tls_files(const TlsFiles& files) {
   return absl::OkStatus();
 }
 
-bool TlsContext::Stamp::operator==(const Stamp& o) const {
-  auto same = [](const timespec& a, const timespec& b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; };
-  return same(ca, o.ca) && same(cert, o.cert) && same(key, o.key);
+bool TlsContext::FileStamp::operator==(const FileStamp& o) const {
+  return mtime.tv_sec == o.mtime.tv_sec && mtime.tv_nsec == o.mtime.tv_nsec && inode == o.inode;
 }
 
 absl::StatusOr<TlsContext::Stamp> TlsContext::stamp_of(const TlsFiles& files) {
@@ -87,7 +154,7 @@ absl::StatusOr<TlsContext::Stamp> TlsContext::stamp_of(const TlsFiles& files) {
     if (::stat(path->c_str(), &st) != 0) {
       return absl::NotFoundError(absl::StrCat("cannot read TLS file ", *path, ": ", std::strerror(errno)));
     }
-    *into = st.st_mtim;
+    *into = FileStamp{st.st_mtim, st.st_ino};
   }
   return stamp;
 }
@@ -123,7 +190,7 @@ absl::StatusOr<SSL_CTX*> TlsContext::build(const TlsFiles& files) {
   }
   // Both sides present a certificate and verify the other's chain against
   // the CA during the handshake, before any castmesh frame is read.
-  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, note_refused_certificate);
   // No session resumption: every connection proves its certificate anew
   // (a rotated-out certificate cannot come back through a ticket), and no
   // post-handshake ticket message arrives in the middle of frames.
@@ -132,9 +199,8 @@ absl::StatusOr<SSL_CTX*> TlsContext::build(const TlsFiles& files) {
   // A peer's close without close_notify is an ordinary close: castmesh
   // frames carry their own lengths, so truncation cannot go unnoticed.
   SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF);
-  // The queue's front is re-offered from wherever it lives after a full
-  // socket, possibly longer; partial writes report progress per record.
-  SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_read_ahead(ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx, kTlsReadAhead);
   return ctx;
 }
 
@@ -187,27 +253,68 @@ absl::StatusOr<SSL*> TlsContext::new_ssl(int fd, bool server) {
   return ssl;
 }
 
+TlsSession::TlsSession(SSL* ssl) : ssl_(ssl), fd_(SSL_get_rfd(ssl)) {
+  detail::MutexLock lock(mu_);
+  // Records go to out_, which flush_locked() sends: one send() for many
+  // records. The socket stays the read BIO (with read-ahead).
+  BIO* output = BIO_new(output_method());
+  BIO_set_data(output, &out_);
+  SSL_set0_wbio(ssl_, output);
+  SSL_set_app_data(ssl_, &refused_cn_);
+}
+
 TlsSession::~TlsSession() {
   detail::MutexLock lock(mu_);
   SSL_free(ssl_);
 }
 
+int TlsSession::flush_locked() {
+  while (out_sent_ < out_.size()) {
+    const ssize_t n = ::send(fd_, out_.data() + out_sent_, out_.size() - out_sent_, kSendFlags);
+    if (n > 0) {
+      out_sent_ += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (n == 0) errno = EPIPE;
+    return -1;
+  }
+  out_.clear();  // keeps its capacity for the next batch
+  out_sent_ = 0;
+  return 1;
+}
+
 TlsSession::Step TlsSession::handshake() {
   detail::MutexLock lock(mu_);
+  // This side's previous flight first: the peer waits for it.
+  if (const int flushed = flush_locked(); flushed <= 0) {
+    if (flushed == 0) return Step::kWantWrite;
+    error_ = absl::StrCat("TLS handshake: ", std::strerror(errno));
+    return Step::kFailed;
+  }
   ERR_clear_error();
   errno = 0;
   const int r = SSL_do_handshake(ssl_);
-  if (r == 1) return Step::kDone;
-  const int err = SSL_get_error(ssl_, r);
-  if (err == SSL_ERROR_WANT_READ) return Step::kWantRead;
-  if (err == SSL_ERROR_WANT_WRITE) return Step::kWantWrite;
+  const int err = r == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl_, r);
   const int saved_errno = errno;
+  // What the step wrote (a flight, or the alert of a refusal: the peer
+  // learns why) goes out now, as far as the socket takes it.
+  const int flushed = flush_locked();
+  if (r == 1 || err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    if (flushed < 0) {
+      error_ = absl::StrCat("TLS handshake: ", std::strerror(errno));
+      return Step::kFailed;
+    }
+    if (flushed == 0 || err == SSL_ERROR_WANT_WRITE) return Step::kWantWrite;
+    return r == 1 ? Step::kDone : Step::kWantRead;
+  }
   const long verify = SSL_get_verify_result(ssl_);
   const unsigned long first = ERR_peek_error();
   std::string reasons = drain_openssl_errors();
   if (verify != X509_V_OK) {
-    X509* cert = SSL_get0_peer_certificate(ssl_);
-    const std::string cn = common_name(cert);
+    std::string cn = common_name(SSL_get0_peer_certificate(ssl_));
+    if (cn.empty()) cn = refused_cn_;
     error_ = absl::StrCat("this proc refused the peer's certificate", cn.empty() ? "" : absl::StrCat(" (CN=", cn, ")"),
                           ": ", X509_verify_cert_error_string(verify));
   } else if (first != 0 && is_peer_alert(first)) {
@@ -218,26 +325,45 @@ TlsSession::Step TlsSession::handshake() {
                                 "certificate, or does not speak TLS)";
   } else {
     error_ = absl::StrCat("TLS handshake failed: ", reasons.empty() ? "unknown error" : reasons,
-                          " (does the peer speak TLS?)");
+                          first != 0 && not_tls(first) ? " (does the peer speak TLS?)" : "");
   }
   return Step::kFailed;
 }
 
-ssize_t TlsSession::read(char* into, std::size_t max) {
+ssize_t TlsSession::read(char* into, std::size_t max, bool* drained) {
   detail::MutexLock lock(mu_);
   ERR_clear_error();
   errno = 0;
-  const int r = SSL_read(ssl_, into, static_cast<int>(std::min<std::size_t>(max, INT_MAX)));
-  if (r > 0) return r;
-  const int err = SSL_get_error(ssl_, r);
+  const int limit = static_cast<int>(std::min<std::size_t>(max, INT_MAX));
+  int r = SSL_read(ssl_, into, limit);
+  const int err = r > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, r);
+  const int saved_errno = errno;
+  // SSL_read returns one record; the further records its read-ahead holds
+  // go into the same call (one lock and one pass of the caller's loop for
+  // many 16 KiB records). A failure there shows on the next call.
+  int got = r;
+  while (r > 0 && got < limit && SSL_pending(ssl_) == 0 && SSL_has_pending(ssl_) == 1) {
+    ERR_clear_error();
+    r = SSL_read(ssl_, into + got, limit - got);
+    if (r > 0) got += r;
+  }
+  if (got > 0) ERR_clear_error();  // a WANT_READ that ended the loop
+  // A read may answer (an alert when it fails): out as far as the socket
+  // takes it; records of a write() in progress stay first in line.
+  if (out_sent_ < out_.size()) (void)flush_locked();
+  if (got > 0) {
+    if (drained != nullptr) *drained = SSL_has_pending(ssl_) == 0;
+    return got;
+  }
   if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
     errno = EAGAIN;
     return -1;
   }
   if (err == SSL_ERROR_ZERO_RETURN) return 0;
   if (err == SSL_ERROR_SYSCALL) {
-    if (errno == 0) return 0;  // EOF
-    return -1;                 // errno from the socket
+    if (saved_errno == 0) return 0;  // EOF
+    errno = saved_errno;             // from the socket
+    return -1;
   }
   // TLS 1.3: a client learns that the server refused its certificate
   // only here, on its first read after the handshake.
@@ -251,30 +377,41 @@ ssize_t TlsSession::read(char* into, std::size_t max) {
 
 ssize_t TlsSession::write(const iovec* parts, int count) {
   detail::MutexLock lock(mu_);
-  std::size_t total = 0;
-  for (int i = 0; i < count; ++i) {
-    const char* base = static_cast<const char*>(parts[i].iov_base);
-    std::size_t left = parts[i].iov_len;
-    while (left > 0) {
-      ERR_clear_error();
-      errno = 0;
-      const int r = SSL_write(ssl_, base, static_cast<int>(std::min<std::size_t>(left, INT_MAX)));
-      if (r > 0) {
-        total += static_cast<std::size_t>(r);
-        base += r;
-        left -= static_cast<std::size_t>(r);
-        continue;
-      }
-      const int err = SSL_get_error(ssl_, r);
-      if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ) return static_cast<ssize_t>(total);
-      if (total > 0) return static_cast<ssize_t>(total);  // the error shows on the next call
-      if (err == SSL_ERROR_SYSCALL && errno != 0) return -1;
+  // Records of the previous call first; their plaintext is the front of
+  // `parts` (offered again), taken once they are all in the socket.
+  if (const int flushed = flush_locked(); flushed <= 0) return flushed;
+  std::size_t taken = std::exchange(encrypted_unsent_, 0);
+  int i = 0;
+  std::size_t at = taken;  // into parts[i]
+  while (i < count && at >= parts[i].iov_len) at -= parts[i++].iov_len;
+  // Then up to kTlsWriteBatch more, encrypted into out_ and sent at once.
+  std::size_t encrypted = 0;
+  while (i < count && encrypted < kTlsWriteBatch) {
+    const std::size_t n = std::min(parts[i].iov_len - at, kTlsWriteBatch - encrypted);
+    ERR_clear_error();
+    const int r = SSL_write(ssl_, static_cast<const char*>(parts[i].iov_base) + at, static_cast<int>(n));
+    if (r <= 0) {
+      // The output BIO takes everything: only a TLS failure gets here.
       error_ = absl::StrCat("TLS: ", drain_openssl_errors());
-      errno = err == SSL_ERROR_SYSCALL ? EPIPE : EPROTO;
+      if (taken > 0) return static_cast<ssize_t>(taken);  // the error shows on the next call
+      errno = EPROTO;
       return -1;
     }
+    encrypted += static_cast<std::size_t>(r);
+    at += static_cast<std::size_t>(r);
+    if (at == parts[i].iov_len) {
+      ++i;
+      at = 0;
+    }
   }
-  return static_cast<ssize_t>(total);
+  const int flushed = flush_locked();
+  if (flushed < 0) return taken > 0 ? static_cast<ssize_t>(taken) : -1;
+  if (flushed == 1) {
+    taken += encrypted;
+  } else {
+    encrypted_unsent_ = encrypted;  // taken by the call that sends the rest
+  }
+  return static_cast<ssize_t>(taken);
 }
 
 std::string TlsSession::error() const {

@@ -55,10 +55,16 @@ class TlsContext {
 
  private:
   explicit TlsContext(TlsFiles files) : files_(std::move(files)) {}
-  // The files' modification times, to notice a rotation.
+  // The files' modification times and inodes, to notice a rotation (a
+  // rename over a file changes its inode whatever the new file's time).
+  struct FileStamp {
+    timespec mtime{};
+    ino_t inode = 0;
+    bool operator==(const FileStamp& o) const;
+  };
   struct Stamp {
-    timespec ca{}, cert{}, key{};
-    bool operator==(const Stamp& o) const;
+    FileStamp ca, cert, key;
+    bool operator==(const Stamp& o) const { return ca == o.ca && cert == o.cert && key == o.key; }
   };
   static absl::StatusOr<Stamp> stamp_of(const TlsFiles& files);
   static absl::StatusOr<SSL_CTX*> build(const TlsFiles& files);
@@ -73,24 +79,35 @@ class TlsContext {
 // recv()/sendmsg() conventions so the connection's read and write paths
 // stay the same with and without TLS. Thread-safe (one lock around the SSL
 // object, which OpenSSL does not let two threads use at once).
+//
+// Throughput: OpenSSL reads ahead (one recv() brings many records) and its
+// records are encrypted into a buffer of the session's, which goes to the
+// socket in one write per batch of records: one system call per many 16 KiB
+// records each way instead of one (or two) per record.
 class TlsSession {
  public:
   enum class Step { kDone, kWantRead, kWantWrite, kFailed };
-  explicit TlsSession(SSL* ssl) : ssl_(ssl) {}
+  // Takes `ssl` (from TlsContext::new_ssl), whose socket it writes itself.
+  explicit TlsSession(SSL* ssl);
   ~TlsSession();
   TlsSession(const TlsSession&) = delete;
   TlsSession& operator=(const TlsSession&) = delete;
 
   // Advances the handshake, peer verification included (kFailed: error()
-  // says why, naming which side refused what).
+  // says why, naming which side refused what). kWantWrite also while this
+  // side's last flight (or its refusal's alert) is still on its way out.
   Step handshake();
   // Like recv(): bytes read (> 0), 0 when the peer closed, -1 with errno
-  // (EAGAIN: nothing ready, EPROTO: a TLS error, see error()).
-  ssize_t read(char* into, std::size_t max);
+  // (EAGAIN: nothing ready, EPROTO: a TLS error, see error()). `drained`
+  // (when given, after bytes were read): whether OpenSSL holds none of the
+  // connection's bytes any more, i.e. its last read-ahead most likely
+  // emptied the socket (what a short recv() says without TLS).
+  ssize_t read(char* into, std::size_t max, bool* drained = nullptr);
   // Like sendmsg() of the parts in order: bytes taken (> 0), 0 when the
-  // socket is full, -1 with errno. A part cut short by a full socket is
-  // offered again (same bytes, same order) by the next call, as OpenSSL
-  // requires.
+  // socket is full, -1 with errno. Bytes count as taken once their records
+  // are in the socket: records encrypted but not yet sent when the socket
+  // filled are sent first by the next call, which must offer the same
+  // bytes again at the front of its parts (the sender's queue does).
   ssize_t write(const iovec* parts, int count);
   // Why the last call failed, for the connection's error.
   std::string error() const;
@@ -98,9 +115,24 @@ class TlsSession {
   std::string describe() const;
 
  private:
+  // Sends what out_ holds: 1 all of it, 0 the socket is full, -1 (errno) an error.
+  int flush_locked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable detail::Mutex mu_;
   SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
+  const int fd_;
   std::string error_ ABSL_GUARDED_BY(mu_);
+  // The common name of the peer certificate this side refused, written by
+  // the verification callback inside handshake() (mu_ held; the callback
+  // cannot say so).
+  std::string refused_cn_;
+  // Records OpenSSL wrote (its write BIO appends here), from out_sent_ on
+  // not yet in the socket.
+  std::string out_ ABSL_GUARDED_BY(mu_);
+  std::size_t out_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  // Plaintext bytes at the front of the next write()'s parts whose records
+  // are in out_ but not all sent: reported taken once they are.
+  std::size_t encrypted_unsent_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace castmesh::transport

@@ -77,11 +77,16 @@ def check(condition: bool, what: str) -> None:
 
 def tls_credentials() -> dict:
     """The controller's mutual TLS files when the test sets TEST_TLS_DIR
-    (scripts/make-test-certs.sh output), else none."""
+    (scripts/make-test-certs.sh output), else none: the "controller"
+    certificate and key, or those TEST_TLS_CERT / TEST_TLS_KEY / TEST_TLS_CA
+    name (refusal tests)."""
     folder = os.environ.get("TEST_TLS_DIR")
     if not folder:
         return {}
-    return {"ca": f"{folder}/ca.crt", "cert": f"{folder}/controller.crt", "private_key": f"{folder}/controller.key"}
+    cert = os.environ.get("TEST_TLS_CERT", "controller")
+    key = os.environ.get("TEST_TLS_KEY", cert)
+    ca = os.environ.get("TEST_TLS_CA", "ca")
+    return {"ca": f"{folder}/{ca}.crt", "cert": f"{folder}/{cert}.crt", "private_key": f"{folder}/{key}.key"}
 
 
 def attach(addresses: list, **kwargs: object) -> castmesh.HostMesh:
@@ -183,6 +188,21 @@ def scenario_attach_fails(addresses: list) -> None:
         return
     print("ATTACHED", flush=True)
     sys.exit(1)
+
+
+def scenario_call_across_rotation(addresses: list) -> None:
+    """One proc per host answers before and after the test replaces the
+    agents' certificate files (its connections stay up); then the procs
+    stop and the agents stay for the next controller."""
+    hosts = attach(addresses)
+    procs = hosts.spawn_procs(per_host={"procs": 1})
+    probes = procs.spawn("probe", Probe)
+    check(len(probes.rank.call().get()) == len(addresses), "call before")
+    print("READY", flush=True)
+    sys.stdin.readline()  # the test has rotated the files
+    check(len(probes.rank.call().get()) == len(addresses), "call after, on the same connections")
+    procs.stop().get()
+    print("OK", flush=True)
 
 
 def scenario_attach(addresses: list) -> None:
