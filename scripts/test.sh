@@ -200,8 +200,9 @@ probe_cuda() {
   echo "nvcc $("${CUDA_ROOT}/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at ${CUDA_ROOT}"
 }
 probe_hip() {
-  have hipcc || { echo "hipcc not found (Debian 12: apt-get install hipcc libamdhip64-dev)"; return 1; }
-  [ -d /usr/lib/x86_64-linux-gnu/cmake/hip ] || { echo "hipcc found but no hip-config.cmake (libamdhip64-dev)"; return 1; }
+  # Debian packages the packages stage installed: missing is a failure.
+  need_tools hipcc || return 2
+  [ -d /usr/lib/x86_64-linux-gnu/cmake/hip ] || { echo "required: hip-config.cmake (libamdhip64-dev)"; return 2; }
   need_dev_example || return 2
   echo "hipcc at $(command -v hipcc) and hip-config.cmake found"
 }
