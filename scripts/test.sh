@@ -151,12 +151,13 @@ probe_packages() {
   have apt-get && have dpkg-query || { echo "no apt-get/dpkg: not a Debian machine; install the packages of scripts/install-deps.sh by hand"; return 2; }
   [ "$(id -u)" -eq 0 ] || have sudo || { echo "neither root nor sudo: cannot install packages"; return 2; }
   local missing
-  missing=$(bash scripts/install-deps.sh --list-missing $(extra_packages))
+  missing=$(bash scripts/install-deps.sh --list-missing "${EXTRA_PACKAGES[@]}")
   if [ -z "${missing}" ]; then echo "every package installed"; return 0; fi
   network_ok || { echo "missing ${missing} and no network to install them"; return 2; }
   echo "to install: ${missing}"
 }
-extra_packages() { echo clang libclang-rt-14-dev hipcc libamdhip64-dev; }
+# The fuzz and hip stages' tools.
+EXTRA_PACKAGES=(clang libclang-rt-14-dev hipcc libamdhip64-dev)
 TOOLS_MODULES="scikit_build_core pybind11 pytest build auditwheel numpy cloudpickle mpi4py"
 probe_venv() {
   local v
@@ -221,7 +222,7 @@ probe_aarch64() {
 }
 
 # --- stages ------------------------------------------------------------------
-stage_packages() { bash scripts/install-deps.sh $(extra_packages); }
+stage_packages() { bash scripts/install-deps.sh "${EXTRA_PACKAGES[@]}"; }
 
 stage_venv() {
   [ -x "${TOOLS_VENV}/bin/python" ] || python3 -m venv "${TOOLS_VENV}"
@@ -448,5 +449,7 @@ add_stage hip              30 probe_hip       "HIP tensor_engine compile + load"
 add_stage fuzz            120 probe_fuzz      "fuzz (libFuzzer, clang, ASan/UBSan)"
 add_stage aarch64         240 probe_aarch64   "aarch64 cross build + qemu ctest"
 
-run_stages
-summary
+# One line: bash has read all of it before it starts, so the script may be
+# edited while a run is under way.
+run_stages; summary; exit $?
+
