@@ -127,6 +127,11 @@ summary() {
 ctest_logged() {
   local name=$1; shift
   ctest "$@" 2>&1 | tee "${LOGS}/${name}.ctest.log"
+  keep_not_run "${name}"
+}
+# keep_not_run <log name>: the "did not run" list of ${LOGS}/<name>.ctest.log.
+keep_not_run() {
+  local name=$1
   sed -n '/^The following tests did not run:/,/^$/p' "${LOGS}/${name}.ctest.log" | sed '1d;/^$/d' \
     > "${LOGS}/${name}.not-run"
   [ -s "${LOGS}/${name}.not-run" ] || rm -f "${LOGS}/${name}.not-run"
@@ -430,7 +435,10 @@ stage_hip() {
 
 # Every harness under tests/fuzz for a bounded time (2 x 30 s + the clang build).
 stage_fuzz() { CASTMESH_FUZZ_SECONDS=30 bash scripts/fuzz.sh; }
-stage_aarch64() { bash scripts/cross-aarch64.sh; }
+stage_aarch64() {
+  bash scripts/cross-aarch64.sh 2>&1 | tee "${LOGS}/aarch64.ctest.log"
+  keep_not_run aarch64
+}
 
 #         key            budget probe            title
 add_stage packages         30 probe_packages  "install Debian packages"
