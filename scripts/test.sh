@@ -443,19 +443,19 @@ stage_aarch64() {
 #         key            budget probe            title
 add_stage packages         30 probe_packages  "install Debian packages"
 add_stage venv             30 probe_venv      "Python tools venv"
-add_stage dev_build       300 probe_dev_build "dev build (-Werror, rdma, tensor_engine logic, python)"
+add_stage dev_build       280 probe_dev_build "dev build (-Werror, rdma, tensor_engine, python)"
 add_stage dev_ctest       200 probe_dev_ctest "dev ctest (C++ + pytest)"
-add_stage consumer         30 probe_built     "install tree + find_package consumer"
-add_stage asan            330 probe_gcc       "ASan/UBSan build + ctest (Linux paths, C++ + pytest)"
-add_stage fallbacks       150 probe_gcc       "POSIX-fallbacks build + C++ ctest"
+add_stage consumer         10 probe_built     "install tree + find_package consumer"
+add_stage asan            310 probe_gcc       "ASan/UBSan build + ctest (Linux paths, C++ + pytest)"
+add_stage fallbacks       200 probe_gcc       "POSIX-fallbacks build + C++ ctest"
 add_stage tsan            270 probe_gcc       "TSan build + C++ ctest"
-add_stage wheels_build    150 probe_wheels    "wheels: build (core, rdma)"
-add_stage wheels_repair    20 probe_wheels    "wheels: auditwheel show/repair"
-add_stage wheels_check    120 probe_wheels    "wheels: fresh venv installs + checks"
+add_stage wheels_build    160 probe_wheels    "wheels: build (core, rdma)"
+add_stage wheels_repair    10 probe_wheels    "wheels: auditwheel show/repair"
+add_stage wheels_check    110 probe_wheels    "wheels: fresh venv installs + checks"
 add_stage cuda             60 probe_cuda      "CUDA tensor_engine: plugin load + wheel"
 add_stage hip              30 probe_hip       "HIP tensor_engine compile + load"
 add_stage fuzz            120 probe_fuzz      "fuzz (libFuzzer, clang, ASan/UBSan)"
-add_stage aarch64         240 probe_aarch64   "aarch64 cross build + qemu ctest"
+add_stage aarch64         280 probe_aarch64   "aarch64 cross build + qemu ctest"
 
 # One line: bash has read all of it before it starts, so the script may be
 # edited while a run is under way.
