@@ -203,6 +203,7 @@ need_dev_example() { [ -x build/dev/examples/castmesh_list_backends ] || { echo 
 probe_cuda() {
   have_cuda || { echo "no nvcc/cuda_runtime_api.h at ${CUDA_ROOT} (set CUDA_HOME)"; return 1; }
   need_dev_example || return 2
+  compgen -G "${WHEELHOUSE}/castmesh-*.whl" > /dev/null || { echo "no core wheel in ${WHEELHOUSE#"${ROOT}/"} (the wheels stages)"; return 2; }
   echo "nvcc $("${CUDA_ROOT}/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at ${CUDA_ROOT}"
 }
 probe_hip() {
