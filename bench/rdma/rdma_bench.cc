@@ -34,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "castmesh/castmesh.h"
+#include "castmesh/config.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/rdma.h"
 #include "castmesh/tensor_engine.h"
@@ -279,15 +280,15 @@ int main(int argc, char** argv) {
     double t[3][2];  // [path: single copy, shared segment, socket][write?]
     for (int write = 0; write < 2; ++write) {  // every read before the writes change the bytes
       for (int path = 0; path < 3; ++path) {
-        ::setenv("CASTMESH_RDMA_SINGLE_COPY", path == 0 ? "1" : "0", 1);
-        ::setenv("CASTMESH_RDMA_SHARED_SEGMENT", path == 2 ? "0" : "1", 1);
+        // The requesting process picks the path per operation (castmesh/config.h's runtime layer).
+        (void)castmesh::config::configure({{"rdma_single_copy", path == 0 ? "1" : "0"},
+                                           {"rdma_shared_segment", path == 2 ? "0" : "1"}});
         if (!device) std::memset(local.data(), 1, size);
         t[path][write] = best_of(reps, [&] { return castmesh_op(*made, write ? src : local, write); });
         if (!write) check_read(local);
       }
     }
-    ::unsetenv("CASTMESH_RDMA_SINGLE_COPY");
-    ::unsetenv("CASTMESH_RDMA_SHARED_SEGMENT");
+    castmesh::config::clear_runtime_config();
     std::string latency;
     if (size <= 4096) {
       const double rtt = raw_round_trip(peer, dst, size, quick ? 10 : 2000);

@@ -237,7 +237,8 @@ class Communicator {
   absl::Status alltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
   Request ialltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
 
-  explicit Communicator(std::shared_ptr<detail::CommGroup> group) : group_(std::move(group)) {}
+  // Internal: a handle of `group` (counted among its user handles).
+  explicit Communicator(std::shared_ptr<detail::CommGroup> group);
 
  private:
   std::shared_ptr<detail::CommGroup> group_;

@@ -23,9 +23,10 @@
 //   ibverbs        (tried first) both procs have an RDMA NIC: one-sided
 //                  RDMA READ/WRITE through the rdma backend (docs/rdma.md).
 //
-// CASTMESH_RDMA_FALLBACK=auto|error: `error` makes an operation that would
-// need a fallback transport fail instead (kFailedPrecondition); `auto`
-// (default) logs once per proc which path carries RDMA traffic.
+// CASTMESH_RDMA_FALLBACK=auto|error (docs/config.md; per operation:
+// RdmaOptions::fallback): `error` makes an operation that would need a
+// fallback transport fail instead (kFailedPrecondition); `auto` (default)
+// logs once per proc which path carries RDMA traffic.
 //
 // A failed or timed-out operation writes no byte into a read's destination
 // after it has reported the failure. A write that timed out may have been
@@ -48,6 +49,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "castmesh/address.h"
+#include "castmesh/config.h"
 #include "castmesh/future.h"
 #include "castmesh/tensor.h"
 
@@ -88,6 +90,8 @@ struct RdmaOptions {
   std::optional<size_t> length{};         // read: bytes (default: the destination's size); write: ignored
   absl::Duration timeout = absl::Seconds(60);
   Runtime* runtime = nullptr;             // the runtime that sends; nullptr: Runtime::current()
+  // This operation's CASTMESH_RDMA_FALLBACK; unset: the settings table's (config::global().rdma_fallback).
+  std::optional<config::RdmaFallback> fallback{};
 };
 
 namespace detail {

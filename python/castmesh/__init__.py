@@ -1,7 +1,8 @@
 """castmesh: an actor runtime with pluggable accelerator and network backends.
 
 The core (libcastmesh_core) runs anywhere; backends such as ``rdma`` and
-``tensor_engine`` are separate plugin packages (``pip install "castmesh[rdma]"``)
+``tensor_engine`` are separate plugin packages (``pip install "castmesh[rdma]"``
+from castmesh's built wheels, README "Python")
 found at run time. ``castmesh.backends()`` says which were found and, for each
 one that is not usable, why and how to fix it.
 """
@@ -13,14 +14,25 @@ import warnings
 from importlib import metadata
 from typing import List
 
-from . import _castmesh
+try:
+    from . import _castmesh
+except ImportError as _error:  # e.g. PYTHONPATH=python: the source tree has no compiled extension
+    if _error.name not in (f"{__name__}._castmesh", __name__):
+        raise
+    raise ImportError(
+        f"castmesh's compiled extension (castmesh._castmesh) is not next to {os.path.dirname(__file__)}: "
+        "this looks like castmesh's source tree. Install castmesh (bash scripts/run-example.sh builds the "
+        "wheel into build/dist-example and a venv build/venv-example that has it; or pip install . from "
+        "the source tree), or build it with cmake --preset dev -DCASTMESH_BUILD_PYTHON=ON && cmake --build "
+        "--preset dev and use PYTHONPATH=build/dev/python") from _error
 from ._castmesh import BackendInfo, DeviceInfo
+from . import config  # the settings table (docs/config.md): castmesh.config.configure(...)
 
 __version__: str = _castmesh.__version__
 
 # Actors and meshes (docs/python.md).
 from .actor import Actor, concurrent_endpoint, current_rank, current_size, endpoint
-from .errors import ActorError, CastmeshError, ProcError, SupervisionError
+from .errors import ActorError, ActorFailedError, CastmeshError, ProcError, SupervisionError
 from .future import Future
 from .mesh import (Accumulator, ActorMesh, Endpoint, EndpointRef, ProcMesh, Rendezvous, ResultStream,
                    as_endpoint, rendezvous_proc_mesh, this_host, this_proc)
@@ -36,7 +48,7 @@ from .tensor import Tensor, empty, from_dlpack, zeros
 __all__ = [
     "__version__", "BackendInfo", "DeviceInfo", "backends", "load_backend", "cmake_dir",
     "Actor", "endpoint", "concurrent_endpoint", "current_rank", "current_size",
-    "ActorError", "CastmeshError", "ProcError",
+    "ActorError", "ActorFailedError", "CastmeshError", "ProcError",
     "Future", "ActorMesh", "EndpointRef", "ResultStream", "HostMesh", "ProcMesh", "this_host", "this_proc",
     "Rendezvous", "rendezvous_proc_mesh", "attach_to_workers", "run_worker_loop_forever", "ProcCommand",
     "Point", "Shape", "ValueMesh",

@@ -2,7 +2,8 @@
 dedicated thread per actor) creates one ActorHost and hands it every call.
 
 A call's reply is ``dumps(("ok", value))`` or ``dumps(("err", (type name,
-message, formatted traceback, pickled exception or None)))``; an endpoint
+message, formatted traceback, pickled exception or None)))`` (``"failed"``
+instead of ``"err"`` when the error failed the actor); an endpoint
 that raises an ``Exception`` does not stop its actor. The actor *fails*
 (``failure`` is set; the C++ host then fails, so its mesh and owner see it)
 when its constructor raises, when an endpoint raises a ``BaseException``
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import struct
 import sys
 import threading
@@ -22,7 +24,7 @@ import traceback
 from typing import Any, Callable, List, Optional, Set, Tuple
 
 from . import _context, _serial
-from .errors import ActorError, SupervisionError
+from .errors import ActorError, ActorFailedError, SupervisionError
 from .ports import Port
 from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
 
@@ -82,15 +84,27 @@ def piece_values(piece: bytes, actor: str) -> List[Tuple[bool, Any]]:
     raise ValueError(f"not a reply piece (tag {tag!r})")
 
 
-def _error_reply(error: BaseException) -> bytes:
+def _user_traceback(error: BaseException) -> str:
+    """`error`'s formatted traceback without castmesh's own frames above the user's code."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None and \
+            os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _error_reply(error: BaseException, fails_actor: bool = False) -> bytes:
+    """The reply of a call that raised `error`; `fails_actor`: it failed the
+    actor too (the caller raises ActorFailedError, a SupervisionError)."""
     kind = type(error)
     type_name = f"{kind.__module__}.{kind.__qualname__}"
-    text = "".join(traceback.format_exception(kind, error, error.__traceback__))
+    text = _user_traceback(error)
     try:
         exc_bytes: Optional[bytes] = _serial.dumps(error)
     except Exception:  # noqa: BLE001 - the exception itself may not pickle
         exc_bytes = None
-    return _serial.dumps(("err", (type_name, str(error), text, exc_bytes)))
+    return _serial.dumps(("failed" if fails_actor else "err", (type_name, str(error), text, exc_bytes)))
 
 
 class ActorHost:
@@ -148,7 +162,9 @@ class ActorHost:
             self._instance = self._invoke(cls, *args, **kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
             self._init_error = _error_reply(error)
-            self._fail(error, "its constructor raised")
+            self._fail(error, f"its constructor {getattr(cls, '__qualname__', cls)}() raised")
+            # The reason's later lines (MeshFailure.reason): the user's frames.
+            self.failure += "\n" + _user_traceback(error).rstrip()
 
     def handle(self, endpoint: str, payload: memoryview, oneway: bool = False) -> bytes:
         """Runs one endpoint call; never raises (errors become the reply).
@@ -172,7 +188,9 @@ class ActorHost:
         if endpoint == INIT_ENDPOINT and self._init_error is None:
             return _serial.dumps(("ok", None))
         if self._init_error is not None:
-            if oneway:
+            # The constructor's own message: the failure it caused reports it
+            # to the owner (MeshFailure), once per mesh rather than per proc.
+            if oneway and endpoint != INIT_ENDPOINT:
                 self._report(endpoint, self._init_error)
             return self._init_error
         # Set per call: the host may be created on another thread than the
@@ -207,8 +225,9 @@ class ActorHost:
                 self._report(endpoint, reply)
             return reply
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
-            reply = _error_reply(error)
-            self._report(endpoint, reply)
+            reply = _error_reply(error, fails_actor=True)
+            if oneway:  # a caller gets it in the reply; the owner in a MeshFailure
+                self._report(endpoint, reply)
             self._fail(error, f"{endpoint}() raised")
             return reply
 
@@ -307,7 +326,7 @@ class ActorHost:
             else:
                 port.exception(self._actor_error(error))
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
-            self._tell_caller(port, self._actor_error(error))
+            self._tell_caller(port, self._actor_error(error, fails_actor=True))
             self._fail_later(error, f"{descriptor.name}() raised")
 
     @staticmethod
@@ -317,12 +336,14 @@ class ActorHost:
         if not getattr(port, "answered", False):
             port.exception(error)
 
-    def _actor_error(self, error: BaseException, message: Optional[str] = None) -> ActorError:
+    def _actor_error(self, error: BaseException, message: Optional[str] = None,
+                     fails_actor: bool = False) -> ActorError:
         """What the caller of a concurrent call raises for `error` (as for
-        any endpoint: an ActorError naming the remote type and this actor)."""
+        any endpoint: an ActorError naming the remote type and this actor;
+        an ActorFailedError when it failed the actor)."""
         kind = type(error)
-        text = "".join(traceback.format_exception(kind, error, error.__traceback__))
-        return ActorError(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
+        text = _user_traceback(error)
+        return (ActorFailedError if fails_actor else ActorError)(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
                           text, self._address)
 
     def _fail_later(self, error: BaseException, what: str) -> None:
@@ -454,4 +475,9 @@ def decode_reply(data: bytes, actor: str) -> Tuple[bool, Any]:
             exception = _serial.loads(exc_bytes)
         except Exception:  # noqa: BLE001 - its class may not exist here
             exception = None
+    if kind == "failed":
+        from . import supervision  # noqa: PLC0415 - imported by supervision's importers
+
+        supervision.expect_failure(actor)
+        return False, ActorFailedError(type_name, message, text, actor, exception)
     return False, ActorError(type_name, message, text, actor, exception)

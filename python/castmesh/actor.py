@@ -5,16 +5,54 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import types
-from typing import Any, Callable, Dict, Generic, Optional, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Generic, Optional, TypeVar, Union, overload
+
+if sys.version_info >= (3, 10):
+    from typing import Concatenate, Literal, ParamSpec, Protocol
+else:  # typing_extensions: a dependency on Python 3.9 only (pyproject.toml)
+    from typing import Literal, Protocol
+
+    from typing_extensions import Concatenate, ParamSpec
 
 from . import _context
 from .shape import Point
+
+if TYPE_CHECKING:
+    from .future import Future
+    from .mesh import EndpointRef
+    from .shape import Shape
 
 __all__ = ["Actor", "endpoint", "concurrent_endpoint", "EndpointDescriptor", "current_rank", "current_size"]
 
 R = TypeVar("R")
 F = TypeVar("F", bound=Callable[..., Any])
+# An endpoint's parameters after self: its mesh's adverbs take the same
+# (``mesh.ping.call_one(1)`` is checked against ``def ping(self, n: int)``).
+P = ParamSpec("P")
+_Self = TypeVar("_Self")
+
+if TYPE_CHECKING:
+    class _SpawnedMesh:
+        """How type checkers see a spawned mesh: ``procs.spawn(name, Cls)`` is
+        typed as ``Cls`` (as Monarch's), so its endpoints are typed attributes;
+        these are the ActorMesh methods it has besides them."""
+
+        def slice(self: _Self, **selectors: Union[int, slice, range]) -> _Self: ...
+        def stop(self, reason: str = "") -> "Future[None]": ...
+        def flatten(self: _Self, name: str) -> _Self: ...
+        def rename(self: _Self, **names: str) -> _Self: ...
+        def split(self: _Self, **kwargs: Any) -> _Self: ...
+        @property
+        def shape(self) -> "Shape": ...
+        @property
+        def name(self) -> str: ...
+        def __len__(self) -> int: ...
+
+    _ActorBase = _SpawnedMesh
+else:
+    _ActorBase = object
 
 # How a call names a plain method made callable by castmesh.as_endpoint (its
 # answer returned, or sent through an explicit response port).
@@ -25,7 +63,7 @@ AS_ENDPOINT_WITH_PORT = "castmesh.as_endpoint_port:"
 REDUCE_PREFIX = "castmesh.reduce:"
 
 
-class Actor:
+class Actor(_ActorBase):
     """Base class of Python actors.
 
     Subclass it, give ``__init__`` any (picklable) arguments, and mark the
@@ -61,7 +99,7 @@ class _RankFilter(logging.Filter):
         return True
 
 
-class EndpointDescriptor(Generic[R]):
+class EndpointDescriptor(Generic[P, R]):
     """What :func:`endpoint` turns a method into.
 
     On an actor mesh (``counters.incr``) it gives the adverbs ``call``,
@@ -69,7 +107,7 @@ class EndpointDescriptor(Generic[R]):
     (``self.incr(...)``) it is the plain method.
     """
 
-    def __init__(self, fn: Callable[..., R], explicit_response_port: bool = False, concurrent: bool = False) -> None:
+    def __init__(self, fn: Callable[..., Any], explicit_response_port: bool = False, concurrent: bool = False) -> None:
         self.fn = fn
         self.name = fn.__name__
         # The method takes the caller's response port after self and answers
@@ -78,6 +116,9 @@ class EndpointDescriptor(Generic[R]):
         # concurrent_endpoint: each call runs as a task on the actor's event
         # loop and the actor takes its next message at once.
         self.concurrent = concurrent
+        # Monarch's endpoint options, kept as given (see endpoint()).
+        self.propagate: Any = None
+        self.instrument = False
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     @property
@@ -90,10 +131,13 @@ class EndpointDescriptor(Generic[R]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
+    # On an actor instance it is the plain method at run time; type checkers
+    # see a mesh's endpoint there (spawn() is typed as the actor class), which
+    # is also callable as the method is.
     @overload
-    def __get__(self, obj: None, objtype: Optional[type] = None) -> "EndpointDescriptor[R]": ...
+    def __get__(self, obj: None, objtype: Optional[type] = None) -> "EndpointDescriptor[P, R]": ...
     @overload
-    def __get__(self, obj: object, objtype: Optional[type] = None) -> Callable[..., R]: ...
+    def __get__(self, obj: object, objtype: Optional[type] = None) -> "EndpointRef[P, R]": ...
 
     def __get__(self, obj: Optional[object], objtype: Optional[type] = None) -> Any:
         if obj is None:
@@ -104,8 +148,35 @@ class EndpointDescriptor(Generic[R]):
         return f"<castmesh endpoint {self.name}>"
 
 
-def endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: bool = False,
-             propagate: Any = None) -> Any:
+class _EndpointDecorator(Protocol):
+    """@endpoint(...) and @concurrent_endpoint(...): an ``async def``'s result is what it returns when awaited."""
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointDescriptor[P, R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Any, P], R]) -> EndpointDescriptor[P, R]: ...
+
+
+class _PortEndpointDecorator(Protocol):
+    """@endpoint(explicit_response_port=True): the port after self is not the callers' to pass."""
+
+    def __call__(self, fn: Callable[Concatenate[Any, Any, P], Any]) -> EndpointDescriptor[P, Any]: ...
+
+
+@overload
+def endpoint(fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointDescriptor[P, R]: ...
+@overload
+def endpoint(fn: Callable[Concatenate[Any, P], R]) -> EndpointDescriptor[P, R]: ...
+@overload
+def endpoint(fn: None = None, *, explicit_response_port: Literal[True], propagate: Any = None,
+             instrument: bool = False) -> _PortEndpointDecorator: ...
+@overload
+def endpoint(fn: None = None, *, explicit_response_port: Literal[False] = False, propagate: Any = None,
+             instrument: bool = False) -> _EndpointDecorator: ...
+
+
+def endpoint(fn: Optional[Callable[..., Any]] = None, *, explicit_response_port: bool = False,
+             propagate: Any = None, instrument: bool = False) -> Any:
     """Marks an actor method (sync or ``async def``) as callable from other procs.
 
     Arguments and results are pickled (cloudpickle, so classes defined in
@@ -117,17 +188,31 @@ def endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: b
     ``explicit_response_port=True`` passes the caller's response
     :class:`~castmesh.Port` as the first argument after ``self``; the method
     answers with ``port.send(value)`` (now or later, e.g. from another
-    endpoint) and its return value is ignored. ``propagate`` is accepted for
-    Monarch compatibility and must be None.
+    endpoint) and its return value is ignored. ``propagate`` and
+    ``instrument`` are accepted as Monarch takes them and kept on the endpoint
+    (``.propagate``, ``.instrument``): Monarch's propagators describe results
+    to its tensor engine, and castmesh has no per-endpoint telemetry, so
+    neither changes how a call runs.
     """
-    if propagate is not None:
-        raise NotImplementedError("endpoint(propagate=...) is not supported by castmesh")
-    if fn is None:
-        return lambda method: EndpointDescriptor(method, explicit_response_port)
-    return EndpointDescriptor(fn, explicit_response_port)
+    def wrap(method: Callable[..., Any]) -> EndpointDescriptor[Any, Any]:
+        descriptor: EndpointDescriptor[Any, Any] = EndpointDescriptor(method, explicit_response_port)
+        descriptor.propagate, descriptor.instrument = propagate, instrument
+        return descriptor
+
+    return wrap if fn is None else wrap(fn)
 
 
-def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_response_port: bool = False,
+@overload
+def concurrent_endpoint(fn: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointDescriptor[P, R]: ...
+@overload
+def concurrent_endpoint(fn: None = None, *, explicit_response_port: Literal[True], propagate: Any = None,
+                        instrument: bool = True) -> _PortEndpointDecorator: ...
+@overload
+def concurrent_endpoint(fn: None = None, *, explicit_response_port: Literal[False] = False, propagate: Any = None,
+                        instrument: bool = True) -> _EndpointDecorator: ...
+
+
+def concurrent_endpoint(fn: Optional[Callable[..., Any]] = None, *, explicit_response_port: bool = False,
                         propagate: Any = None, instrument: bool = True) -> Any:
     """Marks an ``async def`` actor method as an endpoint whose calls may
     interleave (Monarch's ``concurrent_endpoint``; options as :func:`endpoint`).
@@ -148,20 +233,19 @@ def concurrent_endpoint(fn: Optional[Callable[..., R]] = None, *, explicit_respo
     for the call's answer gets that error as an ActorError). Calls still running
     when the actor stops are cancelled and awaited before its
     ``__cleanup__`` runs. ``instrument`` is accepted for Monarch
-    compatibility (castmesh has no per-endpoint telemetry). Raises
+    compatibility, as is ``propagate`` (see :func:`endpoint`). Raises
     ValueError for a method that is not ``async def``.
     """
-    del instrument
-    if propagate is not None:
-        raise NotImplementedError("concurrent_endpoint(propagate=...) is not supported by castmesh")
 
-    def wrap(method: Callable[..., R]) -> EndpointDescriptor[R]:
+    def wrap(method: Callable[..., Any]) -> EndpointDescriptor[Any, Any]:
         if isinstance(method, EndpointDescriptor):
             raise ValueError("concurrent_endpoint does not wrap @endpoint; pass endpoint options to "
                              "@concurrent_endpoint")
         if not inspect.iscoroutinefunction(method):
             raise ValueError(f"concurrent_endpoint can only wrap async endpoints, {method!r} is not 'async def'")
-        return EndpointDescriptor(method, explicit_response_port, concurrent=True)
+        descriptor: EndpointDescriptor[Any, Any] = EndpointDescriptor(method, explicit_response_port, concurrent=True)
+        descriptor.propagate, descriptor.instrument = propagate, instrument
+        return descriptor
 
     return wrap if fn is None else wrap(fn)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Sequence
 
-__all__ = ["CastmeshError", "ActorError", "SupervisionError", "ProcError", "CommunicatorError", "RdmaError"]
+__all__ = ["CastmeshError", "ActorError", "ActorFailedError", "SupervisionError", "ProcError", "CommunicatorError",
+           "CommunicatorTimeoutError", "RdmaError"]
 
 
 class CastmeshError(Exception):
@@ -82,9 +83,43 @@ class ProcError(SupervisionError):
     """
 
 
+class ActorFailedError(ActorError, SupervisionError):
+    """An endpoint raised a ``BaseException`` that is not an ``Exception``
+    (``SystemExit``, ``KeyboardInterrupt``, ...): the actor failed with it
+    (its owner's ``__supervise__`` gets a MeshFailure, later calls to it raise
+    SupervisionError). Its caller gets this: a SupervisionError, as in
+    Monarch, that is also an :class:`ActorError` with the remote traceback.
+    """
+
+    def __reduce__(self):
+        return (
+            ActorFailedError,
+            (self.remote_type, self.remote_message, self.remote_traceback, self.actor, None),
+        )
+
+
 class CommunicatorError(CastmeshError, RuntimeError):
     """A communicator operation failed (a dead rank, a mismatched collective, ...); ``code`` names the status.
     Also ``castmesh.collectives.CommunicatorError``."""
+
+
+class CommunicatorTimeoutError(CommunicatorError, TimeoutError):
+    """A blocking collective or receive did not complete within its ``timeout``
+    (``except TimeoutError`` catches it too).
+
+    Attributes:
+        missing_ranks: the ranks that did not arrive (a collective) or did not
+            send (a receive from one source); empty when every rank arrived or
+            the receive was from any source.
+    """
+
+    def __init__(self, message: str = "", code: str = "DEADLINE_EXCEEDED",
+                 missing_ranks: Sequence[int] = ()) -> None:
+        super().__init__(message, code)
+        self.missing_ranks: List[int] = list(missing_ranks)
+
+    def __reduce__(self):  # keeps missing_ranks when sent back from an actor
+        return (CommunicatorTimeoutError, (str(self), self.code, self.missing_ranks))
 
 
 class RdmaError(CastmeshError, RuntimeError):

@@ -17,12 +17,15 @@ import re
 import socket
 import sys
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import _castmesh, _context
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Point, Shape
+
+if TYPE_CHECKING:
+    from .mesh import ProcMesh
 
 TRUST_ALL_CONNECTIONS = "trust_all_connections"
 # The proc meshes this controller started on each agent (by its address),
@@ -108,7 +111,7 @@ class HostMesh(MeshShapeOps):
 
     def spawn_procs(self, per_host: Optional[Mapping[str, int]] = None, bootstrap: Optional[Callable[[], Any]] = None,
                     name: Optional[str] = None, proc_bind: Optional[Union[str, Sequence[Any]]] = None,
-                    bootstrap_command: Optional[BootstrapCommand] = None, *, join_timeout: float = 60.0) -> Any:
+                    bootstrap_command: Optional[BootstrapCommand] = None, *, join_timeout: float = 60.0) -> "ProcMesh":
         """Starts the product of ``per_host``'s sizes procs on every host
         (e.g. ``{"gpus": 4}``); the mesh's shape is ``{hosts..., per_host...}``
         (this_host: ``per_host`` alone). Returns once all joined.

@@ -15,14 +15,14 @@ runtime, at a fixed address every worker can derive from the controller's.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, NoReturn, Optional, Tuple, Type, TypeVar
 
 from . import _castmesh, _context
 from .actor import Actor, endpoint
 from .future import Future
 from .shape import Point, Shape
 
-__all__ = ["Context", "Instance", "context", "current_actor_name", "get_or_spawn_controller"]
+__all__ = ["ActorAborted", "Context", "Instance", "context", "current_actor_name", "get_or_spawn_controller"]
 
 A = TypeVar("A", bound=Actor)
 
@@ -53,8 +53,31 @@ class Instance:
             return None
         return self.proc_mesh.slice(**dict(self.rank))
 
+    def stop(self) -> None:
+        """Stops this actor once it has handled the message it is on
+        (Monarch's ``context().actor_instance.stop()``); it runs ``__cleanup__(None)``."""
+        self._check_actor("stop")
+        _castmesh.ActorRef.from_address(self.actor_id).stop()
+
+    def abort(self, reason: str = "aborted") -> NoReturn:
+        """Fails this actor now, with `reason`: raises :class:`ActorAborted`
+        (a BaseException, so an endpoint's ``except Exception`` lets it
+        through); the caller of the running endpoint gets ActorFailedError and
+        its owner a MeshFailure, as for any failure."""
+        self._check_actor("abort")
+        raise ActorAborted(reason)
+
+    def _check_actor(self, what: str) -> None:
+        if self.class_name is None:
+            raise RuntimeError(f"{what}() is for the actor running the caller; this is the controller "
+                               "('client'): stop its meshes instead")
+
     def __repr__(self) -> str:
         return f"<Instance {self.name} {self.actor_id}>"
+
+
+class ActorAborted(BaseException):
+    """Raised by :meth:`Instance.abort` in an actor: it fails the actor."""
 
 
 class Context:

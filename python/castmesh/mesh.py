@@ -32,11 +32,11 @@ import threading
 import warnings
 import weakref
 from typing import (TYPE_CHECKING, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar,
-                    Union)
+                    Union, cast)
 
 from . import _castmesh, _context, _serial, supervision
 from ._host import decode_reply
-from .actor import Actor, EndpointDescriptor, endpoint
+from .actor import Actor, EndpointDescriptor, P, endpoint
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .shape import MeshShapeOps, Shape, ValueMesh
@@ -60,13 +60,18 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
         slot = ref.ask(endpoint, payload)
 
     def wait(timeout: Optional[float]) -> Any:
-        data = _wait_slot(slot, timeout, f"an answer from {ref.address}", endpoint, ref.address, token)
+        data = _wait_slot(slot, timeout, f"answer from {ref.address}", endpoint, ref.address, token)
         ok, value = decode_reply(data, ref.address)
         if ok:
             return value
         raise value
 
     return Future(wait, slot.add_callback)
+
+
+# How long a call that found a member gone waits for that member's failure
+# report to explain it (docs/python.md); a stopped member has none.
+_FAILURE_REPORT_WAIT_S = 2.0
 
 
 def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str, target: str,
@@ -77,18 +82,26 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     try:
         data = slot.wait(-1.0 if timeout is None else timeout)
     except ProcError as failed:
-        failures = supervision.failures_of(token)
-        why = "".join(f"\n  {report}" for report in failures)
-        error = ProcError(f"call {endpoint}() to {target} failed: {failed.code}: {failed}{why}", failed.code)
+        # A failed member's report follows its calls' errors closely: wait a moment for it.
+        failures = supervision.wait_for_failures(token, _FAILURE_REPORT_WAIT_S if failed.code == "UNAVAILABLE" else 0)
+        # A call to one member is explained by that member's failure only (it may have been stopped).
+        if not target.startswith("<"):
+            failures = [failure for failure in failures if failure.actor == target]
+        why = supervision.summary(failures) if failures else str(failed)
+        reason = supervision.stop_reason(token)
+        if reason and not failures:
+            why += f" (the mesh was stopped: {reason})"
+        error = ProcError(f"call {endpoint}() to {target} failed: {failed.code}: {why}", failed.code)
         error.endpoint = endpoint
         raise error from None
     if data is None:
-        raise TimeoutError(f"no {awaited} to {endpoint}() within {timeout} s")
+        raise TimeoutError(f"{endpoint}() got no {awaited} within {timeout} s")
     return data
 
 
-class EndpointRef(Generic[R]):
-    """An endpoint of an actor mesh; call it through its adverbs."""
+class EndpointRef(Generic[P, R]):
+    """An endpoint of an actor mesh; call it through its adverbs, which take
+    the endpoint method's arguments (after self; type checkers check them)."""
 
     __slots__ = ("_mesh", "_name", "_explicit")
 
@@ -112,7 +125,7 @@ class EndpointRef(Generic[R]):
         port, receiver = Channel.open()
         return receiver, self._payload(args, {**kwargs, PORT_KWARG: port.address})
 
-    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         """Calls every actor of the mesh; the future gives a ValueMesh of the results.
 
         Any failing actor makes the whole future fail with its error (the
@@ -137,7 +150,7 @@ class EndpointRef(Generic[R]):
     def _call(self, payload: bytes) -> Future[ValueMesh[R]]:
         return self._mesh._route.call(self._mesh, self._name, payload)
 
-    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Calls the one actor of a single-actor mesh (e.g. ``mesh.slice(gpus=0)``)."""
         mesh = self._mesh
         if len(mesh) != 1:
@@ -150,7 +163,7 @@ class EndpointRef(Generic[R]):
         receiver, payload = self._with_port(args, kwargs)
         return gather([mesh._route.call_one(mesh, self._name, payload), receiver.recv()], lambda values: values[1])
 
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+    def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Sends the call to every actor without waiting for (or getting) replies.
 
         Calls from one sender reach each actor in the order they were made.
@@ -168,7 +181,7 @@ class EndpointRef(Generic[R]):
     def _cast(self, payload: bytes) -> None:
         self._mesh._route.cast(self._mesh, self._name, payload)
 
-    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Calls one actor of the mesh, chosen round-robin (load balancing)."""
         mesh = self._mesh
         position = next(mesh._chooser) % len(mesh)
@@ -210,6 +223,10 @@ class EndpointRef(Generic[R]):
     def __repr__(self) -> str:
         return f"<endpoint {self._name} of {self._mesh!r}>"
 
+    if TYPE_CHECKING:
+        # Inside the actor, ``self.ping(...)`` is the method itself (EndpointDescriptor.__get__).
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
 
 # Monarch's name for an endpoint of a mesh: the same class.
 Endpoint = EndpointRef
@@ -233,7 +250,8 @@ class NotAnEndpoint:
         return f"<method {self._name} of {self._mesh!r}, not an endpoint>"
 
 
-def as_endpoint(method: NotAnEndpoint, *, propagate: Any = None, explicit_response_port: bool = False) -> Endpoint[Any]:
+def as_endpoint(method: NotAnEndpoint, *, propagate: Any = None,
+                explicit_response_port: bool = False) -> "EndpointRef[..., Any]":
     """An endpoint for a method not marked ``@endpoint`` (``as_endpoint(mesh.method)``),
     with every adverb; ``explicit_response_port=True``: the method takes the
     response port first, as ``@endpoint(explicit_response_port=True)``."""
@@ -269,7 +287,7 @@ class Accumulator(Generic[R, T]):
     value, up to floating-point rounding (float additions in another order).
     """
 
-    def __init__(self, endpoint: EndpointRef[R], identity: T, combine: Callable[[T, R], T]) -> None:
+    def __init__(self, endpoint: "EndpointRef[..., R]", identity: T, combine: Callable[[T, R], T]) -> None:
         self._endpoint = endpoint
         self._identity = identity
         self._combine = combine
@@ -312,7 +330,7 @@ class Accumulator(Generic[R, T]):
         slot = mesh._route.call_reduce(name, endpoint._payload(args, kwargs), op)
 
         def wait(timeout: Optional[float]) -> T:
-            piece = _wait_slot(slot, timeout, f"a folded answer from {mesh!r}", endpoint._name, repr(mesh),
+            piece = _wait_slot(slot, timeout, f"folded answer from {mesh!r}", endpoint._name, repr(mesh),
                                mesh._token)
             value = self._identity
             for ok, item in piece_values(piece, repr(mesh)):
@@ -555,7 +573,7 @@ class _TreeRoute:
         slot = self._cmesh.call(endpoint, payload)
 
         def wait(timeout: Optional[float]) -> Any:
-            data = _wait_slot(slot, timeout, f"a complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
+            data = _wait_slot(slot, timeout, f"complete answer from {mesh!r}", endpoint, repr(mesh), mesh._token)
             by_rank = dict(zip(mesh.shape.ascending_ranks, data))
             values = []
             for ref, reply in zip(mesh._ordered_refs(), (by_rank[rank] for rank in mesh.shape.ranks)):
@@ -591,6 +609,10 @@ class _TreeRoute:
                 raise TimeoutError(f"no further result of {endpoint}() within {wait} s")
             if kind == "end":
                 raise ProcError(f"stream {endpoint}() to {mesh!r} ended early")
+            if kind == "failed":  # that member's answer: the others' still come
+                code, message = data
+                return False, ProcError(f"stream {endpoint}() to {refs[position].address} failed: {code}: {message}",
+                                        code)
             return decode_reply(data, refs[position].address)
 
         return ResultStream(len(mesh), next_result, timeout)
@@ -671,7 +693,7 @@ class ActorMesh(MeshShapeOps, Generic[A]):
             raise AttributeError(name)
         attr = inspect.getattr_static(self._cls, name, None)
         if isinstance(attr, EndpointDescriptor):
-            ref: EndpointRef[Any] = EndpointRef(self, name)
+            ref: EndpointRef[..., Any] = EndpointRef(self, name)
             return ref
         if inspect.isfunction(attr):
             return NotAnEndpoint(self, name)
@@ -689,18 +711,19 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         sub._token, sub._base_position = self._token, self._base_position
         return sub
 
-    def stop(self) -> "Future[None]":
+    def stop(self, reason: str = "") -> "Future[None]":
         """Stops every actor of this (sliced) mesh once it has handled what it
         was sent; each runs its ``__cleanup__(None)``. The future (``await``
-        or ``.get()``) completes once every one of them has stopped."""
+        or ``.get()``) completes once every one of them has stopped. Later
+        calls to them fail naming ``reason`` (Monarch's ``stop(reason=...)``)."""
         refs = self._ordered_refs()
         done = _castmesh.watch_stopped(refs)
         if self._token is not None:
-            supervision.stopping(self._token, [self._base_position[rank] for rank in self._shape.ranks])
+            supervision.stopping(self._token, [self._base_position[rank] for rank in self._shape.ranks], reason)
         self._route.stop(self)
 
         def wait(timeout: Optional[float]) -> None:
-            _wait_slot(done, timeout, "stop", "stop", repr(self))
+            _wait_slot(done, timeout, "confirmation that it stopped", "stop", repr(self))
 
         return Future(wait, done.add_callback)
 
@@ -779,6 +802,10 @@ class ProcMesh(MeshShapeOps):
         self._remote = remote
         self._stopped = False
         self._meshes: List[Optional[int]] = []  # supervision tokens of the actor meshes spawned on it
+        # How many meshes of each name were spawned on these procs (the root's):
+        # a name spawned again gets actors of their own ("name~2", ...), as in Monarch.
+        self._spawned_names: Dict[str, int] = {}
+        self._spawned_names_lock = threading.Lock()
         self._stop_future: Optional[Future[None]] = None
         if root is None and remote is None:
             self._key = f"{os.getpid()}-{id(self)}"
@@ -845,21 +872,25 @@ class ProcMesh(MeshShapeOps):
     def _is_stopped(self) -> bool:
         return (self._root or self)._stopped
 
-    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
+    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> A:
         """Creates one ``cls(*args, **kwargs)`` per proc, named ``name``.
 
         Returns once every actor is registered; the constructors run next
         (one that raises fails its member, see Supervision). The actor mesh
         has this mesh's sizes (on a slice, its members numbered 0..n-1). In an
         actor (a proc mesh passed to it), the controller spawns on its behalf
-        and the calling actor supervises the new mesh."""
+        and the calling actor supervises the new mesh.
+
+        The result is an :class:`ActorMesh`; type checkers see ``cls`` (as
+        Monarch types it), whose endpoints are then typed adverbs
+        (``mesh.ping.call_one(1)``: ``Future[int]``)."""
         if self._impl is None:
             from .instance import registry
 
             ctx = _context.current()
             owner = None if ctx is None else ctx.address
             return registry().spawn_on.call_one(self, name, cls, args, kwargs, owner).get()
-        return self._spawn(name, cls, args, kwargs, None)
+        return cast(A, self._spawn(name, cls, args, kwargs, None))
 
     def _spawn(self, name: str, cls: Type[A], args: tuple, kwargs: dict, owner: Optional[str]) -> ActorMesh[A]:
         """spawn() in the controller; `owner`: the supervising actor (None:
@@ -870,8 +901,13 @@ class ProcMesh(MeshShapeOps):
         # its actor mesh is; reversed where this slice is.
         shape = Shape._of(Shape(self._shape.sizes)._impl, self._shape._flips)
         spec = _spec(cls, args, kwargs, name, shape, self._shape.ranks, self)
+        root = self._root or self
+        with root._spawned_names_lock:
+            spawned = root._spawned_names.get(name, 0)
+            root._spawned_names[name] = spawned + 1
         try:
-            cmesh = self._impl.spawn_mesh(name, spec, list(shape.sizes.items()))
+            cmesh = self._impl.spawn_mesh(name if spawned == 0 else f"{name}~{spawned + 1}", spec,
+                                          list(shape.sizes.items()))
         except ProcError as error:
             raise with_context(error, f"spawning {name!r} failed") from None
         refs = cmesh.refs()
@@ -880,13 +916,14 @@ class ProcMesh(MeshShapeOps):
         (self._root or self)._meshes.append(mesh._token)
         return mesh
 
-    def stop(self) -> "Future[None]":
+    def stop(self, reason: str = "") -> "Future[None]":
         """Asks every proc to exit; the future (``await`` or ``.get()``)
         completes once they have (stragglers busy in an endpoint for 5 s are
         killed with a warning; procs started by a launcher cannot be, and are
         warned about). Actors on them are stopped, not failed. Idempotent: a
         second call gives the same future. Only the whole mesh can be
-        stopped, not a slice of it (ValueError)."""
+        stopped, not a slice of it (ValueError). Later calls to its actors
+        fail naming ``reason`` (Monarch's ``stop(reason=...)``)."""
         if self._root is not None:
             raise ValueError(f"stop() the whole proc mesh, not the slice {self._shape} of it")
         if self._stop_future is not None:
@@ -900,7 +937,7 @@ class ProcMesh(MeshShapeOps):
             return self._stop_future
         self._stopped = True
         for token in self._meshes:
-            supervision.stopping(token)
+            supervision.stopping(token, None, reason or "its proc mesh was stopped")
         impl = self._impl
 
         def stop_procs() -> None:
@@ -961,6 +998,27 @@ class ProcMesh(MeshShapeOps):
     def __exit__(self, *exc: Any) -> None:
         self.stop().get()
 
+    async def __aenter__(self) -> "ProcMesh":
+        await self.initialized
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    @property
+    def initialized(self) -> "Future[None]":
+        """Resolves (``await`` or ``.get()``) once the procs are up, as
+        Monarch's: castmesh's ``spawn_procs`` returns with them up, so it
+        is resolved already (fails for a stopped mesh)."""
+        if self._is_stopped():
+            error = ProcError(f"the proc mesh {self._shape} has been stopped", "FAILED_PRECONDITION")
+
+            def fail(timeout: Optional[float]) -> None:
+                raise error
+
+            return Future(fail, lambda cb: cb())
+        return Future.ready(None)
+
     def __repr__(self) -> str:
         state = "stopped" if self._is_stopped() else "running"
         return f"<ProcMesh {self._shape} {state}>"
@@ -985,15 +1043,15 @@ def _set_logging_level(level: int) -> None:
 class _LocalProc:
     """The proc running the caller, as returned by :func:`this_proc`."""
 
-    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> ActorMesh[A]:
-        """Spawns one actor in this proc (its own thread)."""
+    def spawn(self, name: str, cls: Type[A], *args: Any, **kwargs: Any) -> A:
+        """Spawns one actor in this proc (its own thread); an ActorMesh, typed as ProcMesh.spawn's."""
         shape = Shape({})
         spec = _spec(cls, args, kwargs, name, shape)
         if _context.in_worker():
             ref = _castmesh.spawn_in_this_proc(name, spec)
         else:
             ref = _runtime().spawn_local(name, spec)
-        return _supervised(ActorMesh(cls, name, {0: ref}, shape), [ref])
+        return cast(A, _supervised(ActorMesh(cls, name, {0: ref}, shape), [ref]))
 
     @property
     def rank(self) -> int:

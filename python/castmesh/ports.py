@@ -26,7 +26,7 @@ from typing import Any, Dict, Generic, Optional, Tuple, TypeVar
 from . import _castmesh, _context, _serial
 from .future import Future
 
-__all__ = ["Channel", "Port", "PortReceiver", "send"]
+__all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver", "send"]
 
 R = TypeVar("R")
 
@@ -146,6 +146,17 @@ class PortReceiver(Generic[R]):
             pass
 
 
+class RankedPortReceiver(PortReceiver[R]):
+    """A receiver whose ``recv()`` gives ``(rank, value)``: the rank of the
+    mesh member that sent it (``None`` for a port no mesh call handed out),
+    as Monarch's ``Channel.open_ranked()`` receiver does."""
+
+    __slots__ = ()
+
+    def recv(self) -> "Future[Tuple[Optional[int], R]]":  # type: ignore[override]
+        return self.recv_ranked()
+
+
 class Channel(Generic[R]):
     """Opens channels: ``port, receiver = Channel.open()``."""
 
@@ -159,14 +170,29 @@ class Channel(Generic[R]):
         channel = _castmesh.open_channel()
         return Port(channel.address), PortReceiver(channel)
 
+    @staticmethod
+    def open_ranked(once: bool = False) -> Tuple[Port[R], RankedPortReceiver[R]]:
+        """As :meth:`open`, whose receiver's ``recv()`` gives ``(rank, value)`` (Monarch's)."""
+        del once
+        _ensure_runtime()
+        channel = _castmesh.open_channel()
+        return Port(channel.address), RankedPortReceiver(channel)
+
 
 def send(endpoint: Any, args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] = None,
          port: Optional[Port[Any]] = None, selection: str = "all") -> None:
     """Calls ``endpoint`` (e.g. ``mesh.compute``) on every actor of its mesh
     without waiting. With ``port``, each actor's result (or error) is sent
     there (an explicit-response endpoint gets ``port`` as its first
-    argument); without, results are dropped (as ``broadcast``). Only
-    ``selection="all"`` is supported: slice the mesh to choose actors."""
-    if selection != "all":
-        raise ValueError(f"send(..., selection={selection!r}): only 'all' is supported; slice the mesh instead")
+    argument); without, results are dropped (as ``broadcast``).
+    ``selection="choose"`` (Monarch's) sends to one actor instead, chosen as
+    ``choose()`` chooses (round-robin); slice the mesh to pick others."""
+    if selection == "choose":
+        from .mesh import EndpointRef  # noqa: PLC0415 - mesh imports this module
+
+        mesh = endpoint._mesh
+        position = next(mesh._chooser) % len(mesh)
+        endpoint = EndpointRef(mesh.slice(**mesh.shape.point(position).coords), endpoint._name, endpoint._explicit)
+    elif selection != "all":
+        raise ValueError(f"send(..., selection={selection!r}): 'all' or 'choose'; slice the mesh to pick actors")
     endpoint._send(tuple(args), dict(kwargs or {}), port)

@@ -22,13 +22,50 @@ ports by changing the import. See docs/rdma.md.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 from . import _castmesh
 from .errors import RdmaError
 from .future import Future
 
-__all__ = ["RdmaBuffer", "RdmaBatch", "RdmaError", "RdmaResult", "RDMABuffer", "RDMAAction"]
+__all__ = ["RdmaBuffer", "RdmaBatch", "RdmaError", "RdmaResult", "RDMABuffer", "RDMAAction",
+           "RDMAReadTransferWarning", "RDMAWriteTransferWarning", "RDMATcpFallbackWarning",
+           "get_rdma_backend", "is_ibverbs_available", "is_rdma_available"]
+
+
+# Monarch's warning classes, so code that filters them runs unchanged;
+# castmesh's transfers warn with none of them (a transport is not a fallback:
+# RdmaResult.transport says which one moved the bytes).
+class RDMAReadTransferWarning(Warning):
+    """Monarch's; never raised by castmesh."""
+
+
+class RDMAWriteTransferWarning(Warning):
+    """Monarch's; never raised by castmesh."""
+
+
+class RDMATcpFallbackWarning(Warning):
+    """Monarch's; never raised by castmesh."""
+
+
+def is_ibverbs_available() -> bool:
+    """Whether this proc has an RDMA NIC through castmesh's ``rdma`` backend (ibverbs)."""
+    return any(b.name == "rdma" and b.available for b in _castmesh.backends())
+
+
+def get_rdma_backend() -> str:
+    """``"ibverbs"`` where :func:`is_ibverbs_available`, else ``"tcp"``: castmesh
+    then moves bytes through memory shared by the procs of a host or over the
+    proc connection (Monarch's TCP fallback). Never ``"none"``."""
+    return "ibverbs" if is_ibverbs_available() else "tcp"
+
+
+def is_rdma_available() -> bool:
+    """Deprecated, as in Monarch: :func:`is_ibverbs_available`."""
+    warnings.warn("is_rdma_available() is deprecated: use is_ibverbs_available() or get_rdma_backend()",
+                  DeprecationWarning, stacklevel=2)
+    return is_ibverbs_available()
 
 
 class RdmaResult(NamedTuple):
@@ -78,6 +115,11 @@ class RdmaBuffer:
         """The transports the owner offers, best first."""
         return list(self._handle.transports)
 
+    def backend(self) -> str:
+        """Monarch's: ``"ibverbs"`` when the owner offers an RDMA NIC, else ``"tcp"``
+        (see :func:`get_rdma_backend`; ``transports`` lists them all)."""
+        return "ibverbs" if "ibverbs" in self.transports else "tcp"
+
     def read_into(self, dst: Any, offset: int = 0, timeout: Optional[float] = 60.0, *,
                   length: Optional[int] = None) -> "Future[RdmaResult]":
         """Copies ``length`` bytes (default: all of ``dst``) from ``offset`` of this buffer into ``dst``.
@@ -125,9 +167,21 @@ class RdmaBatch:
         self._ops.append((buffer._handle, src, True, offset, None))
         return self
 
-    # Monarch's RDMAAction spellings.
-    read_remote = read_into
-    write_remote = write_from
+    # Monarch's RDMAAction spellings (its argument order).
+    def read_remote(self, dst: Any, src: RdmaBuffer, *, offset: int = 0,
+                    length: Optional[int] = None) -> "RdmaBatch":
+        """Adds a read of buffer ``src`` into local memory ``dst`` (Monarch's order).
+        ``read_remote(buffer, dst)``, castmesh's order before 0.2, still works
+        for now, with a DeprecationWarning."""
+        if isinstance(dst, RdmaBuffer) and not isinstance(src, RdmaBuffer):
+            warnings.warn("RDMAAction.read_remote(buffer, dst) is deprecated: pass (dst, buffer), Monarch's order",
+                          DeprecationWarning, stacklevel=2)
+            dst, src = src, dst
+        if not isinstance(src, RdmaBuffer):
+            raise TypeError(f"read_remote(dst, src): src must be an RdmaBuffer, not {type(src).__name__}")
+        return self.read_into(src, dst, offset=offset, length=length)
+
+    write_remote = write_from  # (dst buffer, src memory): Monarch's order already
 
     def submit(self, timeout: Optional[float] = 60.0) -> "Future[List[RdmaResult]]":
         """Starts every operation; overlapping writes raise ValueError here."""

@@ -67,7 +67,9 @@ class MeshFailure:
         return f"mesh {self.mesh_name!r} member {{{coords}}} ({self.actor}) failed: {self.reason}"
 
     def __str__(self) -> str:
-        return self.report()
+        # As Monarch's: the type and the member's rank first (code matching on them ports unchanged).
+        rank = getattr(self.point, "rank", None)
+        return f"MeshFailure(rank={rank}): {self.report()}" if rank is not None else f"MeshFailure: {self.report()}"
 
     def __repr__(self) -> str:
         return f"MeshFailure({self.report()!r})"
@@ -87,18 +89,25 @@ def unhandled_fault_hook(failure: MeshFailure) -> None:
 class _Watched:
     """What this process knows about a mesh it spawned and supervises."""
 
-    __slots__ = ("name", "shape", "owner", "stopping", "failures")
+    __slots__ = ("name", "shape", "owner", "stopping", "failures", "stop_reason")
 
     def __init__(self, name: str, shape: Any, owner: Optional[str]) -> None:
         self.name = name
         self.shape = shape
         self.owner = owner  # address of the owning actor; None: the controller's code
         self.stopping: set = set()  # positions stopped on purpose
-        self.failures: Dict[int, str] = {}  # position -> MeshFailure.report()
+        self.failures: Dict[int, MeshFailure] = {}  # position -> its failure
+        self.stop_reason = ""  # what stop(reason=...) said
 
 
 _lock = threading.Lock()
+_changed = threading.Condition(_lock)  # a failure was delivered (or dropped)
 _records: Dict[int, _Watched] = {}
+# Actors a call here saw fail whose failure the supervision thread has yet to
+# deliver: exit waits for them (_EXPECTED_WAIT_S at most), so a script that
+# ends right after such a call still meets its unhandled_fault_hook.
+_expected: set = set()
+_EXPECTED_WAIT_S = 10.0
 _tokens = itertools.count(1)
 _thread: Optional[threading.Thread] = None
 _shutting_down = False
@@ -125,25 +134,81 @@ def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
     return token
 
 
-def stopping(token: Optional[int], positions: Optional[List[int]] = None) -> None:
+def stopping(token: Optional[int], positions: Optional[List[int]] = None, reason: str = "") -> None:
     """Members (all of them when `positions` is None) are being stopped on
-    purpose: their end is not a failure."""
+    purpose: their end is not a failure; `reason` explains later calls' errors."""
     if token is None:
         return
     with _lock:
         record = _records.get(token)
         if record is not None:
             record.stopping.update(range(len(record.shape)) if positions is None else positions)
+            if reason:
+                record.stop_reason = reason
 
 
-def failures_of(token: Optional[int]) -> List[str]:
-    """The failures seen so far of the members of a watched mesh (reports,
-    in position order), to explain a call that failed."""
+def stop_reason(token: Optional[int]) -> str:
+    """What stop(reason=...) said of a watched mesh ("" if nothing)."""
+    with _lock:
+        record = _records.get(token) if token is not None else None
+        return "" if record is None else record.stop_reason
+
+
+def failures_of(token: Optional[int]) -> List[MeshFailure]:
+    """The failures seen so far of the members of a watched mesh (in
+    position order), to explain a call that failed."""
     if token is None:
         return []
     with _lock:
         record = _records.get(token)
         return [] if record is None else [record.failures[p] for p in sorted(record.failures)]
+
+
+def wait_for_failures(token: Optional[int], timeout: float) -> List[MeshFailure]:
+    """failures_of(token), waiting up to `timeout` s for a first one: a call
+    learns that a member failed before the failure's report is delivered here."""
+    if token is None:
+        return []
+    with _lock:
+        record = _records.get(token)
+        # A member stopped on purpose has no report coming.
+        if record is not None and not (record.stopping - record.failures.keys()):
+            _changed.wait_for(lambda: token not in _records or bool(_records[token].failures), timeout)
+    return failures_of(token)
+
+
+def summary(failures: List[MeshFailure]) -> str:
+    """One account of several members' failures: the points that failed for
+    each reason, then the first one's traceback (a reason's later lines)."""
+    by_reason: Dict[str, List[str]] = {}
+    details = ""
+    for failure in failures:
+        first, _, rest = failure.reason.partition("\n")
+        coords = ", ".join(f"{k}={v}" for k, v in dict(failure.point).items())
+        by_reason.setdefault(first, []).append(f"{{{coords}}}")
+        if rest and not details:
+            details = f"\n--- first failure ({{{coords}}}) ---\n{rest.rstrip()}"
+    name = failures[0].mesh_name
+    lines = [f"{len(points)} member{'s' if len(points) > 1 else ''} of mesh {name!r} failed ({', '.join(points)}): "
+             f"{reason}" for reason, points in by_reason.items()]
+    return "\n".join(lines) + details
+
+
+def expect_failure(actor: str) -> None:
+    """A call to `actor` here learnt that it failed: its MeshFailure is on its way."""
+    from . import _context
+
+    if _context.in_worker():  # a worker's failures go to their owners, not its exit
+        return
+    with _lock:
+        if not _shutting_down and _thread is not None:
+            _expected.add(actor)
+
+
+def _settled(actor: str) -> None:
+    with _lock:
+        _expected.discard(actor)
+        _changed.notify_all()
 
 
 def shutting_down() -> None:
@@ -156,6 +221,8 @@ def shutting_down() -> None:
     the binding's GIL guard (a noexcept destructor) aborts the process."""
     global _shutting_down
     with _lock:
+        if _thread is not None and _thread is not threading.current_thread():
+            _changed.wait_for(lambda: not _expected, _EXPECTED_WAIT_S)
         _shutting_down = True
         thread = _thread
     _castmesh.close_failures()  # next_failure() returns at once from now on
@@ -177,15 +244,24 @@ def _deliver_forever() -> None:
         with _lock:
             record = _records.get(token)
             if record is None or position in record.stopping:
+                _expected.discard(actor)
+                _changed.notify_all()
                 continue
             record.stopping.add(position)  # reported once
+            try:
+                failure: Optional[MeshFailure] = MeshFailure(record.name, record.shape.point(position), actor, reason)
+                record.failures[position] = failure
+            except BaseException as error:  # noqa: BLE001 - the thread must survive
+                failure = None
+                sys.stderr.write(f"castmesh: could not report a mesh failure ({error!r})\n")
+            _changed.notify_all()
         try:
-            failure = MeshFailure(record.name, record.shape.point(position), actor, reason)
-            with _lock:
-                record.failures[position] = failure.report()
-            _deliver(record.owner, failure)
+            if failure is not None:
+                _deliver(record.owner, failure)
         except BaseException as error:  # noqa: BLE001 - the thread must survive
             sys.stderr.write(f"castmesh: could not deliver a mesh failure ({error!r})\n")
+        finally:
+            _settled(actor)
 
 
 def _deliver(owner: Optional[str], failure: MeshFailure) -> None:

@@ -47,6 +47,8 @@ void bind_output(pybind11::module_& module);
 void bind_channels(pybind11::module_& module);
 // watch_failures, next_failure, watch_stopped: castmesh.supervision's monitors (supervision_binding.cc).
 void bind_supervision(pybind11::module_& module);
+// config_*: the settings table behind castmesh.config (config_binding.cc).
+void bind_config(pybind11::module_& module);
 
 // The runtime of the calling process (the controller's or the worker's);
 // raises RuntimeError where there is none. Python thread.

@@ -72,9 +72,10 @@ struct ActorMeshHandle {
 struct PyReplyStream {
   std::shared_ptr<ReplyStream<std::string>> stream;
 
-  // ("ok", position, bytes) | ("timeout", -1, None) | ("end", -1, None); a
-  // failed reply or stream raises ProcError with its status code. Waits up
-  // to `timeout` s (< 0: no limit).
+  // ("ok", position, bytes) | ("failed", position, (code name, message)) for
+  // a member whose reply failed (its proc died: the others' replies still
+  // come) | ("timeout", -1, None) | ("end", -1, None); a failed stream raises
+  // ProcError with its status code. Waits up to `timeout` s (< 0: no limit).
   py::tuple next(double timeout) {
     absl::StatusOr<std::pair<Point, absl::StatusOr<std::string>>> item = absl::UnknownError("");
     {
@@ -89,7 +90,11 @@ struct PyReplyStream {
       throw_status(item.status(), ErrorDomain::kProc);
     }
     const auto position = static_cast<int64_t>(item->first.position());
-    if (!item->second.ok()) throw_status(item->second.status(), ErrorDomain::kProc);
+    if (!item->second.ok()) {
+      const absl::Status& failed = item->second.status();
+      return py::make_tuple("failed", position,
+                            py::make_tuple(absl::StatusCodeToString(failed.code()), std::string(failed.message())));
+    }
     return py::make_tuple("ok", position, py::bytes(*item->second));
   }
 };

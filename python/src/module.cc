@@ -43,4 +43,5 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_output(module);
   castmesh::python::bind_channels(module);
   castmesh::python::bind_supervision(module);
+  castmesh::python::bind_config(module);
 }

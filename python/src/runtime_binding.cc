@@ -86,6 +86,7 @@ class PyRuntime {
   ProcMesh allocate(const Dims& dims, std::vector<std::string> argv,
                     std::vector<std::pair<std::string, std::string>> env, double join_timeout_s) {
     LocalAllocatorOptions options;
+    options.on_supervision_event = report_to_python_supervision;
     options.worker_argv = std::move(argv);
     options.worker_env = std::move(env);
     options.join_timeout = absl::Seconds(join_timeout_s);
@@ -96,6 +97,7 @@ class PyRuntime {
   // runtime's address (RendezvousAllocator; rank r at row-major position r).
   ProcMesh allocate_rendezvous(const Dims& dims, double join_timeout_s) {
     RendezvousAllocatorOptions options;
+    options.on_supervision_event = report_to_python_supervision;
     options.secret = proc_ ? proc_->secret : std::string();
     options.join_timeout = absl::Seconds(join_timeout_s);
     return allocate_with(RendezvousAllocator(std::move(options)), dims);
@@ -121,6 +123,12 @@ class PyRuntime {
   Runtime& runtime() { return *runtime_; }
 
  private:
+  // A failure of an actor these procs host whose spawner is this process:
+  // castmesh.supervision watches every mesh Python spawns and reports each
+  // failure once (MeshFailure, __supervise__, unhandled_fault_hook), so the
+  // allocator's default (an error log line per member) would only repeat it.
+  static void report_to_python_supervision(const SupervisionEvent& event) { (void)event; }
+
   // Runs the allocation (which waits for procs to join) without the GIL;
   // a failure becomes the Python exception of its status.
   template <typename Allocator>

@@ -16,7 +16,7 @@ pytest-timeout plugin, where installed, takes over the same marker.
 import faulthandler
 import signal
 import sys
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
 import pytest
 
@@ -38,22 +38,67 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
     items.sort(key=lambda item: item.path.name not in _ADDRESS_CHOOSERS)
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _failures_do_not_end_the_session() -> Iterator[None]:
-    """A mesh failure nobody handles ends the controller (castmesh's default
-    unhandled_fault_hook); while all suites share one process (the wheel
-    stage), a failure reported after its test ended must not end the rest.
-    Tests that expect failures install their own hook; the default one is
-    tested in a subprocess."""
-    import castmesh
+# Mesh failures that reached the session's hook (below): while a test runs,
+# under its node id (that test fails); between tests, under "" (the session fails).
+_unexpected_failures: List[Tuple[str, str]] = []
+_running_test = ""
 
-    def report(failure: object) -> None:
-        print(f"unexpected mesh failure outside a test that expects one: {failure}", file=sys.stderr)
+
+@pytest.fixture(autouse=True, scope="session")
+def _unexpected_failures_fail() -> Iterator[None]:
+    """A mesh failure nobody handles ends the controller (castmesh's default
+    unhandled_fault_hook). While all suites share one process (the wheel
+    stage), such a failure must fail the test it happened in, not end the
+    rest: the hook records it, the test fails at teardown
+    (_no_unexpected_failure), and one that arrives between tests fails the
+    session (pytest_sessionfinish). Tests that expect failures install their
+    own hook (the ``faults`` fixture); the default one is tested in a subprocess."""
+    import castmesh  # noqa: PLC0415 - the suites' own import; conftest loads before them
+
+    def record(failure: object) -> None:
+        _unexpected_failures.append((_running_test, str(failure)))
+        print(f"unexpected mesh failure ({_running_test or 'between tests'}): {failure}", file=sys.stderr)
 
     default = castmesh.unhandled_fault_hook
-    castmesh.unhandled_fault_hook = report
+    castmesh.unhandled_fault_hook = record
     yield
     castmesh.unhandled_fault_hook = default
+
+
+@pytest.fixture(autouse=True)
+def _no_unexpected_failure(request: pytest.FixtureRequest, _unexpected_failures_fail: None) -> Iterator[None]:
+    global _running_test  # noqa: PLW0603 - read by the hook, on the supervision thread
+    _running_test = request.node.nodeid
+    yield
+    _running_test = ""
+    mine = [failure for test, failure in _unexpected_failures if test == request.node.nodeid]
+    if mine:
+        pytest.fail(f"{len(mine)} unexpected mesh failure(s) during this test (castmesh.unhandled_fault_hook):\n"
+                    + "\n".join(mine), pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A test that passed while a mesh failure reached the hook fails (one
+    that arrives during teardown fails it there, _no_unexpected_failure)."""
+    outcome = yield
+    report = outcome.get_result()
+    mine = [failure for test, failure in _unexpected_failures if test == item.nodeid]
+    if call.when == "call" and report.passed and mine:
+        report.outcome = "failed"
+        report.longrepr = (f"{len(mine)} unexpected mesh failure(s) during this test "
+                           "(castmesh.unhandled_fault_hook):\n" + "\n".join(mine))
+        # Reported once: the teardown check skips what failed the call.
+        _unexpected_failures[:] = [(t, f) for t, f in _unexpected_failures if t != item.nodeid]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    del exitstatus
+    between = [failure for test, failure in _unexpected_failures if not test]
+    if between:
+        print(f"\n{len(between)} unexpected mesh failure(s) between tests (castmesh.unhandled_fault_hook):\n"
+              + "\n".join(between), file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class TimeLimitExceeded(Exception):

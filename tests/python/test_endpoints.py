@@ -228,8 +228,15 @@ def test_concurrent_endpoint_takes_only_async_methods():
             return None
 
         concurrent_endpoint(endpoint(method))
-    with pytest.raises(NotImplementedError):
-        concurrent_endpoint(propagate="cached")
+
+
+def test_monarchs_endpoint_options_are_accepted_and_kept():
+    async def method(self):
+        return None
+
+    for decorate in (endpoint, concurrent_endpoint):
+        marked = decorate(propagate="cached", instrument=True, explicit_response_port=True)(method)
+        assert (marked.propagate, marked.instrument, marked.explicit_response_port) == ("cached", True, True)
 
 
 class Fragile(Actor):

@@ -143,7 +143,28 @@ def test_send_with_a_port_collects_every_result(relays):
             receiver.recv().get(timeout=30)
     send(relays.square, (1,), {})  # no port: fire and forget
     with pytest.raises(ValueError, match="selection"):
-        send(relays.square, (1,), {}, selection="choose")
+        send(relays.square, (1,), {}, selection="some")
+
+
+@pytest.mark.timeout(60)
+def test_open_ranked_receives_ranks_and_values(relays):
+    port, receiver = Channel.open_ranked()
+    send(relays.square, (2,), {}, port=port)
+    assert sorted(receiver.recv().get(timeout=30) for _ in range(2)) == [(0, 4), (1, 5)]
+    port.send("from the controller")
+    assert receiver.recv().get(timeout=30) == (None, "from the controller")
+
+
+@pytest.mark.timeout(60)
+def test_send_with_selection_choose_reaches_one_actor(relays):
+    port, receiver = Channel.open()
+    send(relays.square, (3,), {}, port=port, selection="choose")
+    send(relays.square, (3,), {}, port=port, selection="choose")  # round-robin: the other one
+    send(relays.square, (5,), {}, port=port)  # then every actor
+    got = [receiver.recv_ranked().get(timeout=30) for _ in range(4)]
+    # Each actor answers in the order it was sent to: one "choose" each, then the broadcast.
+    by_rank = {rank: [value for r, value in got if r == rank] for rank in (0, 1)}
+    assert by_rank == {0: [9, 25], 1: [10, 26]}, got
 
 
 @pytest.mark.timeout(60)

@@ -66,20 +66,19 @@ def trainer(procs):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "switches, transport",
-    [({"CASTMESH_RDMA_SINGLE_COPY": "0"}, "shared_segment"),
-     ({"CASTMESH_RDMA_SINGLE_COPY": "0", "CASTMESH_RDMA_SHARED_SEGMENT": "0"}, "socket")],
+    [({"rdma_single_copy": False}, "shared_segment"),
+     ({"rdma_single_copy": False, "rdma_shared_segment": False}, "socket")],
 )
-def test_same_host_paths_forced_by_the_switches(trainer, monkeypatch, switches, transport):
+def test_same_host_paths_forced_by_the_switches(trainer, switches, transport):
     n = 300_000  # above the 64 KiB below which same-host operations use the socket anyway
     buf = trainer.publish.call_one(n, 0.25).get(timeout=60)
-    for name, value in switches.items():
-        monkeypatch.setenv(name, value)  # read by this (the requesting) process per operation
-    local = np.empty(n, dtype=np.float32)
-    result = buf.read_into(local).get(timeout=60)
-    assert (result.bytes, result.transport) == (n * 4, transport)
-    np.testing.assert_array_equal(local, np.arange(n, dtype=np.float32) * 0.25)
-    update = np.full(n, 3.0, dtype=np.float32)
-    assert buf.write_from(update).get(timeout=60).transport == transport
+    with castmesh.config.configured(**switches):  # read by this (the requesting) process per operation
+        local = np.empty(n, dtype=np.float32)
+        result = buf.read_into(local).get(timeout=60)
+        assert (result.bytes, result.transport) == (n * 4, transport)
+        np.testing.assert_array_equal(local, np.arange(n, dtype=np.float32) * 0.25)
+        update = np.full(n, 3.0, dtype=np.float32)
+        assert buf.write_from(update).get(timeout=60).transport == transport
     assert trainer.head.call_one(3).get(timeout=60) == [3.0, 3.0, 3.0]
 
 
@@ -197,7 +196,7 @@ MONARCH_STYLE = textwrap.dedent(
             w = np.zeros(1000, dtype=np.float32)
             handle.read_into(w).get()
             extra = np.zeros(10, dtype=np.float32)
-            RDMAAction().read_remote(handle, extra, offset=40).submit().get()
+            RDMAAction().read_remote(extra, handle, offset=40).submit().get()  # Monarch's order
             return float(w.sum() + extra[0])
 
     procs = this_host().spawn_procs(per_host={"gpus": 2})

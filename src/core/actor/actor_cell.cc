@@ -201,7 +201,9 @@ void ActorCell::fail(absl::Status reason, std::string message_type, Address orig
   failure_ = std::move(reason);
   failure_message_type_ = std::move(message_type);
   failure_origin_ = std::move(origin);
-  CASTMESH_LOG_WARN("actor {} failed: {}", address().to_string(), sv(failure_.message()));
+  // Info: the failure goes on to the parent or the runtime's handler, which
+  // report it (an error log where nobody handles it, RuntimeCore::report_unhandled).
+  CASTMESH_LOG_INFO("actor {} failed: {}", address().to_string(), sv(failure_.message()));
 }
 
 void ActorCell::untrack_timer(TimerId id) { std::erase(timers_, id); }

@@ -303,8 +303,14 @@ std::vector<std::shared_ptr<ActorCell>> RuntimeCore::live_cells() {
 }
 
 void RuntimeCore::report_unhandled(const SupervisionEvent& ev) {
+  // A handler reports the failure itself (a worker forwards it to the actor's
+  // spawner): logged here too, each failure would print once per proc.
+  if (options.on_unhandled_failure) {
+    CASTMESH_LOG_DEBUG("actor failure with no parent here, to the handler: {}", ev.to_string());
+    options.on_unhandled_failure(ev);
+    return;
+  }
   CASTMESH_LOG_ERROR("unhandled actor failure: {}", ev.to_string());
-  if (options.on_unhandled_failure) options.on_unhandled_failure(ev);
 }
 
 void RuntimeCore::shutdown() {

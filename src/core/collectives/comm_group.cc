@@ -14,6 +14,7 @@
 #include "core/collectives/thread_cache.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::detail {
 
@@ -24,10 +25,14 @@ namespace v1 = wire::v1;
 std::shared_ptr<CommGroup> CommGroup::Get(Layout layout, bool pin) {
   const std::string id = layout.id;
   const int rank = layout.rank;
-  return Exchange::instance().group(id, rank, pin, [&] { return std::make_shared<CommGroup>(std::move(layout)); });
+  std::shared_ptr<CommGroup> group =
+      Exchange::instance().group(id, rank, pin, [&] { return std::make_shared<CommGroup>(std::move(layout)); });
+  if (pin) group->pinned_.store(true, std::memory_order_relaxed);
+  return group;
 }
 
-CommGroup::CommGroup(Layout layout) : layout_(std::move(layout)) {
+CommGroup::CommGroup(Layout layout)
+    : layout_(std::move(layout)), strand_(std::make_shared<progress::Strand>(layout_.description)) {
   mailbox_ = Exchange::instance().mailbox(layout_.id, layout_.rank);
   Exchange::instance().watch(layout_.id, layout_.rank, layout_.procs, layout_.description);
 }
@@ -258,17 +263,53 @@ void CommGroup::abort(uint64_t sequence, const absl::Status& why) {
 
 Request CommGroup::run_async(std::function<absl::Status()> op) {
   auto request = std::make_shared<RequestState>();
-  // The thread holds the group: the operation finishes even if every
-  // handle is dropped meanwhile.
-  std::thread([self = shared_from_this(), op = std::move(op), request] {
-    absl::Status st = op();
-    if (st.ok()) {
-      request->complete(MessageStatus{});
-    } else {
-      request->complete(st);
-    }
-  }).detach();
+  // The job holds the group: an operation that started finishes (or is
+  // cancelled by on_last_handle_gone) even if every handle goes meanwhile.
+  strand_->post(progress::Job{
+      [self = shared_from_this(), op = std::move(op), request] {
+        absl::Status st = op();
+        if (st.ok()) {
+          request->complete(MessageStatus{});
+        } else {
+          request->complete(st);
+        }
+      },
+      [request](const absl::Status& why) { request->complete(why); }});
   return Request(request);
+}
+
+struct CommGroup::UserHandle {
+  explicit UserHandle(std::shared_ptr<CommGroup> g) : group(std::move(g)) {}
+  UserHandle(const UserHandle&) = delete;
+  UserHandle& operator=(const UserHandle&) = delete;
+  ~UserHandle() { group->on_last_handle_gone(); }
+  const std::shared_ptr<CommGroup> group;
+};
+
+std::shared_ptr<CommGroup> CommGroup::user_handle(std::shared_ptr<CommGroup> group) {
+  if (group == nullptr) return nullptr;
+  CommGroup* raw = group.get();
+  detail::MutexLock lock(raw->handle_mu_);
+  std::shared_ptr<UserHandle> handle = raw->handle_.lock();
+  if (handle == nullptr) {
+    // `group` may itself be a handle of a generation that is going now: hold
+    // the group's own reference, not the handle's.
+    handle = std::make_shared<UserHandle>(raw->shared_from_this());
+    raw->handle_ = handle;
+  }
+  return std::shared_ptr<CommGroup>(handle, raw);  // shares the handle's count
+}
+
+void CommGroup::on_last_handle_gone() {
+  if (pinned_.load(std::memory_order_relaxed)) return;
+  {
+    detail::MutexLock lock(handle_mu_);
+    if (handle_.lock() != nullptr) return;  // a new handle was made meanwhile
+  }
+  const absl::Status why = absl::CancelledError(
+      absl::StrCat(layout_.description.empty() ? std::string("a communicator") : layout_.description, " (", layout_.id,
+                   ") was destroyed (its last handle dropped) while this non-blocking operation was pending"));
+  if (strand_->cancel_pending(why)) mailbox_->close(why);
 }
 
 }  // namespace castmesh::detail

@@ -23,11 +23,14 @@
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/rank_mailbox.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/collectives/scratch_pool.h"
 
 namespace castmesh::proc {
 class ProcHost;
+}
+namespace castmesh::progress {
+class Strand;
 }
 
 
@@ -92,8 +95,19 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   uint64_t next_sequence() { return next_sequence_.fetch_add(1, std::memory_order_relaxed); }
   // Collective `sequence` failed here: fail it on every rank.
   void abort(uint64_t sequence, const absl::Status& why);
-  // Runs `op` on a thread of its own; the request completes with its result.
+  // Runs `op` on the progress engine's workers after the group's earlier
+  // non-blocking operations (one strand per group); the request completes
+  // with its result, or with kCancelled when the group's last user handle
+  // goes before it started (see user_handle). Any thread.
   Request run_async(std::function<absl::Status()> op);
+
+  // What a Communicator holds: `group` itself, but counted as one of the
+  // group's user handles. When the last user handle of a group that is not
+  // pinned (a split or dup communicator) goes while non-blocking
+  // operations are queued or running, they fail with kCancelled and the
+  // group's receives are closed (the running one ends at once), instead of
+  // waiting for peers that may never come. Any thread.
+  static std::shared_ptr<CommGroup> user_handle(std::shared_ptr<CommGroup> group);
 
   explicit CommGroup(Layout layout);
 
@@ -129,8 +143,16 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
                                                  const void* data, size_t bytes, const std::string& signature,
                                                  uint64_t sequence);
 
+  struct UserHandle;
+  // The last user handle went (UserHandle's destructor).
+  void on_last_handle_gone();
+
   Layout layout_;
   std::shared_ptr<collectives::RankMailbox> mailbox_;
+  std::shared_ptr<progress::Strand> strand_;
+  std::atomic<bool> pinned_{false};  // kept by the process (CommGroup::Get with pin)
+  detail::Mutex handle_mu_;
+  std::weak_ptr<UserHandle> handle_ ABSL_GUARDED_BY(handle_mu_);
   std::atomic<uint64_t> next_sequence_{1};
   collectives::ScratchPool scratch_;
   detail::Mutex sends_mu_;

@@ -14,7 +14,7 @@
 #include "core/collectives/comm_group.h"
 #include "core/collectives/device_collectives.h"
 #include "core/collectives/exchange.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/collectives/shm_path.h"
 #include "core/collectives/single_copy.h"
 #include "core/collectives/thread_cache.h"
@@ -140,6 +140,8 @@ absl::StatusOr<Communicator> Communicator::current() {
   layout.host = host_of(runtime);
   return Communicator(CommGroup::Get(std::move(layout), /*pin=*/true));
 }
+
+Communicator::Communicator(std::shared_ptr<CommGroup> group) : group_(CommGroup::user_handle(std::move(group))) {}
 
 int Communicator::rank() const { return group_->rank(); }
 int Communicator::size() const { return group_->size(); }

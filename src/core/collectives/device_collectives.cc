@@ -15,8 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "core/collectives/algorithms.h"
 #include "core/collectives/comm_group.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/scheduler/scheduler.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh {
 namespace detail {
@@ -266,7 +267,8 @@ class DeviceRegistry {
     watched_.push_back(comm);
     if (!started_) {
       started_ = true;
-      std::thread([this] { run(); }).detach();  // the registry lives until exit
+      // The registry lives until exit, and so does its thread.
+      progress::ProgressEngine::instance().start_service("castmesh-watchdog", [this] { run(); });
     }
     // A watchdog that is not asleep polls again within a millisecond: waking
     // it costs the caller a syscall on every collective of a busy loop.

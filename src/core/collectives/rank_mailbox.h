@@ -31,7 +31,7 @@
 #include "absl/status/status.h"
 #include "castmesh/communicator.h"
 #include "castmesh/detail/mutex.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/transport/endpoint.h"
 #include "core/wire/payload.h"
 

@@ -19,6 +19,7 @@
 #include <cpuid.h>
 #endif
 
+#include "castmesh/config.h"
 #include "core/collectives/reduction_kernels.h"
 #include "core/collectives/reduction_loops.h"
 
@@ -68,8 +69,7 @@ const KernelTable* avx2_kernels() {
 
 const KernelTable& active_kernels() {
   static const KernelTable& table = []() -> const KernelTable& {
-    const char* forced = std::getenv("CASTMESH_REDUCTION_ISA");
-    if (forced != nullptr && std::string_view(forced) == "portable") return portable_kernels();
+    if (config::global().reduction_isa == config::ReductionIsa::kPortable) return portable_kernels();
     const KernelTable* avx2 = avx2_kernels();
     return avx2 != nullptr ? *avx2 : portable_kernels();
   }();

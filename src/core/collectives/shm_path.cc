@@ -11,16 +11,18 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/collectives/thread_cache.h"
 #include "core/log/log.h"
-#include "core/platform/core_contention.h"
 #include "core/platform/process.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/progress/progress_engine.h"
+#include "core/progress/request_state.h"
 #include "core/scheduler/futex.h"
 #include "core/scheduler/scheduler.h"
 #include "core/shm_link/shm_ring.h"
@@ -54,97 +56,36 @@ struct CompactHeader {
 static_assert(sizeof(CompactHeader) == 40);
 constexpr size_t kChunk = kShmRingBytes / 4;
 constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fits max_payload()
-// How long a waiting caller spins on the rings before it sleeps. Longer
+// How long a waiting caller spins on the rings before it sleeps (1 ms: the
+// default of shm_spin_us in the settings table, castmesh/config.h). Longer
 // than a wake-up through the drain thread under load (two thread wake-ups,
 // which took 80 us to over 1 ms on the shared 2-core VM): with a shorter spin
 // two ranks settle into both sleeping at every hop (measured: 50 us and
 // 200 us spins gave 60-300 us per hop in some runs against 1-2 us).
-constexpr absl::Duration kWaitSpin = absl::Milliseconds(1);
-// The spin pauses (cpu_relax) rather than yielding the core: yielding after
-// the first 10 us avoided the 1 ms steps at load 5-7, but in an A/B at load 2
-// it was slower (allreduce 8 B 2.2-15 us against 2.1-3.1 us, and 64 KiB took
-// 0.7-1 ms in 2 of 5 runs against 25-47 us). Measured in bench/RESULTS.md.
+// The spin pauses (cpu_relax) rather than yielding the core unless the core
+// is wanted (progress/wait_policy.h): yielding after the first 10 us avoided
+// the 1 ms steps at load 5-7, but in an A/B at load 2 it was slower
+// (allreduce 8 B 2.2-15 us against 2.1-3.1 us, and 64 KiB took 0.7-1 ms in 2
+// of 5 runs against 25-47 us). Measured in bench/RESULTS.md.
 
-// The spin before a waiter sleeps; CASTMESH_SHM_SPIN_US (microseconds)
-// overrides it for measurements (separately when procs outnumber cores:
-// CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US).
+// The spin before a waiter sleeps: shm_spin_us (separately when procs
+// outnumber cores: shm_spin_oversubscribed_us). Read once per process.
 absl::Duration wait_spin(bool oversubscribed) {
-  static const auto read = [](const char* name, absl::Duration fallback) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return fallback;
-    char* end = nullptr;
-    const long us = std::strtol(v, &end, 10);
-    if (*end != '\0' || us < 0 || us > 1'000'000) return fallback;
-    return absl::Microseconds(us);
-  };
-  static const absl::Duration normal = read("CASTMESH_SHM_SPIN_US", kWaitSpin);
-  static const absl::Duration crowded = read("CASTMESH_SHM_SPIN_OVERSUBSCRIBED_US", normal);
+  static const absl::Duration normal = config::global().shm_spin;
+  static const absl::Duration crowded = config::global().shm_spin_oversubscribed.value_or(normal);
   return oversubscribed ? crowded : normal;
 }
 
-// CASTMESH_SHM_WAITER_SLEEP=0: a waiter sleeps on its request after the
+// shm_waiter_sleep=0 (CASTMESH_SHM_WAITER_SLEEP): a waiter sleeps on its request after the
 // spin and drain threads serve it (the path before the waiter bells; for
 // A/B measurements, and the behaviour where futex_waitv is missing).
 bool waiter_sleep_enabled() {
-  static const bool on = platform::env_switch_on("CASTMESH_SHM_WAITER_SLEEP");
+  static const bool on = config::global().shm_waiter_sleep;
   return on;
 }
 
-// CASTMESH_SHM_SPIN_YIELD=1 / 0 forces the spin to yield / pause at every
-// look; -1 (unset): yield only while the core is contended (below).
-int spin_yield_forced() {
-  static const int forced = [] {
-    const char* v = std::getenv("CASTMESH_SHM_SPIN_YIELD");
-    if (v == nullptr || *v == '\0') return -1;
-    return std::string_view(v) == "0" ? 0 : 1;
-  }();
-  return forced;
-}
-
-// How often a spinning thread asks whether its core is contended (one
-// getrusage call each time).
-constexpr int64_t kContentionCheckNs = 50'000;
-
-// Whether a waiter's spin yields the core instead of pausing, per thread.
-// A pausing spinner holds a core that its peer, or any other thread, may be
-// queued for, and then every step of a collective costs the whole spin
-// (measured: 20-1000 us spins gave 26-1900 us per allreduce step at load
-// 8-10 with 2 cores); a yielding one pays sched_yield at every look (several
-// us on this VM: 13.7-15.4 us per 1 KiB allreduce against 1.6 us pausing).
-// So it yields only while its own thread is being switched off its core
-// involuntarily (preempted, or a yield that handed the core on:
-// platform::CoreContention), i.e. while some thread really is queued for
-// this core. The job's own spinners on other cores never show there, unlike
-// /proc/loadavg's runnable count (the signal before, which turned yielding on
-// for whole runs on a quiet machine). One switch while pausing turns
-// yielding on (a thread was queued behind this one, maybe the peer, which
-// then costs a whole spin per step); it stays on while the yields keep
-// handing the core on, at least twice per check (a peer sharing the core
-// takes it at every step); a single switch then is a stray short thread
-// (measured: runs that yielded at every wait for those took 2.7-2.9 us per
-// 1 KiB allreduce against 1.6 us), and the spin pauses again.
-class SpinYield {
- public:
-  // Whether to yield now; re-checks the count when due (`now_ns`: the caller's clock).
-  bool at(int64_t now_ns) {
-    if (const int forced = spin_yield_forced(); forced >= 0) return forced == 1;
-    if (now_ns >= next_check_ns_) {
-      const uint64_t switches = contention_.switches_since_last();
-      contended_ = switches >= (contended_ ? 2u : 1u);
-      next_check_ns_ = now_ns + kContentionCheckNs;
-    }
-    return contended_;
-  }
-
- private:
-  platform::CoreContention contention_;
-  bool contended_ = false;
-  int64_t next_check_ns_ = 0;
-};
-thread_local SpinYield t_spin_yield;
-
 bool enabled() {
-  static const bool on = platform::env_switch_on("CASTMESH_SHM");
+  static const bool on = config::global().shm;
   return on;
 }
 
@@ -255,15 +196,13 @@ struct Peer {
   std::string part_body;
   uint64_t part_total = 0;
 
-  // The drain thread sleeps on the inbound doorbell, or on this word.
-  std::atomic<uint32_t> local_bell{0};
+  // Served by the progress thread (RingDrain) once set.
   std::atomic<bool> drain_started{false};
+  // The progress thread armed the inbound ring's doorbell (RingDrain::arm; its thread only).
+  bool drain_armed = false;
 
-  void wake_drain() {
-    local_bell.fetch_add(1, std::memory_order_release);
-    detail::futex_wake(&local_bell, 1);
-    if (inbound_started.load(std::memory_order_acquire)) inbound->ring();
-  }
+  // The progress thread has work for this peer (queued sends).
+  void wake_drain() { progress::ProgressEngine::instance().wake_background(); }
 };
 
 struct SendCache;
@@ -284,9 +223,17 @@ class Links {
   // Consumes what every started inbound ring holds (try-locks). True if it
   // handled a record.
   bool poll();
-  // RequestState's wait spinner.
-  bool wait(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode);
   ShmPathStats stats();
+  // The peers whose inbound ring is started (what a waiting caller polls).
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
+  // The peers the progress thread serves.
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> drains();
+  // What one look at a peer's inbound ring did.
+  enum class Consumed { kNothing, kHandled, kBusy /* another thread holds it */ };
+  Consumed consume(Peer& p);
+  static bool flush_backlog(Peer& p);
+  // The sleeping half of a waiter's wait on `peers` (RingWaits::sleep).
+  bool sleep(detail::RequestState& request, const std::vector<std::shared_ptr<Peer>>& peers, absl::Time deadline);
   // The started inbound rings, each marked polled once more (ShmPollScope).
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> hold_polled();
   // Ends hold_polled(), then reads what came meanwhile.
@@ -300,28 +247,19 @@ class Links {
   // hashing, no reference count on the hot path); nullptr: the thread's
   // caches are gone, and `hold` keeps the Peer alive.
   Peer* cached(SendCache* cache, const ProcId& peer, std::shared_ptr<Peer>& hold);
-  static bool flush_backlog(Peer& p);
-  // What one look at a peer's inbound ring did.
-  enum class Consumed { kNothing, kHandled, kBusy /* another thread holds it */ };
-  Consumed consume(Peer& p);
   void start_drain(const std::shared_ptr<Peer>& p);
-  void drain_loop(const std::shared_ptr<Peer>& p);
   void offer(proc::ProcHost& host, Peer& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.send_mu);
   void on_offer(proc::ProcHost& host, const ProcId& peer, const std::string& name);
   void on_accept(proc::ProcHost& host, const ProcId& peer, const v1::CollectiveHeader& h);
   void on_start(const ProcId& peer);
-  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
-  // The sleeping half of wait(): false when this system cannot sleep on
-  // several futex words at once (the caller then sleeps on the request's
-  // condition variable and the drain threads serve the rings).
-  template <typename Look>
-  bool sleep(detail::RequestState& request, const std::vector<std::shared_ptr<Peer>>& peers, absl::Time deadline,
-             Look& look);
 
   detail::Mutex mu_;
   absl::flat_hash_map<ProcId, std::shared_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
   // The peers whose inbound ring is started (what a waiting caller polls).
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers_ ABSL_GUARDED_BY(mu_) =
+      std::make_shared<std::vector<std::shared_ptr<Peer>>>();
+  // The peers the progress thread serves (start_drain), until lost.
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> drains_ ABSL_GUARDED_BY(mu_) =
       std::make_shared<std::vector<std::shared_ptr<Peer>>>();
 };
 
@@ -341,6 +279,11 @@ std::shared_ptr<Peer> Links::get(const ProcId& peer) {
 std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> Links::readers() {
   detail::MutexLock lock(mu_);
   return readers_;
+}
+
+std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> Links::drains() {
+  detail::MutexLock lock(mu_);
+  return drains_;
 }
 
 absl::Status Links::send(proc::ProcHost& host, const ProcId& peer, std::string_view header, std::string_view body,
@@ -607,75 +550,74 @@ bool Links::poll() {
   return any;
 }
 
-bool Links::wait(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode) {
-  auto peers = readers();
-  if (peers->empty()) return false;
-  if (mode == detail::WaitMode::kLook) {
-    poll();
-    return false;
+// A waiting caller's wait on the rings (progress::WaitSource): it spins on
+// its inbound rings under the engine's wait policy, counted as their poller
+// for the whole wait, asleep or not (producers then never ring the progress
+// thread for these rings, which leaves their records to this thread:
+// core/shm_link/shm_ring.h), then sleeps on every ring's waiter bell and its
+// request's word at once (sleep()).
+class RingWaits : public progress::WaitSource {
+ public:
+  bool begin_wait(size_t& local_peers) override {
+    if (t_state.inside) return false;
+    std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> peers = Links::instance().readers();
+    if (peers->empty()) return false;
+    local_peers = peers->size();
+    t_state.inside = true;
+    t_state.peers = std::move(peers);
+    return true;
   }
-  auto look = [&] {
-    bool any = false, busy = false;
-    for (const auto& p : *peers) {
-      const Consumed c = consume(*p);
-      any |= c == Consumed::kHandled;
-      busy |= c == Consumed::kBusy;
-    }
-    return std::pair(any, busy);
-  };
-  // The awaited record is often there already (the peer was first): one look
-  // before counting as a poller, which costs two writes to lines the peers'
-  // producers read, and a look after.
-  (void)look();
-  if (request.done()) return false;
-  // More procs on this host than cores: give the peer the core while spinning.
-  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const bool oversubscribed = peers->size() + 1 > cores;
-  // Counted as a poller for the whole wait, asleep or not: producers then
-  // never ring the drain thread for these rings, and the drain thread leaves
-  // their records to this thread (core/shm_link/shm_ring.h).
-  for (const auto& p : *peers) p->inbound->start_polling();
-  const absl::Time start = absl::Now();
-  const absl::Time until = std::min(start + wait_spin(oversubscribed), deadline.at(start));
-  bool yield = oversubscribed || t_spin_yield.at(absl::ToUnixNanos(start));
-  for (int i = 0; !request.done(); ++i) {
-    const auto [any, busy] = look();
-    if (!any) {
-      // Another thread of this process holds a ring (the drain thread, or
-      // another waiter), or some thread is queued for our core (the peer,
-      // maybe): let it run rather than spin against it.
-      if (yield || busy) {
-        std::this_thread::yield();
-      } else {
-        detail::cpu_relax();
-      }
-    }
-    // The clock at every yielding look (a yield costs far more), every 16th pausing one.
-    if (yield || (i & 15) == 15) {
-      const absl::Time now = absl::Now();
-      if (now >= until) break;
-      yield = oversubscribed || t_spin_yield.at(absl::ToUnixNanos(now));
-    }
+  absl::Duration spin_budget(bool oversubscribed) override { return wait_spin(oversubscribed); }
+  void start_spin() override {
+    // The awaited record was not there at the first look: count as a poller
+    // now (two writes to lines the peers' producers read, so not before).
+    for (const auto& p : *t_state.peers) p->inbound->start_polling();
+    t_state.polling = true;
   }
-  bool waited = false;
-  if (!request.done() && absl::Now() < deadline.at() && peers->size() < detail::kFutexWaitAnyMax &&
-      waiter_sleep_enabled()) {
-    waited = sleep(request, *peers, deadline.at(), look);
+  Look look() override {
+    Look result;
+    for (const auto& p : *t_state.peers) {
+      const Links::Consumed c = Links::instance().consume(*p);
+      result.handled |= c == Links::Consumed::kHandled;
+      result.busy |= c == Links::Consumed::kBusy;
+    }
+    return result;
   }
-  for (const auto& p : *peers) p->inbound->stop_polling();
-  poll();  // a record published while we spun may not have rung the drain thread
-  return waited;
-}
+  bool sleep(detail::RequestState& request, absl::Time deadline) override {
+    if (t_state.peers->size() >= detail::kFutexWaitAnyMax || !waiter_sleep_enabled()) return false;
+    return Links::instance().sleep(request, *t_state.peers, deadline);
+  }
+  void end_wait() override {
+    if (t_state.polling) {
+      for (const auto& p : *t_state.peers) p->inbound->stop_polling();
+      Links::instance().poll();  // a record published while we spun may not have rung anybody
+    }
+    t_state = State{};
+  }
 
-template <typename Look>
-bool Links::sleep(detail::RequestState& request, const std::vector<std::shared_ptr<Peer>>& peers, absl::Time deadline,
-                  Look& look) {
+ private:
+  struct State {
+    bool inside = false;
+    bool polling = false;
+    std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> peers;
+  };
+  static thread_local State t_state;
+};
+thread_local RingWaits::State RingWaits::t_state;
+
+bool Links::sleep(detail::RequestState& request, const std::vector<std::shared_ptr<Peer>>& peers,
+                  absl::Time deadline) {
   // One wake-up per message: this thread sleeps on every ring's waiter bell
   // and on the request's own word (complete() from any other path: the
   // socket, this process, a lost peer) at once, and reads the rings itself
-  // when woken; the drain threads stay asleep.
+  // when woken; the progress thread stays asleep.
   std::vector<detail::FutexWaitItem> items(peers.size() + 1);
   detail::Scheduler::BlockingScope blocking;  // a pooled actor hands its queued work on
+  auto look = [&] {
+    bool any = false;
+    for (const auto& p : peers) any |= consume(*p) == Consumed::kHandled;
+    return any;
+  };
   while (!request.done()) {
     if (absl::Now() >= deadline) return true;
     request.add_sleeper();
@@ -700,60 +642,109 @@ bool Links::sleep(detail::RequestState& request, const std::vector<std::shared_p
     if (slept == detail::FutexWaitAny::kUnsupported) return false;
     // Read what came (another thread may hold a ring: it hands its records
     // on itself).
-    while (!request.done() && look().first) {
+    while (!request.done() && look()) {
     }
   }
   return true;
 }
 
-void Links::start_drain(const std::shared_ptr<Peer>& p) {
-  if (p->drain_started.exchange(true)) return;
-  std::thread([this, p] { drain_loop(p); }).detach();
-}
-
-void Links::drain_loop(const std::shared_ptr<Peer>& p) {
-  ProgressContext progress;
-  t_drain_thread = true;
-  while (!p->lost.load(std::memory_order_acquire)) {
-    // Queued sends first, even while a waiter holds the ring: it may sleep
-    // there for long, and the peer may be waiting for them.
-    if (p->has_backlog.load(std::memory_order_acquire) && !p->producing.test_and_set(std::memory_order_acquire)) {
-      (void)flush_backlog(*p);
-      p->producing.clear(std::memory_order_release);
-    }
-    // A waiting thread spins on the ring: leave the records to it (it looks
-    // once more when it stops). Taking them would make it wait for this
-    // thread, which may not have a core. The nap is unannounced, so a record
-    // that lands between two of its waits rings nobody (measured, 1 KiB
-    // allreduce loop at -n 2: 1,200-4,700 rings per 6,467 records, and this
-    // thread handed on 9-48% of them, when the nap was announced); what it
-    // leaves unread is taken here at the latest when the nap ends.
-    if (p->inbound_started.load(std::memory_order_acquire) && p->inbound->polled()) {
-      p->inbound->sleep_while_polled(absl::Now() + absl::Milliseconds(5));
-      continue;
-    }
-    const Consumed c = consume(*p);
-    if (c == Consumed::kBusy) {  // a waiting thread just stopped spinning and reads it
-      absl::SleepFor(absl::Microseconds(20));
-      continue;
-    }
-    bool busy = c == Consumed::kHandled;
-    if (p->has_backlog.load(std::memory_order_acquire) && !p->producing.test_and_set(std::memory_order_acquire)) {
-      busy |= flush_backlog(*p);
-      p->producing.clear(std::memory_order_release);
-    }
-    if (busy) continue;
-    const absl::Duration nap =
-        p->has_backlog.load(std::memory_order_acquire) ? absl::Microseconds(200) : absl::Milliseconds(50);
-    if (p->inbound_started.load(std::memory_order_acquire)) {
-      p->inbound->sleep_until_rung(absl::Now() + nap);
-    } else {
-      const uint32_t seen = p->local_bell.load(std::memory_order_acquire);
-      if (!p->inbound_started.load(std::memory_order_acquire) && !p->lost.load(std::memory_order_acquire)) {
-        (void)detail::futex_wait(&p->local_bell, seen, absl::Now() + nap);
+// What no waiting caller reads, on the engine's progress thread: records
+// that arrive while no thread of this process waits (unexpected messages,
+// ranks busy elsewhere) and the sends that progress contexts queued when a
+// ring was full. Its thread sleeps on every served ring's doorbell at once.
+class RingDrain : public progress::BackgroundSource {
+ public:
+  bool run_once() override {
+    ShmProgressScope progress;
+    t_drain_thread = true;
+    busy_ring_ = false;
+    bool did = false;
+    const auto peers = Links::instance().drains();
+    for (const auto& p : *peers) {
+      if (p->lost.load(std::memory_order_acquire)) continue;
+      // Queued sends first, even while a waiter holds the ring: it may sleep
+      // there for long, and the peer may be waiting for them.
+      if (p->has_backlog.load(std::memory_order_acquire) && !p->producing.test_and_set(std::memory_order_acquire)) {
+        did |= Links::flush_backlog(*p);
+        p->producing.clear(std::memory_order_release);
       }
+      // A waiting thread spins on the ring: leave the records to it (it looks
+      // once more when it stops). Taking them would make it wait for this
+      // thread, which may not have a core.
+      if (!p->inbound_started.load(std::memory_order_acquire) || p->inbound->polled()) continue;
+      const Links::Consumed c = Links::instance().consume(*p);
+      did |= c == Links::Consumed::kHandled;
+      busy_ring_ |= c == Links::Consumed::kBusy;
     }
+    t_drain_thread = false;
+    return did;
   }
+
+  bool arm(std::vector<detail::FutexWaitItem>& items, absl::Duration& nap) override {
+    armed_ = Links::instance().drains();
+    bool ready = false;
+    // A waiting thread just stopped spinning and reads the ring: look again soon.
+    if (busy_ring_) nap = std::min(nap, absl::Microseconds(20));
+    for (const auto& p : *armed_) {
+      if (p->lost.load(std::memory_order_acquire)) continue;
+      if (p->has_backlog.load(std::memory_order_acquire)) nap = std::min(nap, absl::Microseconds(200));
+      if (!p->inbound_started.load(std::memory_order_acquire)) continue;
+      if (items.size() >= static_cast<size_t>(detail::kFutexWaitAnyMax)) {
+        nap = std::min(nap, absl::Milliseconds(1));  // more rings than one sleep can watch
+        continue;
+      }
+      if (p->inbound->polled()) {
+        // Unannounced: producers do not ring for it, so records that land
+        // between two waits of a thread that waits again and again cost no
+        // wake-up (its next wait reads them; measured, 1 KiB allreduce loop at
+        // -n 2: 1,200-4,700 rings per 6,467 records, and this thread handed on
+        // 9-48% of them, when the nap was announced); what it leaves unread is
+        // taken here when the nap ends.
+        items.push_back(detail::FutexWaitItem{p->inbound->doorbell(), p->inbound->doorbell()->load(), true});
+        nap = std::min(nap, absl::Milliseconds(5));
+        continue;
+      }
+      items.push_back(detail::FutexWaitItem{p->inbound->doorbell(), p->inbound->arm_sleeper(), true});
+      p->drain_armed = true;
+      ready |= p->inbound->readable();
+    }
+    return ready;
+  }
+
+  void disarm() override {
+    if (armed_ == nullptr) return;
+    for (const auto& p : *armed_) {
+      if (p->drain_armed) p->inbound->disarm_sleeper();
+      p->drain_armed = false;
+    }
+    armed_.reset();
+  }
+
+ private:
+  bool busy_ring_ = false;  // a ring another thread held in the last round
+  std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> armed_;
+};
+
+void Links::start_drain(const std::shared_ptr<Peer>& p) {
+  static RingWaits* waits = [] {
+    auto* made = new RingWaits;  // leaked with the engine that calls it
+    progress::ProgressEngine::instance().add_wait_source(made, /*rank=*/0);
+    return made;
+  }();
+  static RingDrain* drain = [] {
+    auto* made = new RingDrain;
+    progress::ProgressEngine::instance().add_background_source(made);
+    return made;
+  }();
+  (void)waits;
+  (void)drain;
+  if (!p->drain_started.exchange(true)) {
+    detail::MutexLock lock(mu_);
+    auto next = std::make_shared<std::vector<std::shared_ptr<Peer>>>(*drains_);
+    next->push_back(p);
+    drains_ = std::move(next);
+  }
+  progress::ProgressEngine::instance().wake_background();
 }
 
 void Links::on_link_frame(proc::ProcHost& host, const ProcId& peer,
@@ -837,12 +828,7 @@ void Links::on_start(const ProcId& peer) {
     next->push_back(p);
     readers_ = std::move(next);
   }
-  detail::set_wait_spinner([](detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode) {
-    return Links::instance().wait(request, deadline, mode);
-  });
-  p->local_bell.fetch_add(1);
-  detail::futex_wake(&p->local_bell, 1);  // a drain thread sleeping on it moves to the doorbell
-  start_drain(p);
+  start_drain(p);  // the progress thread now sleeps on its doorbell too
 }
 
 void Links::on_peer_lost(const ProcId& peer, const absl::Status&) {
@@ -862,6 +848,11 @@ void Links::on_peer_lost(const ProcId& peer, const absl::Status&) {
       if (r != p) next->push_back(r);
     }
     readers_ = std::move(next);
+    auto served = std::make_shared<std::vector<std::shared_ptr<Peer>>>();
+    for (const auto& d : *drains_) {
+      if (d != p) served->push_back(d);
+    }
+    drains_ = std::move(served);
   }
   {
     detail::MutexLock lock(p->backlog_mu);

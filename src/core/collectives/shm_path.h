@@ -11,25 +11,23 @@
 // aborts) goes through the ring. The receiver consumes the ring only once
 // its I/O thread has handled LINK_START, i.e. every earlier socket frame.
 //
-// Progress: a thread that waits on a request spins on the inbound rings for
-// up to 1 ms (RequestState's wait spinner; it yields the core while another
-// thread holds a ring, procs outnumber cores or its own thread is being
-// switched off its core involuntarily, i.e. another thread is queued for
-// that core: platform::CoreContention), then sleeps on all its
-// rings' waiter bells and its request's word at once (futex_waitv) and reads
-// the rings itself when a producer wakes it: one wake-up per message. A
-// drain thread per peer sleeps on the ring's doorbell and reads the ring
-// only while no thread waits (unexpected messages, ranks busy elsewhere);
-// where futex_waitv is missing the waiter sleeps on the request's condition
-// variable after its spin and the drain thread serves it. Consumers take a
+// Progress (core/progress/progress_engine.h): the inbound rings are the
+// engine's first wait source: a thread that waits on a request spins on
+// them for up to 1 ms under the engine's wait policy (wait_policy.h), then
+// sleeps on all its rings' waiter bells and its request's word at once
+// (futex_waitv) and reads the rings itself when a producer wakes it: one
+// wake-up per message. The engine's progress thread sleeps on every ring's
+// doorbell and reads a ring only while no thread waits on it (unexpected
+// messages, ranks busy elsewhere); where futex_waitv is missing the waiter
+// sleeps on its request after its spin and the progress thread serves it. Consumers take a
 // per-ring try-lock. Records go to Exchange::on_frame like socket frames:
 // one matching path.
 //
 // Back-pressure: a caller's send waits for ring space (checking the peer is
-// alive); a send from a progress context (an I/O thread, a drain thread, a
+// alive); a send from a progress context (an I/O thread, the progress thread, a
 // consumer: e.g. a single-copy answer) never waits: when the ring is full it
 // is queued per peer and flushed, in order, before the next frame to that
-// peer, or by the drain thread.
+// peer, or by the progress thread.
 //
 // Bodies above a quarter of the ring travel as a first record (the header
 // and total size) and continuation chunks, reassembled by the consumer.
@@ -105,9 +103,9 @@ class ShmProgressScope {
 // Held by a thread for the whole of a large collective (core/collectives/
 // algorithms.cc) that alternates between waiting on this process's inbound
 // rings and computing: the rings count as polled for its lifetime, so
-// producers do not wake the drain threads for records that arrive while it
-// computes, and the drain threads leave those records to it (its next wait
-// reads them; the destructor reads what is left). A drain thread woken
+// producers do not wake the progress thread for records that arrive while it
+// computes, and the progress thread leaves those records to it (its next wait
+// reads them; the destructor reads what is left). The progress thread woken
 // mid-collective would take a core from the ranks themselves.
 class ShmPollScope {
  public:
@@ -137,7 +135,7 @@ struct ShmPathStats {
   int links_in = 0;
   int links_out = 0;
   // Times a waiting thread went to sleep on its rings' waiter bells (it then
-  // reads the rings itself when woken), and frames that drain threads
+  // reads the rings itself when woken), and frames that the progress thread
   // handed on (what no waiting thread took).
   uint64_t waiter_sleeps = 0;
   uint64_t frames_by_drain = 0;

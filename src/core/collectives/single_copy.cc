@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "castmesh/config.h"
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/platform/process.h"
@@ -16,7 +17,7 @@ std::atomic<bool> refused{false};
 std::atomic<uint64_t> copied_bytes{0};  // read by single copy (single_copy_bytes())
 
 bool enabled() {
-  static const bool on = CASTMESH_LINUX_FACILITIES && platform::env_switch_on("CASTMESH_SINGLE_COPY");
+  static const bool on = CASTMESH_LINUX_FACILITIES && config::global().single_copy;
   return on && !refused.load(std::memory_order_relaxed);
 }
 

@@ -18,13 +18,16 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/platform/process.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
+#include "core/progress/progress_engine.h"
+#include "core/progress/request_state.h"
 #include "core/scheduler/futex.h"
 #include "core/scheduler/scheduler.h"
 #include "core/transport/endpoint.h"
@@ -43,21 +46,17 @@ std::atomic<uint64_t> g_waiter_sleeps{0};
 thread_local bool t_reading = false;
 
 bool enabled() {
-  static const bool on = platform::env_switch_on("CASTMESH_SOCKET_WAIT");
+  static const bool on = config::global().socket_wait;
   return on;
 }
 
 bool io_thread_defers() {
-  static const bool on = platform::env_switch_on("CASTMESH_SOCKET_IO_DEFER");
+  static const bool on = config::global().socket_io_defer;
   return on;
 }
 
 absl::Duration spin_time() {
-  static const absl::Duration spin = [] {
-    int us = 200;
-    if (const char* v = std::getenv("CASTMESH_SOCKET_SPIN_US"); v != nullptr && !absl::SimpleAtoi(v, &us)) us = 200;
-    return absl::Microseconds(std::clamp(us, 0, 100000));
-  }();
+  static const absl::Duration spin = config::global().socket_spin;
   return spin;
 }
 
@@ -89,7 +88,8 @@ void note_spin(bool ended_the_wait) {
 // the I/O thread.
 bool waiter_may_deliver(std::string_view data_type) { return data_type == kCollectiveDataType; }
 
-bool wait_on_sockets(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode);
+class SocketWaits;
+SocketWaits& socket_waits();
 
 // One watched connection.
 struct Watched {
@@ -124,11 +124,7 @@ class Watches {
     std::shared_ptr<transport::PeerReader> reader = transport::Endpoint::delivering_reader(&waiter_may_deliver);
     if (reader == nullptr) return;
     auto w = std::make_shared<Watched>(Watched{host, peer, platform::proc_on_this_host(peer), std::move(reader)});
-    static const bool installed = [] {
-      detail::set_socket_waiter(&wait_on_sockets);
-      return true;
-    }();
-    (void)installed;
+    (void)socket_waits();  // registers the wait source
     detail::MutexLock lock(mu_);
     auto next = std::make_shared<WatchList>(*list_);
     next->push_back(std::move(w));
@@ -228,7 +224,7 @@ void drain_wake_fd(int fd) {
 // Sleeps in poll() on the watched sockets and the request's eventfd,
 // reading the sockets each time it wakes, until the request is done or
 // `deadline`. False when this thread cannot (no eventfd).
-bool sleep(detail::RequestState& request, const WatchList& list, absl::Time deadline) {
+bool sleep_on_sockets(detail::RequestState& request, const WatchList& list, absl::Time deadline) {
   const int wake = wake_fd();
   if (wake < 0) return false;
   detail::Scheduler::BlockingScope blocking;  // a pooled actor hands its queued work on
@@ -266,39 +262,58 @@ bool sleep(detail::RequestState& request, const WatchList& list, absl::Time dead
   return true;
 }
 
-bool wait_on_sockets(detail::RequestState& request, detail::WaitDeadline& deadline, detail::WaitMode mode) {
-  if (t_reading) return false;
-  const std::shared_ptr<const WatchList> list = Watches::instance().snapshot();
-  if (list->empty()) return false;
-  if (mode == detail::WaitMode::kLook) {
-    read_all(*list, nullptr);
-    return false;
+// A waiting caller's wait on the watched sockets (progress::WaitSource):
+// it reads them under the engine's wait policy for up to the spin budget,
+// then sleeps in poll() on them and on its request's eventfd (sleep()).
+class SocketWaits : public progress::WaitSource {
+ public:
+  bool begin_wait(size_t& local_peers) override {
+    if (t_reading || t_list != nullptr) return false;
+    std::shared_ptr<const WatchList> list = Watches::instance().snapshot();
+    if (list->empty()) return false;
+    local_peers = static_cast<size_t>(
+        std::count_if(list->begin(), list->end(), [](const auto& w) { return w->on_this_host; }));
+    t_list = std::move(list);
+    return true;
   }
-  // The awaited frame is often there already: one look before the clock.
-  if (read_all(*list, nullptr), request.done()) return true;
-  // More procs of this host than cores: looks give the core away.
-  static const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const size_t local = std::count_if(list->begin(), list->end(), [](const auto& w) { return w->on_this_host; });
-  const bool oversubscribed = local + 1 > cores;
-  const bool spin = spin_pays();
-  if (spin && io_thread_defers()) defer_io_threads(*list);
-  const absl::Time start = absl::Now();
-  const absl::Time until = std::min(start + (spin ? spin_time() : absl::ZeroDuration()), deadline.at(start));
-  bool first = true;
-  for (int i = 0; !request.done(); ++i) {
-    if (!read_all(*list, nullptr)) {
-      if (oversubscribed) {
-        std::this_thread::yield();
-      } else {
-        detail::cpu_relax();
-      }
-    }
-    if ((first || (i & 15) == 15) && absl::Now() >= until) break;
-    first = false;
+  absl::Duration spin_budget(bool) override {
+    t_spun = spin_pays();
+    return t_spun ? spin_time() : absl::ZeroDuration();
   }
-  note_spin(request.done());
-  if (request.done() || absl::Now() >= deadline.at()) return true;
-  return sleep(request, *list, deadline.at());
+  void start_spin() override {
+    if (t_spun && io_thread_defers()) defer_io_threads(*t_list);
+  }
+  void end_spin(bool ended_wait) override {
+    if (t_spun) note_spin(ended_wait);
+  }
+  Look look() override {
+    Look result;
+    result.handled = read_all(*t_list, nullptr);
+    return result;
+  }
+  bool sleep(detail::RequestState& request, absl::Time deadline) override {
+    return sleep_on_sockets(request, *t_list, deadline);
+  }
+  void end_wait() override {
+    t_list.reset();
+    t_spun = false;
+  }
+
+ private:
+  // This thread's wait (begin_wait to end_wait).
+  static thread_local std::shared_ptr<const WatchList> t_list;
+  static thread_local bool t_spun;
+};
+thread_local std::shared_ptr<const WatchList> SocketWaits::t_list;
+thread_local bool SocketWaits::t_spun = false;
+
+SocketWaits& socket_waits() {
+  static SocketWaits* waits = [] {
+    auto* made = new SocketWaits;  // leaked with the engine that calls it
+    progress::ProgressEngine::instance().add_wait_source(made, /*rank=*/1);
+    return made;
+  }();
+  return *waits;
 }
 
 }  // namespace

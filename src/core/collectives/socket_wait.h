@@ -10,12 +10,14 @@
 // large bodies included (read straight into the posted receive, taking
 // turns with the I/O thread); any other frame stays with the I/O thread.
 //
-// How a caller waits (RequestState::wait, when no shared-memory ring
-// served it): it reads every watched socket, spinning up to
-// CASTMESH_SOCKET_SPIN_US microseconds (default 200; it gives its core
-// away between looks when procs of this host outnumber its cores; after 4
-// spins in a row that did not end their wait, as on a host whose cores are
-// all busy, waiters skip the spin and try it again one wait in 64), then
+// How a caller waits (the progress engine's second wait source, after the
+// shared-memory rings: core/progress/progress_engine.h): it reads every
+// watched socket, spinning up to CASTMESH_SOCKET_SPIN_US microseconds
+// (default 200) under the engine's wait policy (it gives its core away
+// between looks when procs of this host outnumber its cores or its core is
+// contended; after 4 spins in a row that did not end their wait, as on a
+// host whose cores are all busy, waiters skip the spin and try it again one
+// wait in 64), then
 // sleeps in poll() on those sockets and on an eventfd that the request's
 // completion writes (a message that came another way, a failure), reading
 // the sockets again each time it wakes. A frame the I/O thread reads first

@@ -18,7 +18,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/exchange.h"
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 #include "core/log/log.h"
 #include "core/proc/launch_env.h"
 #include "core/proc/proc_host.h"

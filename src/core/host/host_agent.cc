@@ -188,11 +188,17 @@ class Agent {
                                            proc::kEnvHeartbeatIntervalMs, proc::kEnvHeartbeatTimeoutMs,
                                            platform::kEnvCpuBind,         proc::kEnvTlsCa,
                                            proc::kEnvTlsCert,             proc::kEnvTlsKey};
+    // The request's variables replace the agent's own too (getenv finds the first entry of a name).
+    std::vector<std::string> requested;
+    for (const v1::HostEnvVar& var : request.env()) requested.push_back(var.name());
+    for (const v1::HostEnvVar& var : launch.env()) requested.push_back(var.name());
     std::vector<std::string> env;
     for (std::string& entry : proc::inherited_worker_environment()) {
-      const bool replaced = std::any_of(ours.begin(), ours.end(), [&](const std::string& name) {
+      auto named = [&](const std::string& name) {
         return entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 && entry[name.size()] == '=';
-      });
+      };
+      const bool replaced = std::any_of(ours.begin(), ours.end(), named) ||
+                            std::any_of(requested.begin(), requested.end(), named);
       if (!replaced) env.push_back(std::move(entry));
     }
     for (const v1::HostEnvVar& var : request.env()) env.push_back(absl::StrCat(var.name(), "=", var.value()));

@@ -17,6 +17,7 @@
 #include "castmesh/host_mesh.h"
 #include "core/host/host_tls.h"
 #include "castmesh/wire/v1/host.pb.h"
+#include "core/config/settings.h"
 #include "core/host/host_address.h"
 #include "core/log/log.h"
 #include "core/platform/cpu_binding.h"
@@ -339,6 +340,12 @@ absl::StatusOr<ProcMesh> HostMesh::spawn_procs(const Shape& per_host_requested, 
         wire::v1::HostEnvVar* var = request.add_env();
         var->set_name(name);
         var->set_value(value);
+      }
+      // The settings configured at run time reach the procs as they reach a LocalAllocator's.
+      for (const std::string& entry : config::with_runtime_config({})) {
+        wire::v1::HostEnvVar* var = request.add_env();
+        var->set_name(entry.substr(0, entry.find('=')));
+        var->set_value(entry.substr(entry.find('=') + 1));
       }
       request.set_join_timeout_s(static_cast<uint32_t>(std::max<int64_t>(1, absl::ToInt64Seconds(options.join_timeout))));
       request.set_proc_bind(options.proc_bind);

@@ -223,11 +223,6 @@ void set_current_thread_name(const char* name) {
 #endif
 }
 
-bool env_switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::string_view(v) != "0";
-}
-
 bool set_calling_thread_defers_on_wake(bool defers) {
 #if CASTMESH_LINUX_FACILITIES
   const sched_param param{};  // neither policy has a static priority

@@ -33,11 +33,6 @@ absl::StatusOr<std::string> executable_path();
 // Read-only use; any thread, as long as nobody calls setenv meanwhile.
 char** environment();
 
-// Whether the on/off switch `name` is on: unset, or set to anything but
-// "0" (CASTMESH_SHM=0 and the like turn a default-on path off). Any
-// thread, as long as nobody calls setenv meanwhile.
-bool env_switch_on(const char* name);
-
 // Removes the variable `name` from this process's environment for good:
 // its value is overwritten in place first (on Linux also in the block the
 // process was started with, which /proc/<pid>/environ shows, even where

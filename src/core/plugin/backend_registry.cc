@@ -57,10 +57,11 @@ struct KnownBackend {
 };
 constexpr KnownBackend kKnownBackends[] = {
     {"rdma",
-     "pip install \"castmesh[rdma]\", or build castmesh with -DCASTMESH_WITH_RDMA=ON and install it",
+     "pip install \"castmesh[rdma]\" " CASTMESH_WHEELS_HINT ", or build castmesh with -DCASTMESH_WITH_RDMA=ON and "
+     "install it",
      "install the RDMA user-space libraries (Debian: apt-get install libibverbs1 ibverbs-providers)"},
     {"tensor_engine",
-     "pip install \"castmesh[tensor-engine]\", or build castmesh with "
+     "pip install \"castmesh[tensor-engine]\" " CASTMESH_WHEELS_HINT ", or build castmesh with "
      "-DCASTMESH_WITH_TENSOR_ENGINE=cuda (or hip) and install it",
      "install the NVIDIA driver (libcuda.so.1) or the ROCm runtime (libamdhip64.so)"},
 };

@@ -14,6 +14,11 @@
 #include "castmesh/backend.h"
 #include "castmesh/detail/mutex.h"
 
+// Follows a `pip install "castmesh[...]"` in messages: castmesh has no PyPI
+// release yet, so pip finds the plugin wheels only where they were built.
+#define CASTMESH_WHEELS_HINT \
+  "--find-links <castmesh's built wheels> (not on PyPI yet: README, section Python)"
+
 namespace castmesh::plugin {
 
 // Search folders (or library files) grouped by precedence: an earlier tier's

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "core/config/settings.h"
 #include "core/proc/proc_host.h"
 #include "core/transport/address.h"
 
@@ -178,15 +179,11 @@ absl::StatusOr<WorkerLaunch> worker_launch_from(const EnvLookup& env) {
     if (!seconds.ok()) return seconds.status();
     launch.join_timeout = absl::Seconds(*seconds);
   }
-  for (auto [name, into] : {std::pair{kEnvHeartbeatIntervalMs, &launch.heartbeat_interval},
-                            std::pair{kEnvHeartbeatTimeoutMs, &launch.heartbeat_timeout}}) {
-    const char* text = lookup(env, name);
-    if (text == nullptr) continue;
-    absl::StatusOr<int> ms = parse_count(name, text);
-    if (!ms.ok()) return ms.status();
-    if (*ms <= 0) return absl::InvalidArgumentError(absl::StrCat(name, "=", text, " must be a positive number of ms"));
-    *into = absl::Milliseconds(*ms);
-  }
+  // The heartbeat (and every other setting of `env`) through the settings table: a malformed one fails the launch.
+  absl::StatusOr<config::Config> settings = config::parse_environment(env);
+  if (!settings.ok()) return settings.status();
+  launch.heartbeat_interval = settings->heartbeat_interval;
+  launch.heartbeat_timeout = settings->heartbeat_timeout;
   for (auto [name, into] : {std::pair{kEnvTlsCa, &launch.tls.ca_file}, std::pair{kEnvTlsCert, &launch.tls.cert_file},
                             std::pair{kEnvTlsKey, &launch.tls.key_file}}) {
     if (const char* path = lookup(env, name); path != nullptr) *into = path;

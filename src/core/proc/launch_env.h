@@ -24,7 +24,8 @@ namespace castmesh::proc {
 inline constexpr char kEnvSecretFd[] = "CASTMESH_SECRET_FD";
 // The heartbeat of a worker's connections in milliseconds (a HostMesh's
 // settings, handed on by its host agents): how often an idle connection
-// sends one, and after how long without a frame a peer is lost.
+// sends one, and after how long without a frame a peer is lost. Parsed by
+// the settings table (castmesh/config.h, heartbeat_*_ms).
 inline constexpr char kEnvHeartbeatIntervalMs[] = "CASTMESH_HEARTBEAT_INTERVAL_MS";
 inline constexpr char kEnvHeartbeatTimeoutMs[] = "CASTMESH_HEARTBEAT_TIMEOUT_MS";
 // Mutual TLS of a worker's TCP connections: the paths of the CA, its

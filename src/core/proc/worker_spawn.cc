@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "core/config/settings.h"
 #include "core/platform/process.h"
 #include "core/proc/controller_lifeline.h"
 #include "core/proc/launch_env.h"
@@ -65,7 +66,7 @@ std::vector<std::string> inherited_worker_environment() {
     for (std::string_view prefix : kLaunchVariables) launch = launch || entry.starts_with(prefix);
     if (!launch) env.emplace_back(entry);
   }
-  return env;
+  return config::with_runtime_config(std::move(env));
 }
 
 absl::StatusOr<pid_t> spawn_worker_with_secret(const std::vector<std::string>& argv, std::vector<std::string> env,

@@ -21,7 +21,8 @@ absl::StatusOr<std::vector<std::string>> default_worker_argv();
 
 // This process's environment without the variables that make a process a
 // worker or hand it a secret (CASTMESH_BOOTSTRAP, CASTMESH_SECRET, ranks,
-// ...): the base every worker's environment is built on.
+// ...), with the settings configured at run time (config::configure) in
+// place of their variables: the base every worker's environment is built on.
 std::vector<std::string> inherited_worker_environment();
 
 // Starts `argv` with `env` plus CASTMESH_SECRET_FD: a close-on-exec pipe

@@ -13,12 +13,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "castmesh/backend.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
 #include "core/rdma/service.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -55,12 +57,6 @@ absl::StatusCode code_of(int32_t status) {
 
 absl::Status status_of(int32_t status, const castmesh_error_v1& error) {
   return absl::Status(code_of(status), error.message);
-}
-
-uint32_t env_number(const char* name, uint32_t fallback) {
-  const char* text = std::getenv(name);
-  uint32_t value = 0;
-  return text != nullptr && absl::SimpleAtoi(text, &value) ? value : fallback;
 }
 
 bool is_finished(const std::shared_ptr<Transfer>& transfer) {
@@ -251,11 +247,12 @@ void IbverbsPath::State::open() {
                            " has no one-sided RDMA table (backend ABI 1.0?); upgrade castmesh[rdma]");
     return;
   }
-  const char* name = std::getenv("CASTMESH_RDMA_DEVICE");
+  const config::Config& settings = config::global();
+  const char* name = settings.rdma_device.empty() ? nullptr : settings.rdma_device.c_str();
   castmesh_error_v1 error{};
   castmesh_rdma_device_v1* opened = nullptr;
-  const int32_t status = found->open_device(name, env_number("CASTMESH_RDMA_PORT", 0),
-                                            env_number("CASTMESH_RDMA_GID_INDEX", 0), &opened, &error);
+  const int32_t status =
+      found->open_device(name, settings.rdma_port, settings.rdma_gid_index, &opened, &error);
   if (status != CASTMESH_STATUS_OK) {
     why_not = absl::StrCat("the rdma backend could not open ", name != nullptr && *name ? name : "a NIC", ": ",
                            error.message);
@@ -277,7 +274,7 @@ void IbverbsPath::State::destroy_endpoint(uint64_t endpoint) {
 void IbverbsPath::State::ensure_poller() {
   if (poller_started) return;
   poller_started = true;
-  std::thread([this] { poll_loop(); }).detach();
+  progress::ProgressEngine::instance().start_service("castmesh-ibverbs", [this] { poll_loop(); });
 }
 
 void IbverbsPath::State::fail_pair(const ProcId& peer, const absl::Status& why, bool mark_socket_only,

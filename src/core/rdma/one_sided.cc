@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
@@ -20,6 +21,7 @@
 #include "core/rdma/segment_path.h"
 #include "core/rdma/service.h"
 #include "core/rdma/shared_segment.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -109,7 +111,7 @@ class Owner {
         draining_.push_back(Drain{slot, std::move(registration)});
         if (!drainer_running_) {
           drainer_running_ = true;
-          std::thread([this] { drain(); }).detach();
+          progress::ProgressEngine::instance().submit(progress::Job{[this] { drain(); }, {}});
         }
       }
     }
@@ -468,11 +470,8 @@ class Requester {
 
 bool one_sided_enabled() {
   if (!CASTMESH_LINUX_FACILITIES || !single_copy_usable()) return false;
-  for (const char* name : {"CASTMESH_RDMA_ONE_SIDED", "CASTMESH_RDMA_SINGLE_COPY"}) {
-    const char* text = std::getenv(name);
-    if (text != nullptr && std::string_view(text) == "0") return false;
-  }
-  return true;
+  const config::Config& settings = config::global();
+  return settings.rdma_one_sided && settings.rdma_single_copy;
 }
 
 OneSidedRef one_sided_publish(const Registration& registration) { return Owner::instance().publish(registration); }

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "castmesh/rdma.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/rdma.pb.h"
@@ -72,14 +73,12 @@ bool same_process(const detail::RdmaHandle& handle) {
   return handle.pid == ::getpid() && handle.host_identity == platform::host_identity();
 }
 
-// CASTMESH_RDMA_FALLBACK: OK(true) = "error" (no fallback), OK(false) = "auto".
-absl::StatusOr<bool> fallback_forbidden() {
-  const char* text = std::getenv("CASTMESH_RDMA_FALLBACK");
-  const std::string value = text == nullptr ? "auto" : text;
-  if (value.empty() || value == "auto") return false;
-  if (value == "error") return true;
-  return absl::InvalidArgumentError(
-      absl::StrCat("CASTMESH_RDMA_FALLBACK is '", value, "'; it must be 'auto' (default) or 'error'"));
+// CASTMESH_RDMA_FALLBACK (or the operation's own, `chosen`): OK(true) =
+// "error" (no fallback), OK(false) = "auto"; the environment's error when a
+// setting there is unknown or malformed.
+absl::StatusOr<bool> fallback_forbidden(std::optional<config::RdmaFallback> chosen) {
+  if (absl::Status settings = config::check_environment(); !settings.ok()) return settings;
+  return chosen.value_or(config::global().rdma_fallback) == config::RdmaFallback::kError;
 }
 
 // Whether ibverbs can carry operations on `handle` (of any size: a 0-byte
@@ -103,9 +102,11 @@ std::string why_no_ibverbs(const detail::RdmaHandle& handle) {
   return path.why_unreachable(handle.owner);
 }
 
-// The transport for an operation of `length` bytes on `handle`, or why none.
-absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length) {
-  absl::StatusOr<bool> forbidden = fallback_forbidden();
+// The transport for an operation of `length` bytes on `handle` (`fallback`:
+// the operation's own setting, if any), or why none.
+absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length,
+                                               std::optional<config::RdmaFallback> fallback) {
+  absl::StatusOr<bool> forbidden = fallback_forbidden(fallback);
   if (!forbidden.ok()) return forbidden.status();
   if (ibverbs_reaches(handle)) return RdmaTransport::kIbverbs;
   if (*forbidden) {
@@ -120,8 +121,7 @@ absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle,
                       why_no_ibverbs(handle));
   });
   const bool same_host = length >= kSingleCopyMinBytes && handle.host_identity == platform::host_identity();
-  const char* switch_text = std::getenv("CASTMESH_RDMA_SINGLE_COPY");
-  const bool single_copy = same_host && (switch_text == nullptr || std::string_view(switch_text) != "0") &&
+  const bool single_copy = same_host && config::global().rdma_single_copy &&
                            offers(handle, RdmaTransport::kSingleCopy) && rdma::single_copy_usable() &&
                            CASTMESH_LINUX_FACILITIES;
   if (single_copy) return RdmaTransport::kSingleCopy;
@@ -221,7 +221,7 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   }
   char* bytes = static_cast<char*>(local.data());
   if (same_process(*handle)) return same_process_copy(*handle, bytes, write, options.offset, length);
-  absl::StatusOr<RdmaTransport> transport = choose_transport(*handle, length);
+  absl::StatusOr<RdmaTransport> transport = choose_transport(*handle, length, options.fallback);
   if (!transport.ok()) return make_failed_future<RdmaResult>(transport.status());
   // Same host: a one-sided copy first, with no message to the owner (one_sided.h).
   const bool one_sided = *transport != RdmaTransport::kIbverbs && handle->one_sided.generation != 0 &&

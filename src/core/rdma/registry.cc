@@ -1,4 +1,5 @@
 #include "core/rdma/registry.h"
+#include "core/progress/progress_engine.h"
 
 #include <random>
 #include <thread>
@@ -45,7 +46,8 @@ void when_freed(std::shared_ptr<const Registration> registration, std::function<
     registration.reset();
     return done();
   }
-  registration->freed.add([done = std::move(done)] { std::thread(done).detach(); });
+  registration->freed.add(
+      [done = std::move(done)] { progress::ProgressEngine::instance().submit(progress::Job{done, {}}); });
 }
 
 Registry& Registry::instance() {

@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
@@ -18,6 +19,7 @@
 #include "core/rdma/registry.h"
 #include "core/rdma/service.h"
 #include "core/rdma/shared_segment.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 
@@ -55,8 +57,7 @@ bool is_finished(const std::shared_ptr<Transfer>& transfer) {
 }
 
 bool switched_off() {
-  const char* text = std::getenv("CASTMESH_RDMA_SHARED_SEGMENT");
-  return text != nullptr && std::string_view(text) == "0";
+  return !config::global().rdma_shared_segment;
 }
 
 // ---- requester side ----
@@ -444,7 +445,7 @@ void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, co
   };
   // Few enough chunks never wait for a slot: copy them here.
   if (header.length() < kInlineBytes && header.length() <= header.chunk() * header.slots()) return job();
-  std::thread(std::move(job)).detach();
+  progress::ProgressEngine::instance().submit(progress::Job{std::move(job), {}});
 }
 
 void on_write_data(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header, const ApplyWrite& apply) {
@@ -492,7 +493,7 @@ void begin_segment(const std::shared_ptr<Transfer>& transfer) {
   if (transfer->window == nullptr) return Windows::instance().done_with(transfer->host, *window, 0, true);
   if (transfer->write) {
     if (transfer->length <= kInlineBytes) return send_write_slots(transfer);
-    std::thread([transfer] { send_write_slots(transfer); }).detach();
+    progress::ProgressEngine::instance().submit(progress::Job{[transfer] { send_write_slots(transfer); }, {}});
     return;
   }
   std::shared_ptr<proc::ProcHost> host = transfer->host.lock();

@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
 #include "core/log/log.h"
@@ -23,6 +24,7 @@
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
 #include "core/wire/frame.h"
+#include "core/progress/progress_engine.h"
 
 namespace castmesh::rdma {
 namespace {
@@ -368,12 +370,8 @@ void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const a
 }
 
 size_t chunk_bytes() {
-  const char* text = std::getenv("CASTMESH_RDMA_CHUNK_BYTES");
-  uint64_t value = 0;
-  if (text != nullptr && absl::SimpleAtoi(text, &value) && value > 0) {
-    return static_cast<size_t>(std::clamp(value, kMinChunk, kMaxChunk));
-  }
-  return size_t{1} << 20;
+  // The table admits kMinChunk..kMaxChunk only; the clamp keeps this file's limits the rule.
+  return static_cast<size_t>(std::clamp(config::global().rdma_chunk_bytes, kMinChunk, kMaxChunk));
 }
 
 bool single_copy_usable() { return !cross_memory_refused.load(std::memory_order_relaxed); }
@@ -388,7 +386,7 @@ void note_cross_memory_refused(const absl::Status& why) {
 
 void run_job(size_t bytes, std::function<void()> job) {
   if (bytes < kOwnThreadBytes) return job();
-  std::thread(std::move(job)).detach();
+  progress::ProgressEngine::instance().submit(progress::Job{std::move(job), {}});
 }
 
 void begin(const std::shared_ptr<Transfer>& transfer) {

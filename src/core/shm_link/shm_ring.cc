@@ -322,6 +322,17 @@ void ShmRing::sleep_until_rung(absl::Time deadline) {
   layout_->sleeping.store(0, std::memory_order_relaxed);
 }
 
+uint32_t ShmRing::arm_sleeper() {
+  const uint32_t seen = layout_->doorbell.load(std::memory_order_acquire);
+  layout_->sleeping.store(1, std::memory_order_relaxed);
+  detail::store_load_barrier();  // Dekker with try_write: announce, then the caller looks at the ring
+  return seen;
+}
+
+void ShmRing::disarm_sleeper() { layout_->sleeping.store(0, std::memory_order_relaxed); }
+
+std::atomic<uint32_t>* ShmRing::doorbell() { return &layout_->doorbell; }
+
 void ShmRing::sleep_while_polled(absl::Time deadline) {
   // `sleeping` stays 0: producers never ring for this nap, also not in the
   // moments between two waits of the polling thread (it reads those records

@@ -114,6 +114,15 @@ class ShmRing {
   // wait for the deadline.
   void sleep_while_polled(absl::Time deadline);
 
+  // The consumer's sleeping thread, sleeping on several rings' doorbells at
+  // once (detail::futex_wait_any): arm_sleeper() announces it (producers ring
+  // from now on) and returns the doorbell's value to sleep on; the caller
+  // must then look at readable() before sleeping, and call disarm_sleeper()
+  // once awake. The same contract as sleep_until_rung, split in two.
+  uint32_t arm_sleeper();
+  void disarm_sleeper();
+  std::atomic<uint32_t>* doorbell();
+
   // A consumer thread about to sleep on waiter_bell() (with
   // detail::futex_wait_any, usually with other rings' bells): arm() counts it
   // as a sleeper, so every later try_write wakes it, and returns the bell's

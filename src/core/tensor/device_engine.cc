@@ -11,12 +11,14 @@
 #include "castmesh/backend.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/tensor_engine.h"
+#include "core/plugin/backend_registry.h"
 
 namespace castmesh {
 namespace detail {
 namespace {
 
-constexpr absl::string_view kInstallHint = "pip install \"castmesh[tensor-engine]\" (and a CUDA/ROCm driver and GPU)";
+constexpr absl::string_view kInstallHint =
+    "pip install \"castmesh[tensor-engine]\" " CASTMESH_WHEELS_HINT " (and a CUDA/ROCm driver and GPU)";
 
 absl::StatusCode code_of(int32_t status) {
   switch (status) {

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 #include "core/log/log.h"
 
 #if GOOGLE_PROTOBUF_VERSION < 4022000
@@ -166,16 +167,9 @@ absl::StatusOr<BinaryDataFrameHead> parse_binary_data_frame(const char* body, st
 }
 
 absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits) {
-  const char* value = std::getenv(kEnvMaxMessageBytes);
-  if (value == nullptr || *value == '\0' || limits.max_payload_size != kDefaultMaxPayloadSize) return limits;
-  const std::string_view text(value);
-  std::uint64_t bytes = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
-  if (ec != std::errc() || end != text.data() + text.size() || bytes == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kEnvMaxMessageBytes, "='", std::string(text.substr(0, 40)), "' is not a positive number of bytes"));
-  }
-  limits.max_payload_size = bytes;
+  // Every endpoint starts here: the check of the whole settings table is this process's start-up error.
+  if (absl::Status settings = config::check_environment(); !settings.ok()) return settings;
+  if (limits.max_payload_size == kDefaultMaxPayloadSize) limits.max_payload_size = config::global().max_message_bytes;
   return limits;
 }
 

@@ -32,9 +32,10 @@ struct FrameLimits {
   std::uint64_t max_payload_size = kDefaultMaxPayloadSize;  // payload of one frame
 };
 
-// `limits` with max_payload_size taken from CASTMESH_MAX_MESSAGE_BYTES when
-// that is set and `limits` has the default. InvalidArgument naming the
-// variable when its value is not a positive byte count.
+// `limits` with max_payload_size taken from the settings table
+// (max_message_bytes, CASTMESH_MAX_MESSAGE_BYTES) when `limits` has the
+// default. InvalidArgument when the environment's settings are not valid
+// (config::check_environment: an unknown CASTMESH_ variable, a malformed value).
 absl::StatusOr<FrameLimits> apply_environment(FrameLimits limits);
 
 // Parses `bytes` (a service's data header, a serialized handle) into

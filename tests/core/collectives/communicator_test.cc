@@ -11,7 +11,9 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "castmesh/actor_mesh.h"
 #include "castmesh/backend.h"
 #include "core/collectives/exchange.h"
@@ -300,6 +302,37 @@ TEST_F(CommunicatorTest, NonBlockingCollectivesOverlap) {
   });
   expect_ok(outcomes);
   for (const auto& o : outcomes) EXPECT_EQ(o.values, (std::vector<double>{3, 4}));
+}
+
+// A split/dup communicator dropped while its non-blocking collectives wait
+// for a rank that never calls them: they fail with kCancelled naming the
+// communicator, instead of waiting for ever (the queued one never starts).
+TEST_F(CommunicatorTest, DroppingACommunicatorCancelsItsPendingNonBlockingCollectives) {
+  auto outcomes = run(2, [](Communicator& c) {
+    absl::StatusOr<Communicator> copy = c.dup();
+    if (!copy.ok()) return fail(copy.status());
+    if (c.rank() == 1) return Outcome{"", {}};  // never joins the collectives below
+    std::optional<Communicator> dup(*std::move(copy));
+    int32_t v = 1;
+    Request running = dup->iallreduce(TensorView::Contiguous(&v, DType::kInt32, {1}),
+                                      TensorView::Contiguous(&v, DType::kInt32, {1}), ReduceOp::kSum);
+    Request queued = dup->ibarrier();
+    if (running.test().has_value() || queued.test().has_value()) return fail(absl::InternalError("finished early"));
+    copy = absl::UnknownError("dropped");
+    dup.reset();  // the last handle of rank 0's dup
+    std::vector<double> codes;
+    for (const Request& r : {running, queued}) {
+      absl::StatusOr<MessageStatus> got = r.wait(absl::Minutes(1));
+      codes.push_back(static_cast<double>(got.status().code()));
+      if (got.status().message().find("destroyed") == std::string_view::npos) {
+        return fail(absl::InternalError(absl::StrCat("unexpected error: ", got.status().ToString())));
+      }
+    }
+    return Outcome{"", codes};
+  });
+  expect_ok(outcomes);
+  const double cancelled = static_cast<double>(absl::StatusCode::kCancelled);
+  EXPECT_EQ(outcomes[0].values, (std::vector<double>{cancelled, cancelled}));
 }
 
 // Rank 0 calls allreduce on 4 elements, the others on 5: every rank gets an

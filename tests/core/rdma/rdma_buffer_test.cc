@@ -600,6 +600,18 @@ TEST_P(RdmaAcrossProcs, ForbiddenFallbackIsAnExplicitError) {
   EXPECT_EQ(buffer.read_into(dst).get().status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_P(RdmaAcrossProcs, AnOperationsFallbackOverridesTheSettingsTable) {
+  RdmaBuffer buffer = make(0, 1000);
+  TensorView dst = TensorView::Allocate(DType::kUInt8, {1000});
+  auto refused = buffer.read_into(dst, RdmaOptions{.fallback = castmesh::config::RdmaFallback::kError}).get(
+      absl::Seconds(30));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  ScopedEnv forbid("CASTMESH_RDMA_FALLBACK", "error");
+  auto allowed =
+      buffer.read_into(dst, RdmaOptions{.fallback = castmesh::config::RdmaFallback::kAuto}).get(absl::Seconds(30));
+  EXPECT_TRUE(allowed.ok()) << allowed.status();
+}
+
 TEST_P(RdmaAcrossProcs, HandleOfferingATransportThisProcLacksStillWorks) {
   RdmaBuffer buffer = make(0, 100000);
   // Append transports = [ibverbs] (field 7, varint 1) as a NIC-equipped owner would.

@@ -17,14 +17,23 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/config.h"
 
 namespace castmesh::rdma_test {
 
-// Sets an environment variable for one test (worker procs inherit it).
+// Sets an environment variable for one test (worker procs inherit it), and
+// has this process read its settings again (castmesh/config.h reads the
+// environment once): a malformed value then fails the next RDMA operation.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    ::setenv(name, value, 1);
+    (void)castmesh::config::reload_environment();
+  }
+  ~ScopedEnv() {
+    ::unsetenv(name_);
+    (void)castmesh::config::reload_environment();
+  }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 

@@ -28,6 +28,7 @@
 
 #include <gtest/gtest.h>
 
+#include "castmesh/config.h"
 #include "core/transport/address.h"
 #include "core/transport/unix_socket_names.h"
 #include "core/wire/frame.h"
@@ -807,14 +808,17 @@ TEST(Endpoint, PayloadAboveThePerMessageLimitIsRefusedOnBothSides) {
 
 TEST(Endpoint, PerMessageLimitComesFromTheEnvironment) {
   ::setenv(wire::kEnvMaxMessageBytes, "2048", 1);
+  (void)castmesh::config::reload_environment();  // the settings table reads the environment once
   Inbox inbox;
   auto a = start(options_for(listen_url("unix", "env-limit")), inbox);
   ASSERT_TRUE(a);
   EXPECT_EQ(a->send("unix:@nobody-env-limit", message("x"), wire::Payload::copy_of(std::string(2049, 'x'))).code(),
             absl::StatusCode::kInvalidArgument);
   ::setenv(wire::kEnvMaxMessageBytes, "lots", 1);
+  (void)castmesh::config::reload_environment();
   auto bad = Endpoint::start(options_for(listen_url("unix", "env-bad")), inbox.handler());
   ::unsetenv(wire::kEnvMaxMessageBytes);
+  (void)castmesh::config::reload_environment();
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("CASTMESH_MAX_MESSAGE_BYTES='lots'"), std::string::npos) << bad.status();
 }

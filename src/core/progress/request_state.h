@@ -1,7 +1,8 @@
-// RequestState: the completion slot of one non-blocking operation of a
-// communicator (castmesh::Request shares it). Completed once, by whichever
-// thread finishes the operation (an I/O thread, a sender in this process,
-// a collective's worker); waited on by any number of threads.
+// RequestState: the completion slot of one data-plane operation (a
+// communicator's send, receive or collective; castmesh::Request shares it).
+// Completed once, by whichever thread finishes the operation (an I/O
+// thread, a sender in this process, a progress worker); waited on by any
+// number of threads, through the progress engine.
 #pragma once
 
 #include <algorithm>
@@ -29,11 +30,6 @@ struct AnyWaiter {
   void fire();
 };
 
-class RequestState;
-
-// How RequestState calls the wait spinner: one look at the rings (test()),
-// or a whole wait (wait()).
-enum class WaitMode { kLook, kWait };
 // A wait's deadline, read from the clock only when a waiter first needs it:
 // a wait whose answer is there at the first look never reads the clock
 // (which costs tens of nanoseconds on a VM). Used by one waiting thread.
@@ -55,20 +51,6 @@ class WaitDeadline {
   absl::Time at_;
   bool fixed_ = false;
 };
-// Drives progress that needs the waiting thread itself (shared-memory
-// rings, core/collectives/shm_path.h). kLook: one look, then returns false.
-// kWait: spins a bounded time (never past `deadline`), then, where it can,
-// sleeps on the rings and the request's done_word() at once and reads the
-// rings itself when woken, until the request is done or `deadline`; true
-// when it did so, false when the caller must still sleep its own way. Set
-// once a ring is up; any thread.
-using WaitSpinner = bool (*)(RequestState& request, WaitDeadline& deadline, WaitMode mode);
-void set_wait_spinner(WaitSpinner spinner);
-// The same for sockets (core/collectives/socket_wait.h): the waiting thread
-// reads its peers' sockets itself; called when the spinner did not wait.
-// Set once a socket is watched; any thread.
-void set_socket_waiter(WaitSpinner waiter);
-
 class RequestState {
  public:
   // A pending request.
@@ -79,9 +61,14 @@ class RequestState {
   // Completes the request; later calls are ignored. True if this call did.
   // Any thread. Takes no lock unless a wait_any or a socket waiter listens.
   bool complete(absl::StatusOr<MessageStatus> result);
-  // Blocks until complete or `timeout` (kDeadlineExceeded).
+  // Blocks until complete or `timeout` (kDeadlineExceeded), moving bytes
+  // meanwhile through the progress engine (progress_engine.h). The caller's thread.
   absl::StatusOr<MessageStatus> wait(absl::Duration timeout);
+  // The result if complete (after one look at the engine's wait sources),
+  // nullopt while pending. Never blocks.
   std::optional<absl::StatusOr<MessageStatus>> test();
+  // The result; only after done() returned true.
+  const absl::StatusOr<MessageStatus>& result() const { return result_; }
   // Whether complete() ran (no lock; seq_cst, as the listeners' Dekker
   // handshakes with complete() need).
   bool done() { return done_word_.load(std::memory_order_seq_cst) != 0; }

@@ -1,4 +1,4 @@
-#include "core/collectives/request_state.h"
+#include "core/progress/request_state.h"
 
 #include <unistd.h>
 
@@ -7,18 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
+#include "core/progress/progress_engine.h"
 #include "core/scheduler/futex.h"
-#include "core/scheduler/scheduler.h"
 
 namespace castmesh::detail {
-
-namespace {
-std::atomic<WaitSpinner> g_spinner{nullptr};
-std::atomic<WaitSpinner> g_socket_waiter{nullptr};
-}  // namespace
-
-void set_wait_spinner(WaitSpinner spinner) { g_spinner.store(spinner, std::memory_order_release); }
-void set_socket_waiter(WaitSpinner waiter) { g_socket_waiter.store(waiter, std::memory_order_release); }
 
 std::shared_ptr<RequestState> RequestState::Done(absl::StatusOr<MessageStatus> result) {
   auto state = std::make_shared<RequestState>();
@@ -63,45 +55,11 @@ void RequestState::notify_listeners() {
 
 absl::StatusOr<MessageStatus> RequestState::wait(absl::Duration timeout) {
   if (done()) return result_;
-  WaitDeadline deadline(timeout);
-  bool waited = false;  // the spinner slept until done or the deadline
-  if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr) {
-    waited = spin(*this, deadline, WaitMode::kWait);
-  }
-  if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire);
-      sockets != nullptr && !waited && !done()) {
-    waited = sockets(*this, deadline, WaitMode::kWait);
-  }
-  if (!done()) {
-    auto still_pending = [&] {
-      return absl::DeadlineExceededError(
-          absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
-    };
-    if (waited) return still_pending();
-    // A pooled actor about to block hands its queued work to other workers,
-    // or to a helper when none is left.
-    Scheduler::BlockingScope blocking;
-    const absl::Time until = deadline.at();
-    while (!done()) {
-      add_sleeper();
-      // futex_wait re-reads the word: a complete() that saw no sleeper
-      // stored done_word_ first, so the sleep does not start.
-      const bool woken = detail::futex_wait(&done_word_, 0, until);
-      remove_sleeper();
-      if (!woken && !done()) return still_pending();
-    }
-  }
-  return result_;
+  return progress::ProgressEngine::instance().wait(*this, timeout);
 }
 
 std::optional<absl::StatusOr<MessageStatus>> RequestState::test() {
-  WaitDeadline now(absl::ZeroDuration());  // a look has no deadline to keep
-  if (WaitSpinner spin = g_spinner.load(std::memory_order_acquire); spin != nullptr && !done()) {
-    (void)spin(*this, now, WaitMode::kLook);
-  }
-  if (WaitSpinner sockets = g_socket_waiter.load(std::memory_order_acquire); sockets != nullptr && !done()) {
-    (void)sockets(*this, now, WaitMode::kLook);
-  }
+  if (!done()) progress::ProgressEngine::instance().look(*this);
   if (!done()) return std::nullopt;
   return result_;
 }
