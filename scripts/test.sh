@@ -126,9 +126,10 @@ summary() {
 # ctest_logged <log name> <ctest args...>: runs ctest and keeps the names of
 # the tests it reports as not run (skipped, disabled) for the summary.
 ctest_logged() {
-  local name=$1; shift
-  ctest "$@" 2>&1 | tee "${LOGS}/${name}.ctest.log"
-  keep_not_run "${name}"
+  local name=$1 rc=0; shift
+  ctest "$@" 2>&1 | tee "${LOGS}/${name}.ctest.log" || rc=$?
+  keep_not_run "${name}"  # also when tests failed: the summary still lists what did not run
+  return "${rc}"
 }
 # keep_not_run <log name>: the "did not run" list of ${LOGS}/<name>.ctest.log.
 keep_not_run() {
@@ -433,8 +434,10 @@ stage_hip() {
 # Every harness under tests/fuzz for a bounded time (2 x 30 s + the clang build).
 stage_fuzz() { CASTMESH_FUZZ_SECONDS=30 bash scripts/fuzz.sh; }
 stage_aarch64() {
-  bash scripts/cross-aarch64.sh 2>&1 | tee "${LOGS}/aarch64.ctest.log"
+  local rc=0
+  bash scripts/cross-aarch64.sh 2>&1 | tee "${LOGS}/aarch64.ctest.log" || rc=$?
   keep_not_run aarch64
+  return "${rc}"
 }
 
 #         key            budget probe            title
