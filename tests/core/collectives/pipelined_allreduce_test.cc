@@ -288,6 +288,14 @@ testing::WorkerProcsOptions sockets_only() {
   return testing::WorkerProcsOptions{.env = {{"CASTMESH_SHM", "0"}, {"CASTMESH_SINGLE_COPY", "0"}}};
 }
 
+// Between procs over real TCP (IPv4 loopback, the transport between hosts),
+// with shared memory and single copy off: every byte crosses a TCP socket.
+testing::WorkerProcsOptions tcp_only() {
+  testing::WorkerProcsOptions options = sockets_only();
+  options.transport = "tcp";
+  return options;
+}
+
 TEST(PipelinedAllreduceProcs, LargeSumsAcrossProcsMatchTheReference) {
   for (int n : {2, 3}) {
     auto replies = testing::run_on_worker_procs(n, "pipelined.sums", absl::Seconds(90));
@@ -306,6 +314,26 @@ TEST(PipelinedAllreduceProcs, LargeSumsOverSocketsMatchTheReference) {
   }
 }
 
+// Every proc of `procs` listens on TCP loopback (so the test is not quietly
+// over Unix sockets).
+void expect_tcp_procs(testing::WorkerProcs& procs) {
+  for (const ProcInfo& proc : procs.procs().procs()) {
+    EXPECT_TRUE(proc.id.starts_with("tcp:127.0.0.1:")) << proc.id;
+  }
+}
+
+TEST(PipelinedAllreduceProcs, LargeSumsOverTcpMatchTheReference) {
+  for (int n : {2, 3}) {
+    testing::WorkerProcs procs(n, tcp_only());
+    ASSERT_TRUE(procs.ok());
+    expect_tcp_procs(procs);
+    std::vector<std::string> replies = procs.run("pipelined.sums", absl::Seconds(90));
+    ASSERT_EQ(replies.size(), static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) EXPECT_EQ(replies[r], "OK") << "n=" << n << " rank " << r;
+    EXPECT_TRUE(procs.stop().ok());
+  }
+}
+
 TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
   auto replies = testing::run_on_worker_procs(2, "pipelined.non_commutative", absl::Seconds(90));
   ASSERT_EQ(replies.size(), 2u);
@@ -315,13 +343,15 @@ TEST(PipelinedAllreduceProcs, NonCommutativeOpAcrossTwoProcsKeepsRankOrder) {
 // Every rank runs pipelined allreduces; rank 1's proc is SIGKILLed midway;
 // the others must fail, not hang (a survivor whose own neighbours are alive
 // learns it from its sends to rank 1, or from rank 1's loss being known).
-// `sockets`: between the procs over their sockets instead of single copy.
+// `sockets`: between the procs over their sockets instead of single copy;
+// `tcp`: those sockets are TCP over loopback.
 // At 3 procs the ring runs (4 MiB per call), at 2 the exchange (1 MiB).
-void expect_killed_rank_fails_the_others(bool sockets, int n = 3) {
-  testing::WorkerProcsOptions options = sockets ? sockets_only() : testing::WorkerProcsOptions{};
+void expect_killed_rank_fails_the_others(bool sockets, int n = 3, bool tcp = false) {
+  testing::WorkerProcsOptions options = tcp ? tcp_only() : sockets ? sockets_only() : testing::WorkerProcsOptions{};
   options.continue_on_failure = true;
   testing::WorkerProcs procs(n, options);
   ASSERT_TRUE(procs.ok());
+  if (tcp) expect_tcp_procs(procs);
   const int answered = procs.run_with_dead_rank(
       "pipelined.rank_one_killed", 1, absl::Seconds(60), [sockets](int, const std::string& reply) {
         EXPECT_NE(reply.find("ERR"), std::string::npos) << reply;
@@ -341,6 +371,10 @@ TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceFailsTheOthersNamingIt) {
 
 TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceOverSocketsFailsTheOthersNamingIt) {
   expect_killed_rank_fails_the_others(/*sockets=*/true);
+}
+
+TEST(PipelinedAllreduceProcs, RankKilledMidAllreduceOverTcpFailsTheOthersNamingIt) {
+  expect_killed_rank_fails_the_others(/*sockets=*/true, /*n=*/3, /*tcp=*/true);
 }
 
 TEST(PipelinedAllreduceProcs, RankKilledMidTwoRankExchangeFailsThePeer) {

@@ -7,8 +7,15 @@
 
 #include <absl/time/clock.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <climits>
+#include <cstring>
+#include <new>
 #include <ostream>
 #include <cstdint>
 #include <string>
@@ -175,6 +182,53 @@ TEST_P(Futex, WakeOneAtATimeReleasesEveryWaiter) {
   for (auto& t : waiters) t.join();
   EXPECT_EQ(lost.load(), 0);
   EXPECT_EQ(tickets.load(), 0u);
+}
+
+// The cross-process futex in one process, as the aarch64 stage runs it under
+// qemu-user (where worker procs cannot start): two threads play ping-pong on
+// one word of a shared-memory object, each through its own mapping of it (as
+// two processes would), with futex_wait_shared/futex_wake_shared. A wake
+// through one mapping must reach a sleeper on the other, and no wake-up may
+// be lost on a weakly ordered CPU; the 30 s wait is only a hang guard.
+TEST(FutexShared, PingPongThroughTwoMappingsOfOneObjectLosesNoWakeUp) {
+  const std::string name = "/castmesh-futex-test-" + std::to_string(::getpid());
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  ::shm_unlink(name.c_str());
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
+  void* first = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* second = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(first, MAP_FAILED);
+  ASSERT_NE(second, MAP_FAILED);
+  ASSERT_NE(first, second);
+  auto* ping_word = new (first) std::atomic<uint32_t>(0);
+  auto* pong_word = static_cast<std::atomic<uint32_t>*>(second);  // the same word, other mapping
+  constexpr uint32_t kRounds = 20000;
+  std::atomic<bool> lost{false};
+  auto player = [&](std::atomic<uint32_t>* turn, uint32_t parity) {
+    for (uint32_t round = parity; round < kRounds; round += 2) {
+      uint32_t now = turn->load(std::memory_order_seq_cst);
+      while (now != round) {
+        const absl::Time guard = absl::Now() + kHangGuard;
+        if (!futex_wait_shared(turn, now, guard) && turn->load(std::memory_order_seq_cst) == now &&
+            absl::Now() >= guard) {
+          lost = true;
+          return;
+        }
+        now = turn->load(std::memory_order_seq_cst);
+      }
+      turn->store(round + 1, std::memory_order_seq_cst);
+      futex_wake_shared(turn, 1);
+    }
+  };
+  std::thread pong(player, pong_word, 1u);
+  player(ping_word, 0u);
+  pong.join();
+  EXPECT_FALSE(lost.load()) << "a wake through one mapping did not reach the sleeper on the other";
+  EXPECT_EQ(pong_word->load(), kRounds);
+  ::munmap(first, 4096);
+  ::munmap(second, 4096);
 }
 
 INSTANTIATE_TEST_SUITE_P(Implementations, Futex,

@@ -1,8 +1,9 @@
 // ShmRing: records keep their bytes and order across wrap-around, records
 // that exactly fill the ring, a full ring refuses and recovers, many
 // producers' sequences (serialised) arrive in order through the doorbell,
-// and a segment that is not a castmesh ring, or a corrupted record, is a
-// clear error instead of a crash.
+// a producer and a sleeping consumer on two mappings of one segment lose no
+// record and no wake-up, and a segment that is not a castmesh ring, or a
+// corrupted record, is a clear error instead of a crash.
 #include "core/shm_link/shm_ring.h"
 
 #include <fcntl.h>
@@ -210,6 +211,55 @@ TEST(ShmRing, UnlinkRemovesTheNameButNotTheMapping) {
   auto rec = (*consumer)->peek();
   ASSERT_TRUE(rec.ok() && rec->has_value());
   EXPECT_EQ((*rec)->body, "still mapped");
+}
+
+// The cross-process ring in one process, as the aarch64 stage runs it under
+// qemu-user (where worker procs cannot start): one producer thread on the
+// creator's mapping, one consumer thread on its own mapping of the segment,
+// which sleeps on the doorbell whenever the ring is empty, so every record's
+// bytes must be visible once its publication is, and no wake-up may be lost,
+// on a weakly ordered CPU too. The consumer's 30 s sleep is only a hang guard:
+// reaching it with the ring empty and the producer not done is a lost wake-up.
+TEST(ShmRing, OneProducerOneSleepingConsumerOnTwoMappingsLoseNothing) {
+  auto created = ShmRing::Create(4096);  // small: the producer often finds it full
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto opened = ShmRing::Open((*created)->name());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ShmRing& producer = **created;
+  ShmRing& consumer = **opened;
+  constexpr uint32_t kRecords = 20000;
+  std::atomic<bool> produced{false};
+  std::thread writer([&] {
+    for (uint32_t i = 0; i < kRecords; ++i) {
+      const std::string body = pattern(i % 500, static_cast<int>(i));
+      const std::string_view meta(reinterpret_cast<const char*>(&i), sizeof(i));
+      while (!producer.try_write(1 + i % kMaxKind, meta, body)) std::this_thread::yield();
+    }
+    produced.store(true);
+  });
+  uint32_t next = 0;
+  int lost_wakeups = 0;
+  while (next < kRecords && lost_wakeups == 0) {
+    auto rec = consumer.peek();
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    if (!rec->has_value()) {
+      const absl::Time guard = absl::Now() + absl::Seconds(30);
+      consumer.sleep_until_rung(guard);
+      if (absl::Now() >= guard && !consumer.readable() && !produced.load()) ++lost_wakeups;
+      continue;
+    }
+    uint32_t seq = 0;
+    ASSERT_EQ((*rec)->meta.size(), sizeof(seq));
+    std::memcpy(&seq, (*rec)->meta.data(), sizeof(seq));
+    ASSERT_EQ(seq, next);
+    ASSERT_EQ((*rec)->kind, 1 + seq % kMaxKind);
+    ASSERT_EQ((*rec)->body, pattern(seq % 500, static_cast<int>(seq))) << "record " << seq;
+    consumer.pop();
+    ++next;
+  }
+  writer.join();
+  EXPECT_EQ(lost_wakeups, 0) << "the consumer slept 30 s on an empty ring while the producer was blocked";
+  EXPECT_EQ(next, kRecords);
 }
 
 TEST(ShmRing, CreateRejectsBadCapacities) {

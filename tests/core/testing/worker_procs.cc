@@ -95,7 +95,9 @@ class EnvForScope {
 
 WorkerProcs::WorkerProcs(int n, WorkerProcsOptions options) : continue_on_failure_(options.continue_on_failure) {
   EnvForScope env(options.env);
-  auto procs = LocalAllocator().allocate(runtime_, n);
+  LocalAllocatorOptions allocator;
+  allocator.transport = options.transport;
+  auto procs = LocalAllocator(std::move(allocator)).allocate(runtime_, n);
   EXPECT_TRUE(procs.ok()) << procs.status();
   if (procs.ok()) procs_.emplace(std::move(*procs));
 }

@@ -51,6 +51,9 @@ struct WorkerProcsOptions {
   std::vector<std::pair<std::string, std::string>> env = {};
   // The member mesh keeps going when a member's proc dies.
   bool continue_on_failure = false;
+  // The procs' transport (LocalAllocatorOptions::transport): "unix", or
+  // "tcp" (real TCP over IPv4 loopback, as between hosts).
+  std::string transport = "unix";
 };
 
 // n worker procs, stopped at the end (a failure to start is a test failure
