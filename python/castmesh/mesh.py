@@ -71,7 +71,11 @@ def _call_future(ref: "_castmesh.ActorRef", endpoint: str, payload: bytes,
 
 # How long a call that found a member gone waits for that member's failure
 # report to explain it (docs/python.md); a stopped member has none.
-_FAILURE_REPORT_WAIT_S = 2.0
+_FAILURE_REPORT_WAIT_S = 5.0
+# The codes of a call to a member that died: its proc is gone (UNAVAILABLE), or
+# the member itself is (NOT_FOUND: the call reached its proc after the actor
+# failed, e.g. in its constructor, and before that failure's report reached us).
+_MEMBER_GONE_CODES = ("UNAVAILABLE", "NOT_FOUND")
 
 
 def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str, target: str,
@@ -82,8 +86,10 @@ def _wait_slot(slot: Any, timeout: Optional[float], awaited: str, endpoint: str,
     try:
         data = slot.wait(-1.0 if timeout is None else timeout)
     except ProcError as failed:
-        # A failed member's report follows its calls' errors closely: wait a moment for it.
-        failures = supervision.wait_for_failures(token, _FAILURE_REPORT_WAIT_S if failed.code == "UNAVAILABLE" else 0)
+        # A failed member's report follows its calls' errors closely: wait a moment for it
+        # (on a loaded machine the report came over 2 s after the call's error).
+        failures = supervision.wait_for_failures(
+            token, _FAILURE_REPORT_WAIT_S if failed.code in _MEMBER_GONE_CODES else 0)
         # A call to one member is explained by that member's failure only (it may have been stopped).
         if not target.startswith("<"):
             failures = [failure for failure in failures if failure.actor == target]
