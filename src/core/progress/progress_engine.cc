@@ -82,18 +82,21 @@ ProgressEngine& ProgressEngine::instance() {
   return *engine;
 }
 
-ProgressEngine::ProgressEngine() { wait_list_.store(new std::vector<WaitSource*>(), std::memory_order_release); }
+ProgressEngine::ProgressEngine() {
+  detail::MutexLock lock(mu_);
+  wait_lists_.push_back(std::make_unique<const std::vector<WaitSource*>>());
+  wait_list_.store(wait_lists_.back().get(), std::memory_order_release);
+}
 
 void ProgressEngine::add_wait_source(WaitSource* source, int rank) {
   detail::MutexLock lock(mu_);
   wait_sources_.emplace_back(rank, source);
   std::stable_sort(wait_sources_.begin(), wait_sources_.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  auto* list = new std::vector<WaitSource*>();
+  auto list = std::make_unique<std::vector<WaitSource*>>();
   for (const auto& [rank_of, s] : wait_sources_) list->push_back(s);
-  // The old list is leaked on purpose: a waiter may still read it, and
-  // there are a handful of sources per process, registered once each.
-  wait_list_.store(list, std::memory_order_release);
+  wait_list_.store(list.get(), std::memory_order_release);
+  wait_lists_.push_back(std::move(list));  // the old ones stay: a waiter may still read one
 }
 
 void ProgressEngine::add_background_source(BackgroundSource* source) {

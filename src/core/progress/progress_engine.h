@@ -174,7 +174,10 @@ class ProgressEngine {
   detail::Mutex mu_;
   std::vector<std::pair<int, WaitSource*>> wait_sources_ ABSL_GUARDED_BY(mu_);
   // Read without the lock by waiters: replaced (never changed) under mu_.
+  // Every list made is kept in wait_lists_ (a waiter may still read an old
+  // one; a handful of sources per process, registered once each).
   std::atomic<const std::vector<WaitSource*>*> wait_list_{nullptr};
+  std::vector<std::unique_ptr<const std::vector<WaitSource*>>> wait_lists_ ABSL_GUARDED_BY(mu_);
   std::vector<BackgroundSource*> background_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);  // never joined: the engine is never destroyed
   bool background_started_ ABSL_GUARDED_BY(mu_) = false;
