@@ -41,7 +41,13 @@ WHEEL_VENV=${BUILD}/venv-wheels
 DIST=${BUILD}/dist
 WHEELHOUSE=${BUILD}/wheelhouse
 LOGS=${BUILD}/ci-logs
-RUN_LIMIT_S=3600
+# The run's time target (60 min: a run over it prints a warning) and its hard
+# limit (85 min: a run over it fails, inside CI's own 90). The target is the
+# issue-32 goal; a cold clean-clone run measured 46 min on the 2-core machine
+# and CI machines have run up to 1.6x slower, so failing at 60 would drop
+# whole submissions on a slow machine (README, Testing and CI).
+RUN_TARGET_S=3600
+RUN_LIMIT_S=5100
 # Never bundled into wheels: drivers and system network/GPU libraries.
 EXCLUDED_LIBS=('libcuda.so*' 'libcudart.so*' 'libibverbs.so*' 'librdmacm.so*' 'libnccl.so*')
 CUDA_ROOT=${CUDA_HOME:-/usr/local/cuda}
@@ -92,7 +98,7 @@ run_stages() {
 
 summary() {
   local key skipped=() failed=0 total_budget=0 took f
-  echo; say "stages (total ${SECONDS}s, limit ${RUN_LIMIT_S}s)"
+  echo; say "stages (total ${SECONDS}s, target ${RUN_TARGET_S}s, limit ${RUN_LIMIT_S}s)"
   printf '    %-14s %7s %7s  %s\n' stage budget took result
   for key in "${KEYS[@]}"; do
     took=${TOOK[$key]:-}; [ -n "${took}" ] && took="${took}s"
@@ -113,6 +119,8 @@ summary() {
   done
   if [ "${SECONDS}" -gt "${RUN_LIMIT_S}" ]; then
     say "FAILED: the run took ${SECONDS}s, over the ${RUN_LIMIT_S}s limit"; failed=1
+  elif [ "${SECONDS}" -gt "${RUN_TARGET_S}" ]; then
+    say "WARNING: the run took ${SECONDS}s, over its ${RUN_TARGET_S}s target (README.md, Testing and CI)"
   fi
   if [ "${failed}" = 1 ]; then say "FAILED"; return 1; fi
   if [ "${#skipped[@]}" -gt 0 ]; then
