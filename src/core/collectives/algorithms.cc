@@ -507,7 +507,7 @@ absl::Status run_allreduce(const CollectiveCall& call, const void* in, void* out
     // Both finalize each segment themselves and read `in` directly (no copy first).
     if (s.size() == 2 && bytes <= kTwoRankExchangeMaxBytes) {
       // Records that arrive while this thread combines wait for it, not for
-      // a drain thread that would take a core from the two ranks.
+      // the progress thread, which would take a core from the two ranks.
       const ShmPollScope rings_held;
       return two_rank_exchange_allreduce(s, call, in, out, count, op);
     }

@@ -15,7 +15,6 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
-#include "core/progress/request_state.h"
 #include "core/collectives/thread_cache.h"
 #include "core/log/log.h"
 #include "core/platform/process.h"
@@ -58,7 +57,7 @@ constexpr size_t kChunk = kShmRingBytes / 4;
 constexpr size_t kMaxHeader = 16 * 1024;  // so a first part (header + chunk) fits max_payload()
 // How long a waiting caller spins on the rings before it sleeps (1 ms: the
 // default of shm_spin_us in the settings table, castmesh/config.h). Longer
-// than a wake-up through the drain thread under load (two thread wake-ups,
+// than a hand-off through the progress thread under load (two thread wake-ups,
 // which took 80 us to over 1 ms on the shared 2-core VM): with a shorter spin
 // two ranks settle into both sleeping at every hop (measured: 50 us and
 // 200 us spins gave 60-300 us per hop in some runs against 1-2 us).
@@ -77,7 +76,7 @@ absl::Duration wait_spin(bool oversubscribed) {
 }
 
 // shm_waiter_sleep=0 (CASTMESH_SHM_WAITER_SLEEP): a waiter sleeps on its request after the
-// spin and drain threads serve it (the path before the waiter bells; for
+// spin and the progress thread serves it (the path before the waiter bells; for
 // A/B measurements, and the behaviour where futex_waitv is missing).
 bool waiter_sleep_enabled() {
   static const bool on = config::global().shm_waiter_sleep;
@@ -90,7 +89,7 @@ bool enabled() {
 }
 
 // Set on threads that must not wait for ring space: I/O threads (they
-// deliver socket frames), drain threads and ring consumers.
+// deliver socket frames), the progress thread and ring consumers.
 thread_local bool t_progress_context = false;
 
 using ProgressContext = ShmProgressScope;
@@ -98,7 +97,7 @@ using ProgressContext = ShmProgressScope;
 std::atomic<uint64_t> g_frames_in{0}, g_frames_out{0}, g_waiter_sleeps{0}, g_frames_by_drain{0};
 // Body bytes this process sent by each path (data_path_bytes()).
 std::atomic<uint64_t> g_shm_bytes_out{0}, g_socket_bytes_out{0};
-// Set on drain threads (for the frames_by_drain counter).
+// Set on the progress thread (for the frames_by_drain counter).
 thread_local bool t_drain_thread = false;
 
 // `owner`, when set, keeps `body` valid until the transport has written it
@@ -205,12 +204,29 @@ struct Peer {
   void wake_drain() { progress::ProgressEngine::instance().wake_background(); }
 };
 
+// The peer lists that waiters and the progress thread read without a lock
+// (Links::readers_, drains_) are replaced, never changed: a copy with `p`
+// added, or without it.
+using PeerList = std::vector<std::shared_ptr<Peer>>;
+std::shared_ptr<const PeerList> with_peer(const PeerList& list, const std::shared_ptr<Peer>& p) {
+  auto next = std::make_shared<PeerList>(list);
+  next->push_back(p);
+  return next;
+}
+std::shared_ptr<const PeerList> without_peer(const PeerList& list, const std::shared_ptr<Peer>& p) {
+  auto next = std::make_shared<PeerList>();
+  for (const auto& q : list) {
+    if (q != p) next->push_back(q);
+  }
+  return next;
+}
+
 struct SendCache;
 
 class Links {
  public:
   static Links& instance() {
-    static auto* links = new Links;  // leaked: drain threads may run during exit
+    static auto* links = new Links;  // leaked: the progress thread may run during exit
     return *links;
   }
 
@@ -433,7 +449,7 @@ absl::Status Links::send_started(Peer& p, Outgoing out) {
       p.producing.clear(std::memory_order_release);
       return gone();
     }
-    // Full: the consumer's drain thread empties it. Back off politely.
+    // Full: the consumer's progress thread (or a waiter) empties it. Back off politely.
     // Meanwhile read our own rings: this thread may hold them polled
     // (ShmPollScope), and the peer may be waiting for space in one of them.
     Links::instance().poll();
@@ -740,9 +756,7 @@ void Links::start_drain(const std::shared_ptr<Peer>& p) {
   (void)drain;
   if (!p->drain_started.exchange(true)) {
     detail::MutexLock lock(mu_);
-    auto next = std::make_shared<std::vector<std::shared_ptr<Peer>>>(*drains_);
-    next->push_back(p);
-    drains_ = std::move(next);
+    drains_ = with_peer(*drains_, p);
   }
   progress::ProgressEngine::instance().wake_background();
 }
@@ -824,9 +838,7 @@ void Links::on_start(const ProcId& peer) {
   p->inbound_started.store(true, std::memory_order_release);
   {
     detail::MutexLock lock(mu_);
-    auto next = std::make_shared<std::vector<std::shared_ptr<Peer>>>(*readers_);
-    next->push_back(p);
-    readers_ = std::move(next);
+    readers_ = with_peer(*readers_, p);
   }
   start_drain(p);  // the progress thread now sleeps on its doorbell too
 }
@@ -843,16 +855,8 @@ void Links::on_peer_lost(const ProcId& peer, const absl::Status&) {
   p->lost.store(true, std::memory_order_release);
   {
     detail::MutexLock lock(mu_);
-    auto next = std::make_shared<std::vector<std::shared_ptr<Peer>>>();
-    for (const auto& r : *readers_) {
-      if (r != p) next->push_back(r);
-    }
-    readers_ = std::move(next);
-    auto served = std::make_shared<std::vector<std::shared_ptr<Peer>>>();
-    for (const auto& d : *drains_) {
-      if (d != p) served->push_back(d);
-    }
-    drains_ = std::move(served);
+    readers_ = without_peer(*readers_, p);
+    drains_ = without_peer(*drains_, p);
   }
   {
     detail::MutexLock lock(p->backlog_mu);

@@ -22,7 +22,6 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
-#include "core/progress/request_state.h"
 #include "core/platform/process.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"

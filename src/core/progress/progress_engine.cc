@@ -106,8 +106,7 @@ void ProgressEngine::add_background_source(BackgroundSource* source) {
     background_started_ = true;
     threads_.emplace_back([this] { background_loop(); });
   }
-  background_bell_.fetch_add(1, std::memory_order_release);
-  detail::futex_wake(&background_bell_, 1);
+  wake_background();
 }
 
 void ProgressEngine::start_service(const std::string& name, std::function<void()> loop) {
@@ -140,7 +139,6 @@ bool ProgressEngine::sleep_on_request(detail::RequestState& request, absl::Time 
 }
 
 absl::StatusOr<MessageStatus> ProgressEngine::wait(detail::RequestState& request, absl::Duration timeout) {
-  waits_.fetch_add(1, std::memory_order_relaxed);
   detail::WaitDeadline deadline(timeout);
   auto still_pending = [&] {
     return absl::DeadlineExceededError(absl::StrCat("operation still pending after ", absl::FormatDuration(timeout)));
@@ -157,17 +155,16 @@ absl::StatusOr<MessageStatus> ProgressEngine::wait(detail::RequestState& request
       const absl::Time start = absl::Now();
       const absl::Time until = std::min(start + source->spin_budget(crowded), deadline.at(start));
       source->start_spin();
-      spin([&] { return source->look(); }, [&] { return request.done(); }, start, until, crowded);
+      // A zero budget (the source says spinning does not pay) means sleep at
+      // once: no looks beyond the first.
+      if (until > start) spin([&] { return source->look(); }, [&] { return request.done(); }, start, until, crowded);
       source->end_spin(request.done());
       if (!request.done() && absl::Now() < deadline.at()) slept = source->sleep(request, deadline.at());
     }
     source->end_wait();
     if (request.done() || slept) break;
   }
-  if (request.done()) {
-    waits_by_source_.fetch_add(1, std::memory_order_relaxed);
-    return request.result();
-  }
+  if (request.done()) return request.result();
   if (slept || !sleep_on_request(request, deadline.at())) return still_pending();
   return request.result();
 }
@@ -273,8 +270,6 @@ ProgressStats ProgressEngine::stats() {
   s.jobs_cancelled = g_jobs_cancelled.load(std::memory_order_relaxed);
   s.background_rounds = background_rounds_.load(std::memory_order_relaxed);
   s.background_sleeps = background_sleeps_.load(std::memory_order_relaxed);
-  s.waits = waits_.load(std::memory_order_relaxed);
-  s.waits_served_by_source = waits_by_source_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -68,7 +68,8 @@ class WaitSource {
   virtual bool begin_wait(size_t& local_peers) = 0;
   // How long to spin on it before sleeping (zero: sleep at once).
   virtual absl::Duration spin_budget(bool oversubscribed) = 0;
-  // The spin starts / ended (`ended_wait`: the request completed during it).
+  // The wait goes on past its first look (spinning, if the budget allows,
+  // then sleeping) / its spin ended (`ended_wait`: the request completed).
   virtual void start_spin() {}
   virtual void end_spin(bool ended_wait) { (void)ended_wait; }
   // One look; never blocks.
@@ -131,8 +132,6 @@ struct ProgressStats {
   uint64_t jobs_cancelled = 0;
   uint64_t background_rounds = 0;  // rounds of the progress thread that did something
   uint64_t background_sleeps = 0;
-  uint64_t waits = 0;         // waits handed to the engine that did not find the request done
-  uint64_t waits_served_by_source = 0;  // of them, ended without sleeping on the request itself
 };
 
 class ProgressEngine {
@@ -191,8 +190,7 @@ class ProgressEngine {
   int workers_ ABSL_GUARDED_BY(jobs_mu_) = 0;
   bool warned_full_ ABSL_GUARDED_BY(jobs_mu_) = false;
 
-  std::atomic<uint64_t> jobs_run_{0}, background_rounds_{0}, background_sleeps_{0}, waits_{0},
-      waits_by_source_{0};
+  std::atomic<uint64_t> jobs_run_{0}, background_rounds_{0}, background_sleeps_{0};
 };
 
 }  // namespace castmesh::progress

@@ -315,11 +315,9 @@ void ShmRing::pop() {
 }
 
 void ShmRing::sleep_until_rung(absl::Time deadline) {
-  const uint32_t seen = layout_->doorbell.load(std::memory_order_acquire);
-  layout_->sleeping.store(1, std::memory_order_relaxed);
-  detail::store_load_barrier();
+  const uint32_t seen = arm_sleeper();
   if (!readable()) (void)detail::futex_wait_shared(&layout_->doorbell, seen, deadline);
-  layout_->sleeping.store(0, std::memory_order_relaxed);
+  disarm_sleeper();
 }
 
 uint32_t ShmRing::arm_sleeper() {
@@ -332,14 +330,6 @@ uint32_t ShmRing::arm_sleeper() {
 void ShmRing::disarm_sleeper() { layout_->sleeping.store(0, std::memory_order_relaxed); }
 
 std::atomic<uint32_t>* ShmRing::doorbell() { return &layout_->doorbell; }
-
-void ShmRing::sleep_while_polled(absl::Time deadline) {
-  // `sleeping` stays 0: producers never ring for this nap, also not in the
-  // moments between two waits of the polling thread (it reads those records
-  // at its next wait); an explicit ring() still wakes it.
-  const uint32_t seen = layout_->doorbell.load(std::memory_order_acquire);
-  if (polled()) (void)detail::futex_wait_shared(&layout_->doorbell, seen, deadline);
-}
 
 void ShmRing::ring() {
   layout_->doorbell.fetch_add(1, std::memory_order_release);

@@ -106,19 +106,14 @@ class ShmRing {
   void stop_polling();
   // Whether a consumer thread spins on the ring now (a hint).
   bool polled() const;
-  // The sleeping thread while another thread of the consumer spins: sleeps
-  // until ring() or `deadline`, whether or not a record is waiting (the
-  // spinning thread takes it). Unannounced: producers do not ring for it, so
-  // records that land between two waits of a thread that waits again and
-  // again cost no wake-up (its next wait reads them); ones it never reads
-  // wait for the deadline.
-  void sleep_while_polled(absl::Time deadline);
-
   // The consumer's sleeping thread, sleeping on several rings' doorbells at
   // once (detail::futex_wait_any): arm_sleeper() announces it (producers ring
   // from now on) and returns the doorbell's value to sleep on; the caller
   // must then look at readable() before sleeping, and call disarm_sleeper()
-  // once awake. The same contract as sleep_until_rung, split in two.
+  // once awake. The same contract as sleep_until_rung, split in two. A
+  // thread may also sleep on doorbell() unannounced (without arm_sleeper,
+  // while another consumer thread polls the ring): producers then do not
+  // ring for it, and only an explicit ring() or its deadline wakes it.
   uint32_t arm_sleeper();
   void disarm_sleeper();
   std::atomic<uint32_t>* doorbell();
