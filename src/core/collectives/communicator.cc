@@ -61,6 +61,12 @@ std::optional<absl::StatusOr<MessageStatus>> Request::test() const {
   return state_->test();
 }
 
+absl::Status Request::wait_stream(const DeviceStream& stream) const {
+  if (device_ != nullptr) return device_->order_before(stream);
+  absl::StatusOr<MessageStatus> result = state_->wait(absl::InfiniteDuration());
+  return result.status();
+}
+
 absl::Status Request::wait_all(const std::vector<Request>& requests, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::Status first;
