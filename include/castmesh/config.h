@@ -69,6 +69,9 @@ struct Config {
   std::string rdma_device;                                   // CASTMESH_RDMA_DEVICE; empty: the first NIC
   uint32_t rdma_port = 0;                                    // CASTMESH_RDMA_PORT; 0: the backend's (1)
   uint32_t rdma_gid_index = 0;                               // CASTMESH_RDMA_GID_INDEX
+  // --- observability (src/core/trace) ---
+  std::string trace;                                         // CASTMESH_TRACE; empty: no trace
+  uint64_t trace_buffer_records = 16384;                     // CASTMESH_TRACE_BUFFER_RECORDS
 };
 
 // The kind of a setting's value (how Python shows it).

@@ -249,6 +249,19 @@ const auto kRows = std::to_array<Row>({
       "that port's GID table entry (RoCE v2 often needs another; see show_gids)", true},
      &parse_int_field<uint32_t, &Config::rdma_gid_index, 0, 65535>,
      &format_int_field<uint32_t, &Config::rdma_gid_index>},
+    {{"trace", "CASTMESH_TRACE", SettingKind::kText, "", "path",
+      "record a trace of message flow; the controller writes it to this file at trace stop or exit "
+      "(empty: no trace; docs/observability.md)",
+      true},
+     [](const Setting&, std::string_view text, Config& config) -> absl::Status {
+       config.trace = std::string(text);
+       return absl::OkStatus();
+     },
+     [](const Config& config) -> std::string { return config.trace; }},
+    {{"trace_buffer_records", "CASTMESH_TRACE_BUFFER_RECORDS", SettingKind::kInteger, "16384", "records",
+      "trace records kept per thread (48 bytes each); older ones are dropped and counted", false},
+     &parse_int_field<uint64_t, &Config::trace_buffer_records, 64, uint64_t{1} << 26>,
+     &format_int_field<uint64_t, &Config::trace_buffer_records>},
 });
 constexpr size_t kRowCount = std::tuple_size_v<decltype(kRows)>;
 

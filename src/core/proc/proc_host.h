@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -142,6 +143,9 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // connection, or nullopt (TCP, no connection now). Services that act on a
   // pid a peer sends (cross-memory copies) check it against this.
   std::optional<long> peer_pid(const ProcId& peer) const { return endpoint_->peer_pid(peer); }
+  // The peers with an authenticated connection now (procs, agents, the
+  // controller). Any thread.
+  std::vector<ProcId> peers() const { return endpoint_->peers(); }
   // A human description used in errors about `peer` ("rank 2, pid 1234").
   void describe_peer(const ProcId& peer, std::string description);
   // `peer` with its description, if any, for error messages.
