@@ -45,6 +45,8 @@ struct TraceSummary {
 // `trace`, which reaches new procs' environment). `path` is where stop()
 // writes. FailedPrecondition while a trace is already on here.
 absl::Status start(Runtime& runtime, std::string path);
+// The same before a runtime exists: this process and the procs it starts.
+absl::Status start(std::string path);
 
 // Stops recording here and in the connected procs, gathers their records
 // (each proc's clock aligned by the round trip with the smallest delay of a
@@ -52,9 +54,18 @@ absl::Status start(Runtime& runtime, std::string path);
 // `timeout` is left out and named in the summary. FailedPrecondition when
 // no trace is on.
 absl::StatusOr<TraceSummary> stop(Runtime& runtime, absl::Duration timeout = absl::Seconds(10));
+// The same without a runtime: this process's records only.
+absl::StatusOr<TraceSummary> stop();
 
 // Whether this process records now.
 bool recording();
+
+// The clock of trace records: CLOCK_MONOTONIC in nanoseconds.
+int64_t clock_ns();
+// Records a user span [start_ns, end_ns) (clock_ns times) on the calling
+// thread, for spans that are not a C++ scope (a Python `with` block). Does
+// nothing while no trace is on.
+void record_span(std::string_view name, int64_t start_ns, int64_t end_ns);
 
 // A user span: records [construction, destruction) on the calling thread as
 // a slice named `name` (nested inside the handler that runs it). Does

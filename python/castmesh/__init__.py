@@ -42,6 +42,9 @@ from .instance import Context, Instance, context, current_actor_name, get_or_spa
 from .ports import Channel, Port, PortReceiver, send
 from .shape import Extent, Point, Shape, ValueMesh
 from .supervision import MeshFailure, unhandled_fault_hook
+# Traces and user spans (docs/observability.md).
+from . import trace
+from .trace import span, traced
 # Arrays for the data plane (docs/tensors.md).
 from .tensor import Tensor, empty, from_dlpack, zeros
 
@@ -57,6 +60,7 @@ __all__ = [
     "Context", "Instance", "context", "current_actor_name", "get_or_spawn_controller",
     "Extent", "Endpoint", "Accumulator", "as_endpoint",
     "Tensor", "from_dlpack", "empty", "zeros",
+    "trace", "span", "traced",
 ]
 
 _BACKEND_ENTRY_POINT_GROUP = "castmesh.backends"

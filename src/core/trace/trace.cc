@@ -39,9 +39,7 @@ void forget_trace_setting() {
   (void)config::set_runtime_config(values);
 }
 
-}  // namespace
-
-absl::Status start(Runtime& runtime, std::string path) {
+absl::Status start_in(Runtime* runtime, std::string path) {
   if (path.empty()) return absl::InvalidArgumentError("trace::start needs the path of the file to write");
   if (on()) return absl::FailedPreconditionError("a trace is already recording in this process; stop it first");
   {
@@ -55,7 +53,7 @@ absl::Status start(Runtime& runtime, std::string path) {
   }
   const uint64_t ring_records = config::global().trace_buffer_records;
   set_recording(true, ring_records);
-  if (std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(runtime)) {
+  if (std::shared_ptr<proc::ProcHost> host = runtime != nullptr ? proc::ProcHost::of(*runtime) : nullptr) {
     for (const ProcId& peer : host->peers()) {
       if (absl::Status st = control_peer(*host, peer, true, ring_records, kControlTimeout); !st.ok()) {
         CASTMESH_LOG_WARN("trace: {} does not record: {}", host->describe(peer), std::string(st.message()));
@@ -65,7 +63,7 @@ absl::Status start(Runtime& runtime, std::string path) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TraceSummary> stop(Runtime& runtime, absl::Duration timeout) {
+absl::StatusOr<TraceSummary> stop_in(Runtime* runtime, absl::Duration timeout) {
   std::string path;
   {
     detail::MutexLock lock(state().mu);
@@ -85,7 +83,7 @@ absl::StatusOr<TraceSummary> stop(Runtime& runtime, absl::Duration timeout) {
   self.threads = take_records();
   self.texts = interned_texts();
   procs.push_back(std::move(self));
-  if (std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(runtime)) {
+  if (std::shared_ptr<proc::ProcHost> host = runtime != nullptr ? proc::ProcHost::of(*runtime) : nullptr) {
     for (const ProcId& peer : host->peers()) {
       absl::StatusOr<ProcTrace> got = collect_peer(*host, peer, timeout);
       if (got.ok()) {
@@ -105,15 +103,35 @@ absl::StatusOr<TraceSummary> stop(Runtime& runtime, absl::Duration timeout) {
   return summary;
 }
 
+}  // namespace
+
+absl::Status start(Runtime& runtime, std::string path) { return start_in(&runtime, std::move(path)); }
+absl::Status start(std::string path) { return start_in(nullptr, std::move(path)); }
+absl::StatusOr<TraceSummary> stop(Runtime& runtime, absl::Duration timeout) { return stop_in(&runtime, timeout); }
+absl::StatusOr<TraceSummary> stop() { return stop_in(nullptr, absl::ZeroDuration()); }
+
 bool recording() { return on(); }
 
-Span::Span(std::string_view name) {
-  if (!on()) return;
-  // Names are interned once per thread (the intern table takes a lock).
+namespace {
+// User span names are interned once per thread (the intern table takes a lock).
+uint32_t user_name_id(std::string_view name) {
   thread_local absl::flat_hash_map<std::string, uint32_t> ids;
   auto it = ids.find(absl::string_view(name.data(), name.size()));
   if (it == ids.end()) it = ids.emplace(std::string(name), intern(name)).first;
-  name_ = it->second;
+  return it->second;
+}
+}  // namespace
+
+int64_t clock_ns() { return now_ns(); }
+
+void record_span(std::string_view name, int64_t start_ns, int64_t end_ns) {
+  if (!on()) return;
+  slice(Category::kUser, user_name_id(name), start_ns, end_ns);
+}
+
+Span::Span(std::string_view name) {
+  if (!on()) return;
+  name_ = user_name_id(name);
   start_ns_ = now_ns();
 }
 

@@ -1,0 +1,137 @@
+"""Traces of message flow (castmesh.trace; docs/observability.md): one file
+with a process per proc, user spans nested in their handlers, flow arrows
+with both ends, per-thread times in order, and errors for misuse. Each
+scenario runs in its own controller process so the trace holds only it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+import castmesh
+
+CONTROLLER = textwrap.dedent("""
+    import sys
+    import castmesh
+    from castmesh import Actor, endpoint, this_host
+
+    class Worker(Actor):
+        @endpoint
+        def work(self, x: int) -> int:
+            with castmesh.span("inside work"):
+                total = sum(range(1000))
+            return x + total
+
+        @endpoint
+        @castmesh.traced(name="decorated")
+        def other(self) -> str:
+            return "ok"
+
+    path = sys.argv[1]
+    mode = sys.argv[2]
+    if mode == "api":
+        castmesh.trace.start(path)
+    procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    workers = procs.spawn("workers", Worker)
+    for i in range(5):
+        workers.work.call(i).get(timeout=60)
+    workers.other.broadcast()
+    workers.slice(hosts=0, gpus=1).other.call_one().get(timeout=60)
+    with castmesh.span("controller side"):
+        pass
+    if mode == "api":
+        print(castmesh.trace.stop())
+""")
+
+
+def run(tmp_path: Path, mode: str) -> Dict[str, Any]:
+    script = tmp_path / "controller.py"
+    script.write_text(CONTROLLER)
+    trace = tmp_path / "trace.json"
+    env = dict(os.environ)
+    if mode == "env":
+        env["CASTMESH_TRACE"] = str(trace)
+    proc = subprocess.run([sys.executable, str(script), str(trace), mode], capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    with open(trace) as f:
+        return json.load(f)
+
+
+def events(trace: Dict[str, Any], ph: str) -> List[Dict[str, Any]]:
+    return [e for e in trace["traceEvents"] if e["ph"] == ph]
+
+
+def process_names(trace: Dict[str, Any]) -> Dict[int, str]:
+    return {e["pid"]: e["args"]["name"] for e in events(trace, "M") if e["name"] == "process_name"}
+
+
+def check_trace(trace: Dict[str, Any]) -> None:
+    names = process_names(trace)
+    # The controller and its four procs, one process each.
+    assert len(names) == 5, names
+    assert sum(1 for n in names.values() if n.startswith("controller")) == 1, names
+    slices = events(trace, "X")
+    # Per thread, times in order (a slice before those it encloses).
+    by_thread: Dict[Any, List[float]] = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] in ("X", "s", "f", "i"):
+            by_thread.setdefault((e["pid"], e["tid"]), []).append(e["ts"])
+    for key, times in by_thread.items():
+        assert times == sorted(times), key
+    # User spans: 5 calls x 4 procs of "inside work", each inside a handler
+    # slice of its own thread when handler slices are recorded.
+    inside = [e for e in slices if e["name"] == "inside work"]
+    assert len(inside) == 20, len(inside)
+    assert {e["pid"] for e in inside} == set(names) - {p for p, n in names.items() if n.startswith("controller")}
+    decorated = [e for e in slices if e["name"] == "decorated"]
+    assert len(decorated) == 5  # a broadcast to 4, a call to 1
+    assert any(e["name"] == "controller side" for e in slices)
+    # Every flow arrow has both ends.
+    starts = {e["id"] for e in events(trace, "s")}
+    ends = {e["id"] for e in events(trace, "f")}
+    assert starts == ends
+
+
+@pytest.mark.timeout(300)
+def test_a_trace_started_and_stopped_from_the_api(tmp_path: Path) -> None:
+    check_trace(run(tmp_path, "api"))
+
+
+@pytest.mark.timeout(300)
+def test_a_trace_from_the_environment_is_written_at_exit(tmp_path: Path) -> None:
+    check_trace(run(tmp_path, "env"))
+
+
+def test_misuse_gets_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(castmesh.ProcError, match="no trace is recording"):
+        castmesh.trace.stop()
+    with pytest.raises(castmesh.ProcError, match="cannot write the trace to"):
+        castmesh.trace.start(str(tmp_path / "missing" / "dir" / "trace.json"))
+    castmesh.trace.start(str(tmp_path / "t.json"))
+    try:
+        with pytest.raises(castmesh.ProcError, match="already recording"):
+            castmesh.trace.start(str(tmp_path / "u.json"))
+    finally:
+        summary = castmesh.trace.stop()
+    assert summary["path"] == str(tmp_path / "t.json")
+    assert not castmesh.trace.recording()
+
+
+def test_spans_cost_nothing_visible_while_off() -> None:
+    assert not castmesh.trace.recording()
+    with castmesh.span("off"):
+        pass
+
+    @castmesh.traced
+    def f(x: int) -> int:
+        return x + 1
+
+    assert f(1) == 2
