@@ -87,17 +87,27 @@ def check_trace(trace: Dict[str, Any]) -> None:
     for key, times in by_thread.items():
         assert times == sorted(times), key
     # User spans: 5 calls x 4 procs of "inside work", each inside a handler
-    # slice of its own thread when handler slices are recorded.
+    # slice of its own thread.
     inside = [e for e in slices if e["name"] == "inside work"]
     assert len(inside) == 20, len(inside)
+    handlers = [e for e in slices if e["cat"] == "handler"]
+    for span in inside:
+        assert any(h["pid"] == span["pid"] and h["tid"] == span["tid"] and h["ts"] <= span["ts"]
+                   and span["ts"] + span["dur"] <= h["ts"] + h["dur"] + 0.001 for h in handlers), span
     assert {e["pid"] for e in inside} == set(names) - {p for p, n in names.items() if n.startswith("controller")}
     decorated = [e for e in slices if e["name"] == "decorated"]
     assert len(decorated) == 5  # a broadcast to 4, a call to 1
     assert any(e["name"] == "controller side" for e in slices)
-    # Every flow arrow has both ends.
-    starts = {e["id"] for e in events(trace, "s")}
-    ends = {e["id"] for e in events(trace, "f")}
-    assert starts == ends
+    # Every flow arrow has both ends, and they are in different processes:
+    # each call and each answer crossed between the controller and a proc.
+    starts = {e["id"]: e for e in events(trace, "s")}
+    ends = {e["id"]: e for e in events(trace, "f")}
+    assert starts.keys() == ends.keys()
+    assert len(starts) >= 2 * 20, len(starts)  # 20 calls to work() and their 20 answers at least
+    for flow_id, start in starts.items():
+        assert start["pid"] != ends[flow_id]["pid"], flow_id
+    # Sends are slices of their own, with the arrow's start inside.
+    assert any(e["cat"] == "send" for e in slices)
 
 
 @pytest.mark.timeout(300)

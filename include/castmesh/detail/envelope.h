@@ -125,6 +125,10 @@ struct Envelope : MessageMemory {
   HandlerFn handler = nullptr;
   EnvelopeKind kind = EnvelopeKind::kUser;
   ReplyRef reply;
+  // While a trace records (castmesh/trace.h): when the message was queued,
+  // and the flow id of the cross-proc send it came from (0: none).
+  int64_t trace_queued_ns = 0;
+  uint64_t trace_flow = 0;
 
   Envelope() = default;
   Envelope(const Envelope&) = delete;

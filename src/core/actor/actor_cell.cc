@@ -4,7 +4,9 @@
 
 #include "castmesh/detail/mutex.h"
 #include "core/actor/runtime_core.h"
+#include "absl/container/flat_hash_map.h"
 #include "core/log/log.h"
+#include "core/trace/recorder.h"
 
 namespace castmesh::detail {
 
@@ -84,6 +86,11 @@ void ActorCell::schedule() {
 }
 
 void ActorCell::deliver(Envelope* env) {
+  if (trace::on()) {
+    env->trace_queued_ns = trace::now_ns();
+    // A message caused by a frame from another proc ends that frame's arrow.
+    if (env->trace_flow == 0) env->trace_flow = trace::take_inbound_flow();
+  }
   switch (mailbox_.push(env)) {
     case Mailbox::PushResult::kOk:
       return;
@@ -160,6 +167,28 @@ void ActorCell::dispatch(Envelope* env) {
   delete env;
 }
 
+namespace {
+
+// Records one handler run while a trace records: a slice named by the
+// message type (the actor's class as its detail, the time the message
+// queued as its value) and, for a message from another proc, the end of the
+// sender's flow arrow. Names are interned once per thread.
+void trace_handler_run(const Envelope& env, std::string_view class_name, int64_t start_ns) {
+  const int64_t end_ns = trace::now_ns();
+  thread_local absl::flat_hash_map<uint32_t, uint32_t> type_names;  // by type id: no text to hash
+  auto type = type_names.find(env.type_id);
+  if (type == type_names.end()) type = type_names.emplace(env.type_id, trace::intern(type_name_of(env.type_id))).first;
+  const uint32_t cls = trace::intern_cached(class_name);
+  if (env.trace_flow != 0) {
+    trace::flow(trace::Category::kSend, trace::RecordKind::kFlowIn, type->second, env.trace_flow, start_ns);
+  }
+  const uint64_t queued =
+      env.trace_queued_ns != 0 && env.trace_queued_ns < start_ns ? static_cast<uint64_t>(start_ns - env.trace_queued_ns) : 0;
+  trace::slice(trace::Category::kHandler, type->second, start_ns, end_ns, queued, cls);
+}
+
+}  // namespace
+
 void ActorCell::dispatch_user(Envelope* env) {
   if (env->reply && env->reply.get()->cancelled()) return;  // cancelled before it started
   HandlerFn fn = env->handler;
@@ -178,6 +207,7 @@ void ActorCell::dispatch_user(Envelope* env) {
     }
     return;
   }
+  const int64_t trace_start_ns = trace::on() ? trace::now_ns() : 0;
   try {
     fn(actor_.get(), env);
   } catch (...) {
@@ -188,6 +218,7 @@ void ActorCell::dispatch_user(Envelope* env) {
         absl::AbortedError(str_cat("actor ", address().to_string(), " failed: ", reason.message())));
     fail(std::move(reason), std::string(mtype), address());
   }
+  if (trace_start_ns != 0) trace_handler_run(*env, table_.class_name, trace_start_ns);
 }
 
 void ActorCell::fail_from_exception(const char* what, std::string_view message_type) {

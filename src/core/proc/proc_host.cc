@@ -13,6 +13,7 @@
 #include "core/proc/spawn_service.h"
 #include "core/transport/address.h"
 #include "core/transport/unix_socket_names.h"
+#include "core/trace/recorder.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh::proc {
@@ -37,6 +38,41 @@ HostDirectory& host_directory() {
 // detaches it (under the exclusive lock) before the endpoint goes away, and
 // a route() racing with that fails its request instead of touching a dead
 // endpoint.
+namespace {
+
+// Traces (core/trace/recorder.h): a frame sent while a trace records carries
+// a flow id; the send is a slice (named by the message type, the peer as
+// detail, the payload's bytes as value) holding the arrow's start. The
+// receiver ends the arrow at the handler of the actor message the frame
+// caused (the envelope takes the inbound flow), or else at a "receive" slice
+// on the thread that handled the frame.
+void trace_sent(std::string_view type, const ProcId& peer, uint64_t flow, int64_t start_ns, size_t bytes) {
+  const uint32_t name = trace::intern_cached(type);
+  trace::flow(trace::Category::kSend, trace::RecordKind::kFlowOut, name, flow, start_ns);
+  trace::slice(trace::Category::kSend, name, start_ns, trace::now_ns(), bytes, trace::intern_cached(peer));
+}
+
+// Runs `handle` with the frame's flow as the thread's inbound flow; ends the
+// arrow here if nothing took it.
+template <typename Handle>
+void handle_traced(const v1::FrameHeader& frame_header, size_t bytes, Handle&& handle) {
+  const uint64_t flow = frame_header.trace_flow();
+  if (flow == 0 || !trace::on()) {
+    handle();
+    return;
+  }
+  const int64_t start_ns = trace::now_ns();
+  trace::set_inbound_flow(flow);
+  handle();
+  if (trace::take_inbound_flow() != 0) {
+    const uint32_t name = trace::intern_cached(frame_header.message_type());
+    trace::flow(trace::Category::kSend, trace::RecordKind::kFlowIn, name, flow, start_ns);
+    trace::slice(trace::Category::kReceive, name, start_ns, trace::now_ns(), bytes);
+  }
+}
+
+}  // namespace
+
 class ProcHost::Router : public detail::RemoteRouter {
  public:
   Router(ProcHost* host, Runtime* runtime) : host_(host), runtime_(runtime) {}
@@ -65,8 +101,18 @@ class ProcHost::Router : public detail::RemoteRouter {
     }
     ProcHost* host = host_;
     const ProcId& peer = msg.destination.proc;
+    // While a trace records: a "send" slice with the start of an arrow that
+    // ends where the receiving proc handles the message.
+    const int64_t trace_start_ns = trace::on() ? trace::now_ns() : 0;
+    uint64_t trace_flow = 0;
+    if (trace_start_ns != 0) {
+      trace_flow = trace::new_flow_id();
+      frame_header.set_trace_flow(trace_flow);
+    }
+    const size_t payload_bytes = msg.payload.size();
     absl::Status sent =
         host->endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(std::move(msg.payload)));
+    if (trace_start_ns != 0) trace_sent(msg.type_name, peer, trace_flow, trace_start_ns, payload_bytes);
     if (sent.ok()) host->messages_sent_.fetch_add(1, std::memory_order_relaxed);
     if (!sent.ok()) {
       const std::string who = host->describe(peer);
@@ -223,8 +269,14 @@ absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::
   frame_header.set_message_type(message.GetTypeName());
   frame_header.set_correlation(correlation);
   if (is_reply) frame_header.set_flags(wire::kControlReplyFlag);
-  absl::Status sent = endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(message.SerializeAsString()));
+  const int64_t trace_start_ns = trace::on() ? trace::now_ns() : 0;
+  const uint64_t trace_flow = trace_start_ns != 0 ? trace::new_flow_id() : 0;
+  if (trace_flow != 0) frame_header.set_trace_flow(trace_flow);
+  std::string payload = message.SerializeAsString();
+  const size_t payload_bytes = payload.size();
+  absl::Status sent = endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(std::move(payload)));
   if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
+  if (sent.ok() && trace_flow != 0) trace_sent(message.GetTypeName(), peer, trace_flow, trace_start_ns, payload_bytes);
   return sent;
 }
 
@@ -331,7 +383,9 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
         auto it = pending_.find(frame_header.correlation());
         if (it != pending_.end()) pending = it->second;
       }
-      if (pending) pending->complete(std::string(payload.view()));
+      handle_traced(frame_header, payload.size(), [&] {
+        if (pending) pending->complete(std::string(payload.view()));
+      });
       return;
     }
     ControlHandler handler;
@@ -341,7 +395,8 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
       if (it != control_handlers_.end()) handler = it->second;
     }
     if (handler) {
-      handler(peer, frame_header.correlation(), std::string(payload.view()));
+      handle_traced(frame_header, payload.size(),
+                    [&] { handler(peer, frame_header.correlation(), std::string(payload.view())); });
     } else {
       CASTMESH_LOG_WARN("castmesh-proc {}: unknown control message '{}' from {}", id(), frame_header.message_type(),
                         peer);
@@ -365,14 +420,19 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
     if (!frame_header.source().empty()) {
       if (auto s = Address::parse(frame_header.source()); s.ok()) sender = std::move(*s);
     }
-    delivered =
-        Seam::deliver_serialized(runtime_, *destination, frame_header.message_type(), payload.view(), reply_to, sender);
+    // The envelope made in this call carries the sender's flow to its handler.
+    handle_traced(frame_header, payload.size(), [&] {
+      delivered = Seam::deliver_serialized(runtime_, *destination, frame_header.message_type(), payload.view(),
+                                           reply_to, sender);
+    });
   } else {
     const PortAddress port{*destination, frame_header.port()};
     if (frame_header.error_code() != 0) {
       Seam::fail_reply_port(runtime_, port, wire::status_from_wire(frame_header));
     } else {
-      delivered = Seam::deliver_serialized_reply(runtime_, port, frame_header.message_type(), payload.view());
+      handle_traced(frame_header, payload.size(), [&] {
+        delivered = Seam::deliver_serialized_reply(runtime_, port, frame_header.message_type(), payload.view());
+      });
     }
   }
   if (!delivered.ok()) {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -213,6 +214,13 @@ int64_t now_ns() {
 
 uint32_t intern(std::string_view text) { return Registry::get().intern(text); }
 
+uint32_t intern_cached(std::string_view text) {
+  thread_local absl::flat_hash_map<std::string, uint32_t> ids;
+  auto it = ids.find(absl::string_view(text.data(), text.size()));
+  if (it == ids.end()) it = ids.emplace(std::string(text), intern(text)).first;
+  return it->second;
+}
+
 uint64_t new_flow_id() {
   static const uint64_t prefix = [] {
     std::random_device random;
@@ -241,6 +249,13 @@ void record(const Record& r) {
   slot[5].store(static_cast<uint64_t>(r.category) | (static_cast<uint64_t>(r.kind) << 8), std::memory_order_relaxed);
   ring->head.store(h + 1, std::memory_order_release);
 }
+
+namespace {
+thread_local uint64_t t_inbound_flow = 0;
+}  // namespace
+
+void set_inbound_flow(uint64_t flow) { t_inbound_flow = flow; }
+uint64_t take_inbound_flow() { return std::exchange(t_inbound_flow, 0); }
 
 std::vector<ThreadRecords> take_records() { return Registry::get().take(); }
 

@@ -76,9 +76,20 @@ int64_t now_ns();
 // sites cache ids of fixed names (static locals) and of per-type names.
 uint32_t intern(std::string_view text);
 
+// intern() through a per-thread cache: after a thread's first use of a
+// text, no lock (what recording sites with per-message names use).
+uint32_t intern_cached(std::string_view text);
+
 // A new flow id, unique across the procs of a trace (a random per-process
 // prefix and a counter).
 uint64_t new_flow_id();
+
+// The flow id of the cross-proc message the calling thread is delivering
+// now (set by the proc layer around a delivery, read where the message's
+// envelope is made), or 0.
+// take_inbound_flow() returns it and clears it (one envelope takes it).
+void set_inbound_flow(uint64_t flow);
+uint64_t take_inbound_flow();
 
 // Records one record on the calling thread (nothing when not on()).
 void record(const Record& record);

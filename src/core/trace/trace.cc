@@ -5,7 +5,6 @@
 #include <fstream>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
@@ -112,26 +111,16 @@ absl::StatusOr<TraceSummary> stop() { return stop_in(nullptr, absl::ZeroDuration
 
 bool recording() { return on(); }
 
-namespace {
-// User span names are interned once per thread (the intern table takes a lock).
-uint32_t user_name_id(std::string_view name) {
-  thread_local absl::flat_hash_map<std::string, uint32_t> ids;
-  auto it = ids.find(absl::string_view(name.data(), name.size()));
-  if (it == ids.end()) it = ids.emplace(std::string(name), intern(name)).first;
-  return it->second;
-}
-}  // namespace
-
 int64_t clock_ns() { return now_ns(); }
 
 void record_span(std::string_view name, int64_t start_ns, int64_t end_ns) {
   if (!on()) return;
-  slice(Category::kUser, user_name_id(name), start_ns, end_ns);
+  slice(Category::kUser, intern_cached(name), start_ns, end_ns);
 }
 
 Span::Span(std::string_view name) {
   if (!on()) return;
-  name_ = user_name_id(name);
+  name_ = intern_cached(name);
   start_ns_ = now_ns();
 }
 
