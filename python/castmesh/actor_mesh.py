@@ -22,7 +22,7 @@ import inspect
 import operator
 import queue
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generic, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generic, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from . import _castmesh, _context, _serial, supervision
 from ._replies import decode_reply, piece_values

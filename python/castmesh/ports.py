@@ -32,7 +32,7 @@ __all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver", "send"]
 R = TypeVar("R")
 
 # Where an endpoint call carries its response port (the port's address and
-# the answering member's rank are added by the host): a keyword no Python
+# the answering member's rank are added by its actor server): a keyword no Python
 # function can declare.
 PORT_KWARG = "castmesh.port"
 

@@ -127,7 +127,7 @@ def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
         if _thread is None and not _shutting_down:
             _thread = threading.Thread(target=_deliver_forever, name="castmesh-supervision", daemon=True)
             _thread.start()
-            # Also where castmesh.mesh's exit hook (which calls it too; the
+            # Also where castmesh._runtime's exit hook (which calls it too; the
             # second call does nothing) is not registered, e.g. in a worker.
             atexit.register(shutting_down)
     _castmesh.watch_failures(refs, token)
