@@ -54,10 +54,15 @@ class Inspector(Actor):
         return tally.add.call_one(n).get(timeout=30), tally.where.call_one().get(timeout=30)
 
 
+def _one_mesh(cls: type, name: str, **per_host: int):
+    """A module fixture's body: procs shaped by `per_host`, one `cls` on each."""
+    with this_host().spawn_procs(per_host=per_host) as procs:
+        yield procs.spawn(name, cls)
+
+
 @pytest.fixture(scope="module")
 def inspectors():
-    with this_host().spawn_procs(per_host={"hosts": 1, "gpus": 2}) as procs:
-        yield procs.spawn("inspectors", Inspector)
+    yield from _one_mesh(Inspector, "inspectors", hosts=1, gpus=2)
 
 
 @pytest.mark.timeout(60)
@@ -132,8 +137,7 @@ class MessageRanks(Actor):
 
 @pytest.fixture(scope="module")
 def ranked():
-    with this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2}) as procs:
-        yield procs.spawn("message_ranks", MessageRanks)
+    yield from _one_mesh(MessageRanks, "message_ranks", hosts=2, gpus=2)
 
 
 @pytest.mark.timeout(60)
