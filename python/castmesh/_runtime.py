@@ -30,7 +30,9 @@ proc_meshes_by_key: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueD
 
 
 def on_made(fn: Callable[["_castmesh.Runtime"], None]) -> None:
-    """Runs ``fn(runtime)`` when the runtime is made (import time of its user)."""
+    """Has ``fn(runtime)`` run once the runtime is made. Called at import by
+    the module that defines the registry actor (castmesh.proc_mesh), which
+    castmesh's package import always loads before any runtime is made."""
     _on_made.append(fn)
 
 

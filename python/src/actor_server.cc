@@ -66,7 +66,7 @@ void PyActorServer::release_server() {
 }
 
 ActorRef<PyActorServer> spawn_server_here(Runtime& runtime, const std::string& name, std::string spec,
-                                      std::optional<uint64_t> index) {
+                                          std::optional<uint64_t> index) {
   SpawnOptions options;
   options.name = name;
   options.index = index;

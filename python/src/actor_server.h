@@ -59,7 +59,7 @@ class PyActorServer : public Actor {
 // Spawns a server in `runtime`'s own proc on a dedicated thread (an `index`
 // gives it a well-known address); its status as ProcError. Python thread.
 ActorRef<PyActorServer> spawn_server_here(Runtime& runtime, const std::string& name, std::string spec,
-                                      std::optional<uint64_t> index = std::nullopt);
+                                          std::optional<uint64_t> index = std::nullopt);
 
 // A ref to one PyActorServer, wherever it lives (castmesh._castmesh.ActorRef).
 struct PyActorRef {
