@@ -17,14 +17,14 @@ import asyncio
 import inspect
 import sys
 import threading
-from typing import Any, Callable, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from . import _castmesh, _context, _serial
 from ._replies import error_reply, reply_piece, user_traceback
 from .actor import AS_ENDPOINT, AS_ENDPOINT_WITH_PORT, REDUCE_PREFIX, EndpointDescriptor
 from .errors import ActorError, ActorFailedError, SupervisionError
 from .ports import PORT_KWARG, DroppingPort, Port
-from .shape import Point, Shape
+from .shape import Point, shape_from_plain
 from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
 
 
@@ -48,6 +48,8 @@ class _AnsweringPort(Port[Any]):
 
 
 _NO_RESULT = object()
+# How many slices' points an actor remembers (_message_point) before starting afresh.
+_MESSAGE_POINTS_KEPT = 64
 class ActorServer:
     """Holds one Python actor instance and dispatches calls to its endpoints."""
 
@@ -66,6 +68,8 @@ class ActorServer:
         self._init_error: Optional[bytes] = None
         self._context: Optional[_context.ActorContext] = None
         self._endpoints: dict = {}
+        # The actor's point in each slice calls were sent to, by that slice (_message_point).
+        self._message_points: Dict[Tuple[Any, ...], Point] = {}
         # Why this actor failed ("Type: message"), read by the C++ server after
         # its constructor and each call; None while it is healthy.
         self.failure: Optional[str] = None
@@ -174,17 +178,24 @@ class ActorServer:
             if sent_to is not None:
                 _context.reset_message_point(sent_to)
 
-    def _message_point(self, shape: Optional[Shape]) -> Optional[Point]:
-        """This actor's point in the slice `shape` a call was sent to (None:
-        the whole mesh, where it is the actor's own point)."""
+    def _message_point(self, plain: Optional[Tuple[Any, ...]]) -> Optional[Point]:
+        """This actor's point in the slice a call was sent to (`plain`: its
+        shape, shape_to_plain), None for the whole mesh (where it is the
+        actor's own point). Remembered per slice: a mesh's callers use few."""
         ctx = self._context
-        if shape is None or ctx is None:
+        if plain is None or ctx is None:
             return None
-        try:
-            position = shape.ranks.index(ctx.point.base_rank)
-        except ValueError:  # not a member of that slice (cannot happen through castmesh's meshes)
-            return None
-        return shape.point(position)
+        point = self._message_points.get(plain)
+        if point is None:
+            shape = shape_from_plain(plain)
+            try:
+                point = shape.point(shape.ranks.index(ctx.point.base_rank))
+            except ValueError:  # not a member of that slice (cannot happen through castmesh's meshes)
+                return None
+            if len(self._message_points) >= _MESSAGE_POINTS_KEPT:
+                self._message_points.clear()
+            self._message_points[plain] = point
+        return point
 
     def _response_port(self, kwargs: dict, explicit: bool) -> Any:
         """The port the caller wants the answer at (send(..., port=...), or

@@ -15,8 +15,9 @@ from typing import Any, Dict, Optional
 
 _local = threading.local()
 
-# Where a call to a slice of a mesh carries that slice's Shape (a keyword no
-# Python function can declare); calls to a whole mesh carry none.
+# Where a call to a slice of a mesh carries that slice's shape (as
+# shape.shape_to_plain gives it; a keyword no Python function can declare);
+# calls to a whole mesh carry none.
 MESSAGE_SHAPE_KWARG = "castmesh.message_shape"
 # The actor's point within the slice the current message was sent to (None:
 # the whole mesh, where it is the actor's own point).

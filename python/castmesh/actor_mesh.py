@@ -30,7 +30,7 @@ from .actor import AS_ENDPOINT, AS_ENDPOINT_WITH_PORT, REDUCE_PREFIX, Actor, End
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
 from .ports import PORT_KWARG, Channel
-from .shape import MeshShapeOps, Shape, ValueMesh
+from .shape import MeshShapeOps, Shape, ValueMesh, shape_to_plain
 
 if TYPE_CHECKING:
     from .proc_mesh import ProcMesh
@@ -115,7 +115,7 @@ class EndpointRef(Generic[P, R]):
         ``context().message_rank`` is its point there)."""
         mesh = self._mesh
         if not mesh._whole:
-            kwargs = {**kwargs, _context.MESSAGE_SHAPE_KWARG: mesh._shape}
+            kwargs = {**kwargs, _context.MESSAGE_SHAPE_KWARG: mesh._plain_shape()}
         return _serial.dumps((args, kwargs))
 
     def _with_port(self, args: tuple, kwargs: dict) -> Any:
@@ -712,8 +712,10 @@ class ActorMesh(MeshShapeOps, Generic[A]):
         self._shape = shape
         self._proc_mesh = proc_mesh
         self._ordered: Optional[List["_castmesh.ActorRef"]] = None
-        # The mesh as spawned (False: a slice or reshape, whose calls carry its shape).
+        # The mesh as spawned (False: a slice or reshape, whose calls carry its
+        # shape as plain data, made once: _plain_shape).
         self._whole = True
+        self._plain: Optional[Tuple[Any, ...]] = None
         self._in_flight = _InFlight()  # choose()'s load, shared with slices and reshapes
         # Supervision record of a mesh this process spawned (None elsewhere),
         # and each base rank's position in the mesh as spawned.
@@ -736,6 +738,12 @@ class ActorMesh(MeshShapeOps, Generic[A]):
     @property
     def name(self) -> str:
         return self._name
+
+    def _plain_shape(self) -> Tuple[Any, ...]:
+        """The shape as a call to this slice carries it (shape_to_plain)."""
+        if self._plain is None:
+            self._plain = shape_to_plain(self._shape)
+        return self._plain
 
     def __len__(self) -> int:
         return len(self._shape)
