@@ -34,10 +34,11 @@ __version__: str = _castmesh.__version__
 from .actor import Actor, concurrent_endpoint, current_rank, current_size, endpoint
 from .errors import ActorError, ActorFailedError, CastmeshError, ProcError, SupervisionError
 from .future import Future
-from .mesh import (Accumulator, ActorMesh, Endpoint, EndpointRef, ProcMesh, Rendezvous, ResultStream,
-                   as_endpoint, rendezvous_proc_mesh, this_host, this_proc)
+from .actor_mesh import Accumulator, ActorMesh, Endpoint, EndpointRef, ResultStream, as_endpoint
+from .proc_mesh import ProcMesh, Rendezvous, rendezvous_proc_mesh, this_proc
 # Many hosts, one controller (docs/hosts.md).
-from .host_mesh import HostMesh, ProcCommand, attach_to_workers, run_worker_loop_forever
+from .host_mesh import HostMesh, ProcCommand, attach_to_workers, run_worker_loop_forever, this_host
+from . import mesh  # castmesh.mesh: the names it has always had
 from .instance import Context, Instance, context, current_actor_name, get_or_spawn_controller
 from .ports import Channel, Port, PortReceiver, send
 from .shape import Extent, Point, Shape, ValueMesh

@@ -1,16 +1,27 @@
-"""Where the calling code runs: the controller or one actor of a mesh.
+"""Where the calling code runs: the controller or one actor of a mesh, and
+the slice of it the message being handled was sent to.
 
 Each Python actor runs on its own dedicated thread in its worker proc, so the
-"current actor" is thread-local.
+"current actor" is thread-local. The current message's point is a context
+variable: concurrent calls of one actor (asyncio tasks) each see their own.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from typing import Any, Dict, Optional
 
 _local = threading.local()
+
+# Where a call to a slice of a mesh carries that slice's shape (as
+# shape.shape_to_plain gives it; a keyword no Python function can declare);
+# calls to a whole mesh carry none.
+MESSAGE_SHAPE_KWARG = "castmesh.message_shape"
+# The actor's point within the slice the current message was sent to (None:
+# the whole mesh, where it is the actor's own point).
+_message_point: "contextvars.ContextVar[Any]" = contextvars.ContextVar("castmesh_message_point", default=None)
 
 
 class ActorContext:
@@ -36,6 +47,20 @@ def set_current(ctx: Optional[ActorContext]) -> None:
 
 def current() -> Optional[ActorContext]:
     return getattr(_local, "ctx", None)
+
+
+def message_point() -> Any:
+    """The current message's point in the slice it was sent to (None: the whole mesh)."""
+    return _message_point.get()
+
+
+def set_message_point(point: Any) -> "contextvars.Token[Any]":
+    """Sets the current message's point until :func:`reset_message_point` (actor thread)."""
+    return _message_point.set(point)
+
+
+def reset_message_point(token: "contextvars.Token[Any]") -> None:
+    _message_point.reset(token)
 
 
 def in_worker() -> bool:

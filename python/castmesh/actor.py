@@ -21,7 +21,7 @@ from .shape import Point
 
 if TYPE_CHECKING:
     from .future import Future
-    from .mesh import EndpointRef
+    from .actor_mesh import EndpointRef
     from .shape import Shape
 
 __all__ = ["Actor", "endpoint", "concurrent_endpoint", "EndpointDescriptor", "current_rank", "current_size"]

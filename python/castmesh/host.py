@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import List, Optional
 
+from .errors import ProcError
 from .host_mesh import TRUST_ALL_CONNECTIONS, run_worker_loop_forever
 
 
@@ -28,8 +29,6 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--cert", default=None, help="mutual TLS: this host's certificate file")
     parser.add_argument("--key", default=None, help="mutual TLS: this host's private key file (mode 0600)")
     args = parser.parse_args(argv)
-    from .errors import ProcError
-
     try:
         run_worker_loop_forever(address=args.address, ca=args.ca, private_key=args.key, cert=args.cert,
                                 host_identity=args.host_identity)

@@ -17,15 +17,13 @@ import re
 import socket
 import sys
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import _castmesh, _context
+from . import _castmesh, _context, _runtime
 from .errors import ProcError, with_context
 from .future import Future, gather, in_thread
+from .proc_mesh import ProcMesh, _local_spawn_procs, _mesh_dims
 from .shape import MeshShapeOps, Point, Shape
-
-if TYPE_CHECKING:
-    from .mesh import ProcMesh
 
 TRUST_ALL_CONNECTIONS = "trust_all_connections"
 # The proc meshes this controller started on each agent (by its address),
@@ -124,8 +122,6 @@ class HostMesh(MeshShapeOps):
         host) or one entry per proc of a host, each a CPU list (``"0-3"``) or
         a dict with ``"cpus"``. Inside an actor, only this_host() can start
         procs (through the controller)."""
-        from .mesh import ProcMesh, _local_spawn_procs, _mesh_dims
-
         del name  # accepted for Monarch's signature; procs are named by their rank
         if self._pending is None:
             if bootstrap_command is not None or proc_bind is not None:
@@ -184,6 +180,17 @@ class HostMesh(MeshShapeOps):
 
     def __repr__(self) -> str:
         return "<HostMesh this_host>" if self._pending is None else f"<HostMesh {self._shape}>"
+
+
+_this_host: Optional[HostMesh] = None
+
+
+def this_host() -> HostMesh:
+    """The host running the caller."""
+    global _this_host
+    if _this_host is None:
+        _this_host = HostMesh(Shape({}))
+    return _this_host
 
 
 def _env_by_rank(command: Optional[BootstrapCommand], world: Shape) -> List[List[tuple]]:
@@ -266,9 +273,7 @@ def _controller_runtime(first_worker: str, secret: Optional[str], tls: Sequence[
     """Makes this process's runtime listen on TCP where the agents reach it,
     with mutual TLS when ``tls`` is (ca, cert, key) (unless it already is a
     proc: the attach then checks its address and TLS)."""
-    from . import mesh
-
-    if mesh._runtime_instance is not None:
+    if _runtime.current() is not None:
         return
     resolved = _castmesh.resolve_mesh_secret(secret or "")
     host = _dial_host(first_worker)
@@ -277,13 +282,13 @@ def _controller_runtime(first_worker: str, secret: Optional[str], tls: Sequence[
     except ValueError:
         loopback = host == "localhost"
     if loopback:
-        mesh._runtime(listen="tcp:127.0.0.1:0", secret=resolved, tls=tuple(tls))
+        _runtime.runtime(listen="tcp:127.0.0.1:0", secret=resolved, tls=tuple(tls))
         return
     try:
         local = _local_address_towards(host)
     except OSError as error:
         raise ProcError(f"cannot reach host agent {first_worker}: {error}", "UNAVAILABLE") from None
-    mesh._runtime(listen="tcp:0.0.0.0:0", secret=resolved, advertise_host=local, tls=tuple(tls))
+    _runtime.runtime(listen="tcp:0.0.0.0:0", secret=resolved, advertise_host=local, tls=tuple(tls))
 
 
 def attach_to_workers(*, workers: Sequence[Union[str, Future[str]]], ca: str = TRUST_ALL_CONNECTIONS,

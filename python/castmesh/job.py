@@ -41,9 +41,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from . import _castmesh
-from .host_mesh import HostMesh, attach_to_workers
-from .mesh import this_host
+from . import _castmesh, _runtime
+from .host_mesh import HostMesh, attach_to_workers, this_host
 
 __all__ = ["JobError", "JobState", "JobTrait", "LocalJob", "ProcessJob", "SlurmJob", "job_load"]
 
@@ -136,9 +135,7 @@ def _job_secret() -> str:
 def _check_controller_secret(secret: str, what: str) -> None:
     """A controller process has one runtime and one mesh secret: refuse,
     clearly, a job whose agents have another."""
-    from . import mesh
-
-    runtime = mesh._runtime_instance
+    runtime = _runtime.current()
     if runtime is not None and not runtime.has_secret(secret):
         raise JobError(f"{what}: this controller already runs with another mesh secret (a process has one); "
                        f"use this job from a new process, or give every job the same CASTMESH_SECRET")

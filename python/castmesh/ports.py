@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Generic, Optional, Tuple, TypeVar
 
-from . import _castmesh, _context, _serial
+from . import _castmesh, _context, _runtime, _serial
+from ._replies import decode_reply, error_reply
 from .future import Future
 
 __all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver", "send"]
@@ -31,16 +32,14 @@ __all__ = ["Channel", "Port", "PortReceiver", "RankedPortReceiver", "send"]
 R = TypeVar("R")
 
 # Where an endpoint call carries its response port (the port's address and
-# the answering member's rank are added by the host): a keyword no Python
+# the answering member's rank are added by its actor server): a keyword no Python
 # function can declare.
 PORT_KWARG = "castmesh.port"
 
 
 def _ensure_runtime() -> None:
     if not _context.in_worker():
-        from .mesh import _runtime
-
-        _runtime()
+        _runtime.runtime()
 
 
 class Port(Generic[R]):
@@ -65,9 +64,7 @@ class Port(Generic[R]):
 
     def exception(self, error: BaseException) -> None:
         """Sends an error: the receiver's ``recv()`` raises it."""
-        from ._host import _error_reply
-
-        _castmesh.port_send(self._address, _serial.dumps((self._rank, _error_reply(error))))
+        _castmesh.port_send(self._address, _serial.dumps((self._rank, error_reply(error))))
 
     def __reduce__(self) -> Any:
         return (Port, (self._address, self._rank))
@@ -122,8 +119,6 @@ class PortReceiver(Generic[R]):
 
     @staticmethod
     def _ranked(slot: Any, timeout: Optional[float], address: str, raw: bool = False) -> Tuple[Optional[int], Any]:
-        from ._host import decode_reply
-
         data = slot.wait(-1.0 if timeout is None else timeout)  # the queue itself never fails it
         if data is None:
             raise TimeoutError(f"no message at port {address} within {timeout} s")
@@ -186,13 +181,11 @@ def send(endpoint: Any, args: Tuple[Any, ...], kwargs: Optional[Dict[str, Any]] 
     there (an explicit-response endpoint gets ``port`` as its first
     argument); without, results are dropped (as ``broadcast``).
     ``selection="choose"`` (Monarch's) sends to one actor instead, chosen as
-    ``choose()`` chooses (round-robin); slice the mesh to pick others."""
+    ``choose()`` chooses (the member with the fewest ``choose()`` requests in
+    flight; this send is not counted among them, having no reply to wait
+    for); slice the mesh to pick others."""
     if selection == "choose":
-        from .mesh import EndpointRef  # noqa: PLC0415 - mesh imports this module
-
-        mesh = endpoint._mesh
-        position = next(mesh._chooser) % len(mesh)
-        endpoint = EndpointRef(mesh.slice(**mesh.shape.point(position).coords), endpoint._name, endpoint._explicit)
+        endpoint = endpoint._chosen()
     elif selection != "all":
         raise ValueError(f"send(..., selection={selection!r}): 'all' or 'choose'; slice the mesh to pick actors")
     endpoint._send(tuple(args), dict(kwargs or {}), port)

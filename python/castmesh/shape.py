@@ -304,6 +304,23 @@ def _shape_from_state(labels: Sequence[str], offset: int, sizes: Sequence[int], 
     return Shape._of(impl, list(flips) or [False] * len(labels))
 
 
+def shape_to_plain(shape: Shape) -> Tuple[Any, ...]:
+    """`shape` as one flat tuple of numbers, strings and bools (plain data,
+    which castmesh._serial pickles without cloudpickle): the offset, then
+    each dimension's label, size, stride and whether it is reversed."""
+    impl = shape._impl
+    out: List[Any] = [impl.offset]
+    for label, size, stride, flip in zip(impl.labels, impl.sizes, impl.strides, shape._flips):
+        out += [label, size, stride, bool(flip)]
+    return tuple(out)
+
+
+def shape_from_plain(plain: Sequence[Any]) -> Shape:
+    """The Shape of :func:`shape_to_plain`'s tuple."""
+    dims = plain[1:]
+    return _shape_from_state(dims[0::4], plain[0], dims[1::4], dims[2::4], dims[3::4])
+
+
 class Extent(Mapping[str, int]):
     """Names and sizes of a mesh's dimensions (Monarch's Extent): a mapping
     from name to size, with ``labels``, ``sizes`` and ``nelements``."""

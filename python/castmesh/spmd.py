@@ -16,10 +16,11 @@ import os
 import socket
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from .actor import current_rank
 from .future import Future, in_thread
 
 if TYPE_CHECKING:
-    from .mesh import ProcMesh
+    from .proc_mesh import ProcMesh
 
 __all__ = ["setup_torch_elastic_env", "setup_torch_elastic_env_async"]
 
@@ -40,8 +41,6 @@ def _free_port() -> int:
 
 def _apply(table: Dict[int, Dict[str, str]]) -> None:
     """Sets this proc's variables (its rank is its position in the mesh)."""
-    from .actor import current_rank
-
     os.environ.update(table[current_rank().rank])
 
 

@@ -30,11 +30,11 @@ import threading
 from datetime import datetime
 from typing import Any, Dict, List, Optional
 
-from . import _castmesh, _serial
+from . import _castmesh, _context, _serial
 
 __all__ = ["MeshFailure", "unhandled_fault_hook"]
 
-# The endpoint name a PyActorHost gets a MeshFailure under (not a Python
+# The endpoint name a PyActorServer gets a MeshFailure under (not a Python
 # identifier, so no user endpoint can clash with it).
 SUPERVISE_ENDPOINT = "castmesh.__supervise__"
 # The first message of every spawned actor: it runs the constructor (sent
@@ -127,7 +127,7 @@ def watch(name: str, shape: Any, refs: List[Any], owner: Optional[str]) -> int:
         if _thread is None and not _shutting_down:
             _thread = threading.Thread(target=_deliver_forever, name="castmesh-supervision", daemon=True)
             _thread.start()
-            # Also where castmesh.mesh's exit hook (which calls it too; the
+            # Also where castmesh._runtime's exit hook (which calls it too; the
             # second call does nothing) is not registered, e.g. in a worker.
             atexit.register(shutting_down)
     _castmesh.watch_failures(refs, token)
@@ -196,8 +196,6 @@ def summary(failures: List[MeshFailure]) -> str:
 
 def expect_failure(actor: str) -> None:
     """A call to `actor` here learnt that it failed: its MeshFailure is on its way."""
-    from . import _context
-
     if _context.in_worker():  # a worker's failures go to their owners, not its exit
         return
     with _lock:
@@ -269,8 +267,6 @@ def _deliver(owner: Optional[str], failure: MeshFailure) -> None:
         # Into the owning actor, between its calls: its __supervise__ decides.
         _castmesh.ActorRef.from_address(owner).tell(SUPERVISE_ENDPOINT, _serial.dumps(failure))
         return
-    from . import _context
-
     if _context.in_worker():
         sys.stderr.write(f"castmesh: mesh failure with no owning actor in worker {os.getpid()}: "
                          f"{failure.report()}\n")
@@ -281,9 +277,9 @@ def _deliver(owner: Optional[str], failure: MeshFailure) -> None:
 def deliver_to_controller(failure: MeshFailure) -> None:
     """castmesh.unhandled_fault_hook(failure) in the controller; the process
     exits 1 if the hook raises."""
-    import castmesh
-
-    hook = getattr(castmesh, "unhandled_fault_hook", unhandled_fault_hook)
+    # The package's attribute, which the user may have replaced (the package
+    # is imported: it imports this module).
+    hook = getattr(sys.modules.get("castmesh"), "unhandled_fault_hook", unhandled_fault_hook)
     try:
         hook(failure)
     except BaseException as error:  # noqa: BLE001 - SystemExit included: unhandled

@@ -33,9 +33,9 @@ void bind_rdma(pybind11::module_& module);
 void bind_tensor_engine(pybind11::module_& module);
 // CallFuture, MeshCallFuture: pending results of calls (call_slot.cc).
 void bind_call_slots(pybind11::module_& module);
-// ActorRef: one Python actor host (host_actor.cc).
-void bind_host_actor(pybind11::module_& module);
-// ProcMesh, ActorMesh, ReplyStream: meshes of Python actor hosts (mesh_binding.cc).
+// ActorRef: one Python actor server (actor_server.cc).
+void bind_actor_server(pybind11::module_& module);
+// ProcMesh, ActorMesh, ReplyStream: meshes of Python actor servers (mesh_binding.cc).
 void bind_meshes(pybind11::module_& module);
 // Runtime, spawn_in_this_proc, run_worker: this process's runtime (runtime_binding.cc).
 void bind_runtime(pybind11::module_& module);

@@ -1,5 +1,5 @@
 // castmesh._castmesh.ProcMesh, ActorMesh and ReplyStream: the C++ ProcMesh
-// and ActorMesh of Python actor hosts (cast tree, supervision) for
+// and ActorMesh of Python actor servers (cast tree, supervision) for
 // castmesh.mesh.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "actor_server.h"
 #include "bindings.h"
 #include "call_slot.h"
 #include "castmesh/actor_mesh.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/shape.h"
-#include "host_actor.h"
 #include "py_reducers.h"
 #include "status_binding.h"
 
@@ -22,11 +22,11 @@ namespace castmesh::python {
 namespace py = pybind11;
 namespace {
 
-// A castmesh::ActorMesh over the Python actor hosts of a ProcMesh: cast and
+// A castmesh::ActorMesh over the Python actor servers of a ProcMesh: cast and
 // call travel along the mesh's cast tree, and a member whose proc dies fails
 // pending and later calls naming its point.
 struct ActorMeshHandle {
-  ActorMesh<PyActorHost> mesh;
+  ActorMesh<PyActorServer> mesh;
 
   std::vector<PyActorRef> refs() const {
     std::vector<PyActorRef> out;
@@ -101,7 +101,7 @@ struct PyReplyStream {
 
 ActorMeshHandle spawn_actor_mesh(const ProcMesh& procs, const std::string& name, std::string spec,
                              const std::vector<std::pair<std::string, size_t>>& dims) {
-  absl::StatusOr<ActorMesh<PyActorHost>> mesh = absl::UnknownError("not spawned");
+  absl::StatusOr<ActorMesh<PyActorServer>> mesh = absl::UnknownError("not spawned");
   {
     py::gil_scoped_release release;
     absl::StatusOr<Shape> shape = Shape::Create(dims);
@@ -113,17 +113,17 @@ ActorMeshHandle spawn_actor_mesh(const ProcMesh& procs, const std::string& name,
       // A dead proc fails the calls that include it (ProcError in Python);
       // the actors on the other procs keep running.
       options.on_failure = [](const MeshEvent&) { return MeshFailureAction::kContinue; };
-      mesh = ActorMesh<PyActorHost>::Spawn(procs, *shape, std::move(options), spec);
+      mesh = ActorMesh<PyActorServer>::Spawn(procs, *shape, std::move(options), spec);
     }
   }
   return ActorMeshHandle{value_or_throw(std::move(mesh), ErrorDomain::kProc)};
 }
 
 std::vector<PyActorRef> spawn_on_mesh(const ProcMesh& mesh, const std::string& name, std::string spec) {
-  absl::StatusOr<std::vector<ActorRef<PyActorHost>>> refs;
+  absl::StatusOr<std::vector<ActorRef<PyActorServer>>> refs;
   {
     py::gil_scoped_release release;
-    refs = mesh.spawn<PyActorHost>(name, spec);
+    refs = mesh.spawn<PyActorServer>(name, spec);
   }
   if (!refs.ok()) throw_status(refs.status(), ErrorDomain::kProc);
   std::vector<PyActorRef> out;
@@ -139,7 +139,7 @@ void bind_meshes(py::module_& module) {
       .def("next", &PyReplyStream::next, py::arg("timeout") = -1.0);
 
   py::class_<ActorMeshHandle>(module, "ActorMeshHandle",
-                          "castmesh::ActorMesh of Python actor hosts (cast tree, supervision).")
+                          "castmesh::ActorMesh of Python actor servers (cast tree, supervision).")
       .def_property_readonly("size", [](const ActorMeshHandle& m) { return m.mesh.size(); })
       .def("refs", &ActorMeshHandle::refs)
       .def("select_index", &ActorMeshHandle::select_index, py::arg("name"), py::arg("index"))
@@ -194,9 +194,9 @@ void bind_meshes(py::module_& module) {
           py::arg("name"), py::arg("start"), py::arg("stop"), py::arg("step"),
           "The procs of a range of a dimension (indices normalised by castmesh.Shape).")
       .def("spawn", &spawn_on_mesh, py::arg("name"), py::arg("spec"),
-           "Spawns one Python actor host per proc (index = rank).")
+           "Spawns one Python actor server per proc (index = rank).")
       .def("spawn_mesh", &spawn_actor_mesh, py::arg("name"), py::arg("spec"), py::arg("dims"),
-           "Spawns one Python actor host per proc as a castmesh::ActorMesh of shape `dims`.")
+           "Spawns one Python actor server per proc as a castmesh::ActorMesh of shape `dims`.")
       .def("stop", [](ProcMesh& m) {
         absl::Status status;
         {

@@ -36,7 +36,7 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_rdma(module);
   castmesh::python::bind_tensor_engine(module);
   castmesh::python::bind_call_slots(module);
-  castmesh::python::bind_host_actor(module);
+  castmesh::python::bind_actor_server(module);
   castmesh::python::bind_meshes(module);
   castmesh::python::bind_runtime(module);
   castmesh::python::bind_hosts(module);

@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "actor_server.h"
 #include "bindings.h"
+#include "castmesh/detail/embedding.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
-#include "castmesh/detail/embedding.h"
 #include "castmesh/shape.h"
-#include "host_actor.h"
 #include "status_binding.h"
 
 namespace castmesh::python {
@@ -162,7 +162,7 @@ void bind_runtime(py::module_& module) {
       .def(
           "spawn_local",
           [](PyRuntime& rt, const std::string& name, std::string spec, std::optional<uint64_t> index) {
-            return PyActorRef{spawn_host_here(rt.runtime(), name, std::move(spec), index)};
+            return PyActorRef{spawn_server_here(rt.runtime(), name, std::move(spec), index)};
           },
           py::arg("name"), py::arg("spec"), py::arg("index") = py::none(),
           "Spawns a Python actor in the controller (a fixed `index` gives it a well-known address).")
@@ -171,7 +171,7 @@ void bind_runtime(py::module_& module) {
   module.def(
       "spawn_in_this_proc",
       [](const std::string& name, std::string spec) {
-        return PyActorRef{spawn_host_here(current_runtime(), name, std::move(spec))};
+        return PyActorRef{spawn_server_here(current_runtime(), name, std::move(spec))};
       },
       py::arg("name"), py::arg("spec"), "Spawns a Python actor in the proc running the caller (workers).");
 

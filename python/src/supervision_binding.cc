@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "actor_server.h"
 #include "bindings.h"
 #include "call_slot.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
 #include "castmesh/supervision.h"
-#include "host_actor.h"
 
 namespace castmesh::python {
 namespace py = pybind11;

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from typing import Optional
 
 import pytest
 
@@ -168,6 +169,43 @@ def test_choose_spreads_over_the_mesh(counters):
     values = list(counters.get_sync.call().get(timeout=30).values())
     assert sum(values) == 8
     assert values == [2, 2, 2, 2]
+
+
+class GatedWorker(Actor):
+    """Answers with its rank; a call given a port first tells it (rank, gate
+    port) and then waits until the gate port is sent something."""
+
+    @endpoint
+    def work(self, entered: Optional[castmesh.Port] = None) -> int:
+        rank = current_rank().rank
+        if entered is not None:
+            gate, opened = castmesh.Channel.open()
+            entered.send((rank, gate))
+            opened.recv().get(timeout=120)
+        return rank
+
+
+@pytest.mark.timeout(120)
+def test_choose_skips_a_busy_member_while_an_idle_one_exists(procs):
+    """choose() picks the member with the fewest choose() requests in flight:
+    the one held busy behind a gate is never chosen while others are idle
+    (round-robin would reach it within len(mesh) calls)."""
+    workers = procs.spawn("gated_workers", GatedWorker)
+    entered, entries = castmesh.Channel.open()
+    held = workers.work.choose(entered)
+    busy, gate = entries.recv().get(timeout=30)
+    try:
+        # Each waits for its answer: a call that reached the busy member would not get one.
+        answered = [workers.work.choose().get(timeout=30) for _ in range(2 * len(workers))]
+        assert busy not in answered
+        assert set(answered) == set(range(len(workers))) - {busy}  # the idle ones share the load
+        assert not held.done()
+    finally:
+        gate.send("open")
+    assert held.get(timeout=30) == busy
+    # Idle again: it is chosen again.
+    assert busy in {workers.work.choose().get(timeout=30) for _ in range(len(workers))}
+    workers.stop().get(timeout=30)
 
 
 def test_stream_yields_a_future_per_member_in_completion_order(counters):

@@ -54,10 +54,15 @@ class Inspector(Actor):
         return tally.add.call_one(n).get(timeout=30), tally.where.call_one().get(timeout=30)
 
 
+def _one_mesh(cls: type, name: str, **per_host: int):
+    """A module fixture's body: procs shaped by `per_host`, one `cls` on each."""
+    with this_host().spawn_procs(per_host=per_host) as procs:
+        yield procs.spawn(name, cls)
+
+
 @pytest.fixture(scope="module")
 def inspectors():
-    with this_host().spawn_procs(per_host={"hosts": 1, "gpus": 2}) as procs:
-        yield procs.spawn("inspectors", Inspector)
+    yield from _one_mesh(Inspector, "inspectors", hosts=1, gpus=2)
 
 
 @pytest.mark.timeout(60)
@@ -107,3 +112,82 @@ def test_this_proc_in_the_controller_spawns_there():
     assert pid == os.getpid() and "local_tally" in name
     assert local.add.call_one(1).get(timeout=30) == 6
     local.stop().get(timeout=30)
+
+
+class MessageRanks(Actor):
+    """Says where each message found it: ``context().message_rank`` (the
+    point in the slice the message was sent to) next to its own rank."""
+
+    def __init__(self) -> None:
+        self.broadcast_rank = None
+
+    @endpoint
+    def record(self) -> None:
+        self.broadcast_rank = dict(context().message_rank)
+
+    @endpoint
+    def where(self) -> tuple:
+        message = context().message_rank
+        return dict(context().actor_instance.rank), message.rank, dict(message)
+
+    @endpoint
+    def recorded(self) -> tuple:
+        return dict(context().actor_instance.rank), self.broadcast_rank
+
+
+@pytest.fixture(scope="module")
+def ranked():
+    yield from _one_mesh(MessageRanks, "message_ranks", hosts=2, gpus=2)
+
+
+@pytest.mark.timeout(60)
+def test_message_rank_of_a_whole_mesh_call_is_the_actors_rank(ranked):
+    for own, rank, message in ranked.where.call().get(timeout=30).values():
+        assert message == own and rank == 2 * own["hosts"] + own["gpus"]
+
+
+@pytest.mark.timeout(60)
+def test_message_rank_of_a_broadcast_to_a_slice_is_the_point_in_the_slice(ranked):
+    ranked.slice(gpus=1).record.broadcast()
+    # Calls from one sender reach each member in order: the broadcast is handled first.
+    recorded = dict((tuple(own.items()), seen) for own, seen in ranked.recorded.call().get(timeout=30).values())
+    assert recorded == {
+        (("hosts", 0), ("gpus", 0)): None,
+        (("hosts", 0), ("gpus", 1)): {"hosts": 0},
+        (("hosts", 1), ("gpus", 0)): None,
+        (("hosts", 1), ("gpus", 1)): {"hosts": 1},
+    }
+
+
+@pytest.mark.timeout(60)
+def test_message_rank_of_a_call_to_a_slice(ranked):
+    answers = list(ranked.slice(hosts=1).where.call().get(timeout=30).values())
+    assert answers == [({"hosts": 1, "gpus": 0}, 0, {"gpus": 0}), ({"hosts": 1, "gpus": 1}, 1, {"gpus": 1})]
+    # A range keeps its dimension, numbered from the slice's start; a reversed one counts from its end.
+    answers = list(ranked.slice(hosts=slice(1, 2), gpus=slice(None, None, -1)).where.call().get(timeout=30).values())
+    assert answers == [({"hosts": 1, "gpus": 1}, 0, {"hosts": 0, "gpus": 0}),
+                       ({"hosts": 1, "gpus": 0}, 1, {"hosts": 0, "gpus": 1})]
+
+
+@pytest.mark.timeout(60)
+def test_message_rank_of_a_call_to_one_member_has_no_dimensions(ranked):
+    assert ranked.slice(hosts=0, gpus=1).where.call_one().get(timeout=30) == ({"hosts": 0, "gpus": 1}, 0, {})
+    own, rank, message = ranked.where.choose().get(timeout=30)
+    assert (rank, message) == (0, {}) and set(own) == {"hosts", "gpus"}
+
+
+@pytest.mark.timeout(60)
+def test_message_rank_of_a_slice_passed_to_another_actor(ranked):
+    """A slice pickled into an actor still calls as that slice."""
+    relay = this_proc().spawn("relay", Relay)
+    try:
+        answers = relay.call_where.call_one(ranked.slice(gpus=0)).get(timeout=30)
+        assert answers == [({"hosts": 0, "gpus": 0}, 0, {"hosts": 0}), ({"hosts": 1, "gpus": 0}, 1, {"hosts": 1})]
+    finally:
+        relay.stop().get(timeout=30)
+
+
+class Relay(Actor):
+    @endpoint
+    def call_where(self, mesh: ActorMesh) -> list:
+        return list(mesh.where.call().get(timeout=30).values())

@@ -64,7 +64,7 @@ def test_a_constructor_failing_on_every_proc_is_one_error():
         re.fullmatch(r"\{gpus=[0-3]\}", p) for p in points), points
     assert text.count("Traceback (most recent call last)") == 1, text  # the first one, once
     assert text.count("bad config") == 2, text  # the summary line and the traceback's last line
-    for internal in ("castmesh.__init__", "_host.py", "unhandled actor failure", "remote actor"):
+    for internal in ("castmesh.__init__", "_actor_server.py", "_replies.py", "unhandled actor failure", "remote actor"):
         assert internal not in text, (internal, text)
 
 

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import errors
+from .views import byte_view
 
 
 class _Unavailable(type):
@@ -237,7 +238,6 @@ class Datatype(Unavailable):
         return int(count) * self._size
 
     def Pack(self, inbuf: Any, outbuf: Any, position: int, comm: Any = None) -> int:  # noqa: N802
-        from .buffers import byte_view  # noqa: PLC0415 - buffers imports this module
         src = byte_view(inbuf, writable=False)
         dst = byte_view(outbuf, writable=True)
         count = src.size // self.extent if self.extent else 0
@@ -248,7 +248,6 @@ class Datatype(Unavailable):
         return position + data.size
 
     def Unpack(self, inbuf: Any, position: int, outbuf: Any, comm: Any = None) -> int:  # noqa: N802
-        from .buffers import byte_view  # noqa: PLC0415
         src = byte_view(inbuf, writable=False)
         dst = byte_view(outbuf, writable=True)
         count = dst.size // self.extent if self.extent else 0

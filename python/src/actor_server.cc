@@ -1,9 +1,10 @@
-// PyActorHost (host_actor.h), its registration for spawning by name, and
+// PyActorServer (actor_server.h), its registration for spawning by name, and
 // castmesh._castmesh.ActorRef.
-#include "host_actor.h"
+#include "actor_server.h"
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bindings.h"
 #include "castmesh/proc_mesh.h"
 #include "status_binding.h"
@@ -11,30 +12,30 @@
 namespace castmesh::python {
 namespace py = pybind11;
 
-PyActorHost::~PyActorHost() { release_host(); }
+PyActorServer::~PyActorServer() { release_server(); }
 
-void PyActorHost::on_start() {
+void PyActorServer::on_start() {
   if (!python_usable()) return;
   py::gil_scoped_acquire gil;
   try {
-    py::object host_class = py::module_::import("castmesh._host").attr("ActorHost");
-    host_ = host_class(py::bytes(spec_), address().to_string(), address().index);
+    py::object server_class = py::module_::import("castmesh._actor_server").attr("ActorServer");
+    server_ = server_class(py::bytes(spec_), address().to_string(), address().index);
   } catch (py::error_already_set& error) {
-    // castmesh._host reports constructor errors as the host's failure
+    // castmesh._actor_server reports constructor errors as the server's failure
     // (below); this is a broken installation (module missing).
-    fail(absl::InternalError(std::string("cannot create the Python actor host: ") + error.what()));
+    fail(absl::InternalError(std::string("cannot create the Python actor server: ") + error.what()));
   }
   spec_.clear();
   fail_if_python_failed();
 }
 
-void PyActorHost::on_stop() { release_host(); }
+void PyActorServer::on_stop() { release_server(); }
 
-std::string PyActorHost::call(const PyCall& call) {
+std::string PyActorServer::call(const PyCall& call) {
   if (!python_usable()) return {};
   py::gil_scoped_acquire gil;
-  if (!host_) return {};
-  py::object reply = host_.attr("handle")(
+  if (!server_) return {};
+  py::object reply = server_.attr("handle")(
       call.endpoint, py::memoryview::from_memory(call.payload.data(), call.payload.size()), call.oneway);
   char* data = nullptr;
   Py_ssize_t size = 0;
@@ -44,67 +45,71 @@ std::string PyActorHost::call(const PyCall& call) {
   return out;
 }
 
-void PyActorHost::fail_if_python_failed() {
-  if (!host_) return;
-  py::object failure = host_.attr("failure");
+void PyActorServer::fail_if_python_failed() {
+  if (!server_) return;
+  py::object failure = server_.attr("failure");
   if (!failure.is_none()) fail(absl::AbortedError(py::str(failure).cast<std::string>()));
 }
 
-void PyActorHost::release_host() {
-  if (!host_ || !python_usable()) {
+void PyActorServer::release_server() {
+  if (!server_ || !python_usable()) {
     // Interpreter gone: leak the reference rather than touch Python.
-    if (host_) host_.release();
+    if (server_) server_.release();
     return;
   }
   py::gil_scoped_acquire gil;
   try {
-    host_.attr("close")();
+    server_.attr("close")();
   } catch (py::error_already_set&) {
   }
-  host_ = py::object();
+  server_ = py::object();
 }
 
-ActorRef<PyActorHost> spawn_host_here(Runtime& runtime, const std::string& name, std::string spec,
-                                      std::optional<uint64_t> index) {
+ActorRef<PyActorServer> spawn_server_here(Runtime& runtime, const std::string& name, std::string spec,
+                                          std::optional<uint64_t> index) {
   SpawnOptions options;
   options.name = name;
   options.index = index;
   options.dedicated_thread = true;
-  return value_or_throw(runtime.spawn_with<PyActorHost>(std::move(options), std::move(spec)), ErrorDomain::kProc);
+  return value_or_throw(runtime.spawn_with<PyActorServer>(std::move(options), std::move(spec)), ErrorDomain::kProc);
 }
 
 namespace {
 
-constexpr char kHostActorName[] = "castmesh.PyActorHost";
+// The name other procs spawn it by: part of the wire (spawn requests), so it
+// keeps the spelling it had before the class was renamed (docs/architecture.md, "Names").
+constexpr char kServerActorName[] = "castmesh.PyActorHost";
 
-// Registered by hand (not CASTMESH_REGISTER_ACTOR) so that hosts spawned by
+// Registered by hand (not CASTMESH_REGISTER_ACTOR) so that servers spawned by
 // other procs get a dedicated thread.
-const bool g_host_registered [[maybe_unused]] = [] {
+const bool g_server_registered [[maybe_unused]] = [] {
   detail::ActorFactory factory;
-  factory.name = kHostActorName;
+  factory.name = kServerActorName;
   factory.arg_types = {std::string(type_name<std::string>())};
   factory.spawn = [](Runtime& runtime, SpawnOptions options,
                      const std::vector<std::string>& args) -> absl::StatusOr<Address> {
-    if (args.size() != 1) return absl::InvalidArgumentError("castmesh.PyActorHost takes one argument (the spec)");
+    if (args.size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(kServerActorName, " takes one argument (the spec)"));
+    }
     std::string spec;
     if (absl::Status st = detail::decode_value(args[0], &spec); !st.ok()) return st;
     options.dedicated_thread = true;
-    auto ref = runtime.spawn_with<PyActorHost>(std::move(options), std::move(spec));
+    auto ref = runtime.spawn_with<PyActorServer>(std::move(options), std::move(spec));
     if (!ref.ok()) return ref.status();
     return ref->address();
   };
-  detail::register_actor_factory(type_id<PyActorHost>(), std::move(factory));
+  detail::register_actor_factory(type_id<PyActorServer>(), std::move(factory));
   return true;
 }();
 
 PyActorRef ref_from_address(const std::string& text) {
-  return PyActorRef{ActorRef<PyActorHost>::from_address(value_or_throw(Address::parse(text), ErrorDomain::kValue))};
+  return PyActorRef{ActorRef<PyActorServer>::from_address(value_or_throw(Address::parse(text), ErrorDomain::kValue))};
 }
 
 }  // namespace
 
-void bind_host_actor(py::module_& module) {
-  py::class_<PyActorRef>(module, "ActorRef", "Address of one Python actor host (castmesh.PyActorHost).")
+void bind_actor_server(py::module_& module) {
+  py::class_<PyActorRef>(module, "ActorRef", "Address of one Python actor server (castmesh.PyActorServer).")
       .def_static("from_address", &ref_from_address, py::arg("address"))
       .def_property_readonly("address", [](const PyActorRef& r) { return r.ref.address().to_string(); })
       .def_property_readonly("proc", [](const PyActorRef& r) { return r.ref.address().proc; })

@@ -1,11 +1,10 @@
-"""Worker side of a Python actor: ``castmesh.PyActorHost`` (C++, one
-dedicated thread per actor) creates one ActorHost and hands it every call.
+"""Worker side of a Python actor: ``castmesh.PyActorServer`` (C++, one
+dedicated thread per actor) creates one ActorServer and hands it every call.
 
-A call's reply is ``dumps(("ok", value))`` or ``dumps(("err", (type name,
-message, formatted traceback, pickled exception or None)))`` (``"failed"``
-instead of ``"err"`` when the error failed the actor); an endpoint
+A call's reply is built by castmesh._replies (``("ok", value)`` or the
+error that the call raised, marked when it failed the actor); an endpoint
 that raises an ``Exception`` does not stop its actor. The actor *fails*
-(``failure`` is set; the C++ host then fails, so its mesh and owner see it)
+(``failure`` is set; the C++ server then fails, so its mesh and owner see it)
 when its constructor raises, when an endpoint raises a ``BaseException``
 that is not an ``Exception``, or when its ``__supervise__`` does not handle
 a failure of a mesh it owns. ``__cleanup__(exc)`` runs when it stops, for
@@ -16,16 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import os
-import struct
 import sys
 import threading
-import traceback
-from typing import Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
-from . import _context, _serial
+from . import _castmesh, _context, _serial
+from ._replies import error_reply, reply_piece, user_traceback
+from .actor import AS_ENDPOINT, AS_ENDPOINT_WITH_PORT, REDUCE_PREFIX, EndpointDescriptor
 from .errors import ActorError, ActorFailedError, SupervisionError
-from .ports import Port
+from .ports import PORT_KWARG, DroppingPort, Port
+from .shape import Point, shape_from_plain
 from .supervision import INIT_ENDPOINT, SUPERVISE_ENDPOINT
 
 
@@ -49,65 +48,9 @@ class _AnsweringPort(Port[Any]):
 
 
 _NO_RESULT = object()
-_INT64 = range(-(2**63), 2**63)
-
-
-def reply_piece(result: Any, reply: bytes) -> bytes:
-    """A reply as a piece for the C++ reducers (python/src/py_reducers.h): an
-    exact int (not bool) within int64 or an exact float as a number the
-    relays can fold; anything else (another type, an error) as the reply."""
-    if type(result) is int and result in _INT64:
-        return b"I" + struct.pack("<q", result)
-    if type(result) is float:
-        return b"F" + struct.pack("<d", result)
-    return b"R" + reply
-
-
-def piece_values(piece: bytes, actor: str) -> List[Tuple[bool, Any]]:
-    """The (ok, value | ActorError) outcomes a piece holds, in row-major
-    order of the members (a folded number counts as one value)."""
-    tag, body = piece[:1], piece[1:]
-    if tag == b"I":
-        return [(True, struct.unpack("<q", body)[0])]
-    if tag == b"F":
-        return [(True, struct.unpack("<d", body)[0])]
-    if tag == b"R":
-        return [decode_reply(body, actor)]
-    if tag == b"L":
-        out: List[Tuple[bool, Any]] = []
-        offset = 0
-        while offset < len(body):
-            (size,) = struct.unpack_from("<I", body, offset)
-            out.extend(piece_values(body[offset + 4:offset + 4 + size], actor))
-            offset += 4 + size
-        return out
-    raise ValueError(f"not a reply piece (tag {tag!r})")
-
-
-def _user_traceback(error: BaseException) -> str:
-    """`error`'s formatted traceback without castmesh's own frames above the user's code."""
-    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None and \
-            os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(error), error, tb))
-
-
-def _error_reply(error: BaseException, fails_actor: bool = False) -> bytes:
-    """The reply of a call that raised `error`; `fails_actor`: it failed the
-    actor too (the caller raises ActorFailedError, a SupervisionError)."""
-    kind = type(error)
-    type_name = f"{kind.__module__}.{kind.__qualname__}"
-    text = _user_traceback(error)
-    try:
-        exc_bytes: Optional[bytes] = _serial.dumps(error)
-    except Exception:  # noqa: BLE001 - the exception itself may not pickle
-        exc_bytes = None
-    return _serial.dumps(("failed" if fails_actor else "err", (type_name, str(error), text, exc_bytes)))
-
-
-class ActorHost:
+# How many slices' points an actor remembers (_message_point) before starting afresh.
+_MESSAGE_POINTS_KEPT = 64
+class ActorServer:
     """Holds one Python actor instance and dispatches calls to its endpoints."""
 
     def __init__(self, spec: bytes, address: str, index: int) -> None:
@@ -125,7 +68,9 @@ class ActorHost:
         self._init_error: Optional[bytes] = None
         self._context: Optional[_context.ActorContext] = None
         self._endpoints: dict = {}
-        # Why this actor failed ("Type: message"), read by the C++ host after
+        # The actor's point in each slice calls were sent to, by that slice (_message_point).
+        self._message_points: Dict[Tuple[Any, ...], Point] = {}
+        # Why this actor failed ("Type: message"), read by the C++ server after
         # its constructor and each call; None while it is healthy.
         self.failure: Optional[str] = None
         self._failure_exception: Optional[BaseException] = None
@@ -136,8 +81,6 @@ class ActorHost:
         self._pending: Optional[Tuple[Any, tuple, dict]] = None
         try:
             cls, args, kwargs, name, shape, base_rank_to_position, extra = _serial.loads(spec)
-            from .shape import Point
-
             # A one-point mesh (this_proc().spawn) has its point whatever index
             # the runtime gave the actor.
             position = 0 if len(shape) == 1 else base_rank_to_position.get(index, index)
@@ -147,7 +90,7 @@ class ActorHost:
                 f"{cls.__module__}.{cls.__qualname__}", extra.get("controller", ""), extra.get("proc_mesh"))
             self._pending = (cls, args, kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
-            self._init_error = _error_reply(error)
+            self._init_error = error_reply(error)
             self._fail(error, "its spawn message did not load:")
 
     def _construct(self) -> None:
@@ -161,10 +104,10 @@ class ActorHost:
         try:
             self._instance = self._invoke(cls, *args, **kwargs)
         except BaseException as error:  # noqa: BLE001 - reported to every caller
-            self._init_error = _error_reply(error)
+            self._init_error = error_reply(error)
             self._fail(error, f"its constructor {getattr(cls, '__qualname__', cls)}() raised")
             # The reason's later lines (MeshFailure.reason): the user's frames.
-            self.failure += "\n" + _user_traceback(error).rstrip()
+            self.failure += "\n" + user_traceback(error).rstrip()
 
     def handle(self, endpoint: str, payload: memoryview, oneway: bool = False) -> bytes:
         """Runs one endpoint call; never raises (errors become the reply).
@@ -173,8 +116,6 @@ class ActorHost:
         are printed to the worker's stderr, naming the actor. A call named
         ``castmesh.reduce:<op>:<endpoint>`` (an Accumulator's) is answered
         with a piece for the C++ reducer (see :func:`reply_piece`)."""
-        from .actor import REDUCE_PREFIX
-
         if not endpoint.startswith(REDUCE_PREFIX):
             return self._handle(endpoint, payload, oneway)
         _op, _, name = endpoint[len(REDUCE_PREFIX):].partition(":")
@@ -193,16 +134,19 @@ class ActorHost:
             if oneway and endpoint != INIT_ENDPOINT:
                 self._report(endpoint, self._init_error)
             return self._init_error
-        # Set per call: the host may be created on another thread than the
+        # Set per call: the server may be created on another thread than the
         # one that runs its calls.
         _context.set_current(self._context)
         if self.failure is not None:
-            return self._init_error or _error_reply(RuntimeError(f"actor {self._address} has failed: {self.failure}"))
+            return self._init_error or error_reply(RuntimeError(f"actor {self._address} has failed: {self.failure}"))
         if endpoint == SUPERVISE_ENDPOINT:
             return self._supervise(payload)
         port = None
+        sent_to = None
         try:
             args, kwargs = _serial.loads(payload)
+            slice_shape = kwargs.pop(_context.MESSAGE_SHAPE_KWARG, None)
+            sent_to = _context.set_message_point(self._message_point(slice_shape))
             descriptor = self._endpoint(endpoint)
             port = self._response_port(kwargs, descriptor.answers_through_port)
             if descriptor.concurrent:
@@ -218,26 +162,46 @@ class ActorHost:
             self._result = result
             return _serial.dumps(("ok", result))
         except Exception as error:  # noqa: BLE001 - every failure goes back to the caller
-            reply = _error_reply(error)
+            reply = error_reply(error)
             if port is not None:
                 port.exception(error)
             elif oneway:
                 self._report(endpoint, reply)
             return reply
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
-            reply = _error_reply(error, fails_actor=True)
+            reply = error_reply(error, fails_actor=True)
             if oneway:  # a caller gets it in the reply; the owner in a MeshFailure
                 self._report(endpoint, reply)
             self._fail(error, f"{endpoint}() raised")
             return reply
+        finally:
+            if sent_to is not None:
+                _context.reset_message_point(sent_to)
+
+    def _message_point(self, plain: Optional[Tuple[Any, ...]]) -> Optional[Point]:
+        """This actor's point in the slice a call was sent to (`plain`: its
+        shape, shape_to_plain), None for the whole mesh (where it is the
+        actor's own point). Remembered per slice: a mesh's callers use few."""
+        ctx = self._context
+        if plain is None or ctx is None:
+            return None
+        point = self._message_points.get(plain)
+        if point is None:
+            shape = shape_from_plain(plain)
+            try:
+                point = shape.point(shape.ranks.index(ctx.point.base_rank))
+            except ValueError:  # not a member of that slice (cannot happen through castmesh's meshes)
+                return None
+            if len(self._message_points) >= _MESSAGE_POINTS_KEPT:
+                self._message_points.clear()
+            self._message_points[plain] = point
+        return point
 
     def _response_port(self, kwargs: dict, explicit: bool) -> Any:
         """The port the caller wants the answer at (send(..., port=...), or
         an explicit-response endpoint's caller), stamped with this member's
         rank; an explicit-response endpoint with no caller waiting gets a
         port that drops what it is sent."""
-        from .ports import PORT_KWARG, DroppingPort, Port
-
         address = kwargs.pop(PORT_KWARG, None)
         if address is None:
             return DroppingPort() if explicit else None
@@ -301,8 +265,6 @@ class ActorHost:
         self._loop.call_soon_threadsafe(create)
 
     async def _run_concurrent(self, descriptor: Any, port: Any, args: tuple, kwargs: dict) -> None:
-        from .ports import DroppingPort
-
         explicit = descriptor.explicit_response_port
         if explicit and not isinstance(port, DroppingPort):
             port = _AnsweringPort(port)
@@ -322,7 +284,7 @@ class ActorHost:
                 self._tell_caller(port, self._actor_error(error))
                 self._fail_later(error, f"{descriptor.name}() raised without answering through its port:")
             elif isinstance(port, DroppingPort):
-                self._report(descriptor.name, _error_reply(error))
+                self._report(descriptor.name, error_reply(error))
             else:
                 port.exception(self._actor_error(error))
         except BaseException as error:  # noqa: BLE001 - the actor fails; the caller still hears why
@@ -342,15 +304,13 @@ class ActorHost:
         any endpoint: an ActorError naming the remote type and this actor;
         an ActorFailedError when it failed the actor)."""
         kind = type(error)
-        text = _user_traceback(error)
+        text = user_traceback(error)
         return (ActorFailedError if fails_actor else ActorError)(f"{kind.__module__}.{kind.__qualname__}", str(error) if message is None else message,
                           text, self._address)
 
     def _fail_later(self, error: BaseException, what: str) -> None:
         """Fails the actor from a concurrent call: records why, then sends the
-        actor a no-op message, after which the C++ host sees the failure."""
-        from . import _castmesh
-
+        actor a no-op message, after which the C++ server sees the failure."""
         print(f"castmesh: actor {self._address}: {what} {type(error).__qualname__}: {error}",
               file=sys.stderr, flush=True)
         self._fail(error, what)
@@ -385,10 +345,6 @@ class ActorHost:
     def _endpoint(self, name: str) -> Any:
         fn = self._endpoints.get(name)
         if fn is None:
-            from .actor import EndpointDescriptor
-
-            from .actor import AS_ENDPOINT, AS_ENDPOINT_WITH_PORT
-
             for prefix, explicit in ((AS_ENDPOINT, False), (AS_ENDPOINT_WITH_PORT, True)):
                 if name.startswith(prefix):
                     # A plain method called through castmesh.as_endpoint.
@@ -457,27 +413,5 @@ class ActorHost:
 
 
 def _has_concurrent_endpoint(cls: type) -> bool:
-    from .actor import EndpointDescriptor
-
     return any(isinstance(attr, EndpointDescriptor) and attr.concurrent
                for klass in cls.__mro__ for attr in vars(klass).values())
-
-
-def decode_reply(data: bytes, actor: str) -> Tuple[bool, Any]:
-    """(True, value) or (False, ActorError) from a reply built by ActorHost."""
-    kind, body = _serial.loads(data)
-    if kind == "ok":
-        return True, body
-    type_name, message, text, exc_bytes = body
-    exception = None
-    if exc_bytes is not None:
-        try:
-            exception = _serial.loads(exc_bytes)
-        except Exception:  # noqa: BLE001 - its class may not exist here
-            exception = None
-    if kind == "failed":
-        from . import supervision  # noqa: PLC0415 - imported by supervision's importers
-
-        supervision.expect_failure(actor)
-        return False, ActorFailedError(type_name, message, text, actor, exception)
-    return False, ActorError(type_name, message, text, actor, exception)
