@@ -9,7 +9,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/shm_path.h"
-#include "core/collectives/single_copy.h"
+#include "core/link/single_copy.h"
 #include "core/collectives/socket_wait.h"
 #include "core/collectives/thread_cache.h"
 #include "core/platform/process_memory.h"
@@ -204,7 +204,7 @@ class SingleCopyBody final : public RemoteBody {
     }
     absl::Status read = !same_pids_         ? absl::FailedPreconditionError("another pid namespace")
                         : !pid_is_the_peers() ? absl::PermissionDeniedError("the offer names another process")
-                                              : read_process_memory(pid_, address_, recv.buffer, size_);
+                                              : link::read_process_memory(pid_, address_, recv.buffer, size_);
     if (read.ok()) {
       recv.request->complete(
           MessageStatus{key.source, key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0, size_});

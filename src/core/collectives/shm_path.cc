@@ -240,6 +240,12 @@ class Links {
   // handled a record.
   bool poll();
   ShmPathStats stats();
+  // Whether frames to `peer` go through its ring now.
+  bool started(const ProcId& peer) {
+    std::shared_ptr<Peer> p = find(peer);
+    return p != nullptr && !p->lost.load(std::memory_order_acquire) &&
+           p->out_state.load(std::memory_order_acquire) == OutState::kStarted;
+  }
   // The peers whose inbound ring is started (what a waiting caller polls).
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
   // The peers the progress thread serves.
@@ -934,5 +940,7 @@ ShmPollScope::~ShmPollScope() {
 }
 
 ShmPathStats shm_path_stats() { return Links::instance().stats(); }
+
+bool shm_link_started(const ProcId& peer) { return Links::instance().started(peer); }
 
 }  // namespace castmesh::collectives

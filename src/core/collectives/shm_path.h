@@ -127,6 +127,11 @@ void on_shm_peer_lost(const ProcId& peer, const absl::Status& why);
 // Proc `peer` answers again after being reported lost: a new link may form.
 void on_shm_peer_alive(const ProcId& peer);
 
+// Whether frames to proc `peer` go through its shared-memory ring now (else
+// the socket): the path a frame link reports. Takes the links' lock: for
+// reports, not for every message. Any thread.
+bool shm_link_started(const ProcId& peer);
+
 // Counters for tests and benchmarks: frames this process received and sent
 // through shm rings, and the rings up in each direction.
 struct ShmPathStats {

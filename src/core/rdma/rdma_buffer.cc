@@ -14,6 +14,7 @@
 #include "castmesh/rdma.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/rdma.pb.h"
+#include "core/link/single_copy.h"
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/platform/process_memory.h"
@@ -51,9 +52,6 @@ namespace {
 
 using rdma::Transfer;
 
-// Operations below this size go over the socket even on one host: one
-// message round trip either way, and no lease to take and end.
-constexpr size_t kSingleCopyMinBytes = 64 * 1024;
 // One-sided copies below this size run on the calling thread (larger ones
 // on a thread of their own, under a timeout, as every transfer): a 4 MiB
 // copy takes a few hundred microseconds, less than what handing it to a
@@ -120,9 +118,9 @@ absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle,
                       "segment) and the socket transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
                       why_no_ibverbs(handle));
   });
-  const bool same_host = length >= kSingleCopyMinBytes && handle.host_identity == platform::host_identity();
+  const bool same_host = length >= link::kSingleCopyMinBytes && handle.host_identity == platform::host_identity();
   const bool single_copy = same_host && config::global().rdma_single_copy &&
-                           offers(handle, RdmaTransport::kSingleCopy) && rdma::single_copy_usable() &&
+                           offers(handle, RdmaTransport::kSingleCopy) && link::single_copy_usable() &&
                            CASTMESH_LINUX_FACILITIES;
   if (single_copy) return RdmaTransport::kSingleCopy;
   // Where the kernel refuses (or the switch forbids) single copy.
