@@ -174,8 +174,8 @@ RankMailbox* Exchange::cached_mailbox(std::string_view comm, int rank, std::shar
 void Exchange::on_compact(const CompactMessage& m, const char* body, size_t size) {
   const Channel channel = m.collective ? Channel::kCollective : Channel::kP2P;
   std::shared_ptr<RankMailbox> hold;
-  cached_mailbox(m.comm, static_cast<int>(m.dest), hold)
-      ->deliver_view(channel, static_cast<int>(m.source), m.tag, m.signature, body, size);
+  cached_mailbox(m.comm, m.dest, hold)
+      ->deliver_view(channel, m.source, m.tag, m.signature, body, size);
 }
 
 namespace {

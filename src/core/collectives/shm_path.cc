@@ -398,8 +398,8 @@ std::optional<absl::Status> Links::try_send_compact(const ProcId& peer, const Co
   meta.resize(meta_size);
   const CompactHeader h{static_cast<uint32_t>(m.comm.size()),
                         static_cast<uint32_t>(m.signature.size()),
-                        m.source,
-                        m.dest,
+                        static_cast<uint32_t>(m.source),
+                        static_cast<uint32_t>(m.dest),
                         m.tag,
                         m.sequence,
                         m.collective ? 1u : 0u,
@@ -517,8 +517,8 @@ Links::Consumed Links::consume(Peer& p) {
       CompactMessage m;
       m.comm = r.meta.substr(sizeof h, h.comm_size);
       m.signature = r.meta.substr(sizeof h + h.comm_size);
-      m.source = h.source;
-      m.dest = h.dest;
+      m.source = static_cast<int>(h.source);
+      m.dest = static_cast<int>(h.dest);
       m.collective = h.collective == 1;
       m.tag = h.tag;
       m.sequence = h.sequence;

@@ -43,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "castmesh/address.h"
+#include "core/link/link.h"
 
 namespace castmesh::proc {
 class ProcHost;
@@ -65,17 +66,10 @@ absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, std
                                    std::string_view body, std::shared_ptr<const void> body_owner = nullptr);
 
 // A data message (a point-to-point message or a collective step without
-// single copy) as a compact ring record carries it: these fields in a fixed
-// binary header, then `comm` and `signature`, then the body.
-struct CompactMessage {
-  std::string_view comm;
-  uint32_t source = 0;
-  uint32_t dest = 0;
-  bool collective = false;
-  int64_t tag = 0;
-  uint64_t sequence = 0;
-  std::string_view signature;
-};
+// single copy) as a compact ring record carries it: its envelope's ranks,
+// channel, tag and sequence in a fixed binary header, then `comm` and
+// `signature`, then the body.
+using CompactMessage = link::Envelope;
 
 // Sends `message` + `body` to proc `peer` as one compact ring record, from a
 // caller thread: no protobuf header, nothing allocated. nullopt when it did

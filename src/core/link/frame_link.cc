@@ -50,10 +50,8 @@ absl::Status FrameLink::send_frame(const ProcId& peer, int dest, const v1::Colle
 std::optional<absl::Status> FrameLink::send_now(const ProcId& peer, const Envelope& e, const void* data,
                                                 size_t bytes) {
   if (bytes >= kInPlaceMinBytes) return std::nullopt;  // post_send: written in place
-  const collectives::CompactMessage message{e.comm, static_cast<uint32_t>(e.source), static_cast<uint32_t>(e.dest),
-                                            e.collective, e.tag, e.sequence, e.signature};
   std::optional<absl::Status> sent =
-      collectives::try_send_compact(peer, message, std::string_view(static_cast<const char*>(data), bytes));
+      collectives::try_send_compact(peer, e, std::string_view(static_cast<const char*>(data), bytes));
   if (sent) {
     if (sent->ok()) return sent;
     return absl::Status(sent->code(),
@@ -80,7 +78,8 @@ std::shared_ptr<detail::RequestState> FrameLink::post_send(const ProcId& peer, c
 absl::Status FrameLink::send_abort(const ProcId& peer, const Envelope& e, const absl::Status& why) {
   v1::CollectiveHeader header;
   Envelope abort = e;
-  abort.signature = std::string_view(why.message().data(), why.message().size());  // the receiver fails the collective with kAborted and this text
+  // The receiver fails the collective with kAborted and this text.
+  abort.signature = std::string_view(why.message().data(), why.message().size());
   fill_header(header, abort);
   header.set_channel(v1::CollectiveHeader::CHANNEL_ABORT);
   return send_frame(peer, e.dest, header, nullptr, 0);

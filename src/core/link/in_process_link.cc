@@ -12,9 +12,7 @@ InProcessLink& InProcessLink::instance() {
 
 std::optional<absl::Status> InProcessLink::send_now(const ProcId&, const Envelope& e, const void* data,
                                                     size_t bytes) {
-  const collectives::CompactMessage message{e.comm, static_cast<uint32_t>(e.source), static_cast<uint32_t>(e.dest),
-                                            e.collective, e.tag, e.sequence, e.signature};
-  collectives::Exchange::instance().on_compact(message, static_cast<const char*>(data), bytes);
+  collectives::Exchange::instance().on_compact(e, static_cast<const char*>(data), bytes);
   return absl::OkStatus();
 }
 

@@ -117,13 +117,9 @@ class FakeLink final : public link::Link {
            a.envelope.tag == b.envelope.tag && a.envelope.collective == b.envelope.collective;
   }
   void deliver(Held& m) {
-    const collectives::CompactMessage message{m.comm,
-                                              static_cast<uint32_t>(m.envelope.source),
-                                              static_cast<uint32_t>(m.envelope.dest),
-                                              m.envelope.collective,
-                                              m.envelope.tag,
-                                              m.envelope.sequence,
-                                              m.signature};
+    link::Envelope message = m.envelope;  // its views point at the message's own strings
+    message.comm = m.comm;
+    message.signature = m.signature;
     const char* body = options_.read_at_delivery ? static_cast<const char*>(m.data) : m.copy.data();
     collectives::Exchange::instance().on_compact(message, body, m.bytes);
     m.request->complete(MessageStatus{m.envelope.source, static_cast<int>(m.envelope.tag), m.bytes});
