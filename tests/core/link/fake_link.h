@@ -131,7 +131,9 @@ class FakeLink final : public link::Link {
       std::deque<Held> batch;
       {
         detail::MutexLock lock(mu_);
-        cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || (gate_open_ && !held_.empty()); });
+        cv_.wait(lock, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || (gate_open_ && !held_.empty());
+        });
         if (held_.empty() && stopping_) return;
         batch.swap(held_);
       }

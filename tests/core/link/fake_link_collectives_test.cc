@@ -82,7 +82,9 @@ class FakeMesh {
 Reduction sum64() { return *Reduction::Builtin(ReduceOp::kSum, DType::kInt64); }
 
 void expect_all_ok(const std::vector<absl::Status>& results, const std::string& what) {
-  for (size_t r = 0; r < results.size(); ++r) EXPECT_TRUE(results[r].ok()) << what << " rank " << r << ": " << results[r];
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_TRUE(results[r].ok()) << what << " rank " << r << ": " << results[r];
+  }
 }
 
 // Every collective at `count` int64 elements per block.
