@@ -5,9 +5,8 @@
 #include <memory>
 #include <vector>
 
-#include "core/collectives/shm_path.h"
-#include "core/collectives/single_copy.h"
 #include "core/collectives/thread_cache.h"
+#include "core/link/selector.h"
 
 namespace castmesh::collectives {
 namespace {
@@ -199,6 +198,16 @@ SegmentPlan plan_segments(size_t count, int p, size_t item) {
   return plan;
 }
 
+// Whether an early return must wait for sends on a link with `caps`: a
+// send that holds its buffer until the link is done with it (a socket send:
+// until the transport wrote it, or lost the connection, which ends it too)
+// is waited for; one that waits for its receive is abandoned instead (a
+// peer that aborted the collective never answers it; it reads nothing more
+// either).
+bool sends_hold_buffers(const link::Capabilities& caps) {
+  return caps.send_holds_buffer && !caps.send_waits_for_receive;
+}
+
 // Sends of one collective that may still read their buffers.
 class SendsInFlight {
  public:
@@ -211,9 +220,10 @@ class SendsInFlight {
       if (wait_on_unwind_) {
         (void)request->wait(absl::InfiniteDuration());
       } else {
-        // A single-copy offer: the peer may still match it and, when its read
-        // fails, ask for the bytes; they must not be read from buffers freed
-        // after this returns (a crash, seen in RankKilledMidAllreduce tests).
+        // A send waiting for its receive: the peer may still match it and,
+        // when its read fails, ask for the bytes; they must not be read from
+        // buffers freed after this returns (a crash, seen in
+        // RankKilledMidAllreduce tests).
         group_->abandon_send(request);
       }
     }
@@ -311,13 +321,12 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   const SegmentPlan plan = plan_segments(count, p, item);
   const size_t nseg = plan.segments;
   const size_t slot_elems = (count / p + 1 + nseg - 1) / nseg + 1;
-  // Single-copy offers wait, costing nothing, until their receive is posted,
-  // so a few receives ahead suffice; a body that travels (socket, ring, a
-  // rank of this process) and finds no receive is copied once more, so
-  // there a block's worth more is posted ahead.
-  const detail::CommGroup::Layout& layout = call.group->layout();
-  const bool offered = layout.procs[left] != layout.self_proc && single_copy_towards(layout.procs[left]) &&
-                       slot_elems * item >= kSingleCopyMinBytes;
+  // Sends that wait for their receive (single-copy offers) cost nothing
+  // until it is posted, so a few receives ahead suffice; a body that
+  // travels (socket, ring, a rank of this process) and finds no receive is
+  // copied once more, so there a block's worth more is posted ahead. The
+  // left neighbour's link to this rank is the mirror of this rank's to it.
+  const bool offered = call.group->route(left, slot_elems * item).caps.send_waits_for_receive;
   const size_t reduce_total = static_cast<size_t>(p - 1) * nseg;
   // Travelling bodies: the whole first step arrives at once, later steps
   // about as fast as this rank consumes the one before.
@@ -327,13 +336,7 @@ absl::Status pipelined_ring_allreduce(const Steps& s, const CollectiveCall& call
   char* const scratch = scratch_lease.data();
   const bool received_on_left = left < r;
 
-  // A socket send holds its buffer until the transport wrote it (or lost
-  // the connection, which ends it too), so on an early return those are
-  // waited for; single-copy offers are not (a peer that aborted the
-  // collective never answers them; it reads nothing more either).
-  const bool sends_hold_buffers =
-      layout.procs[right] != layout.self_proc && !single_copy_towards(layout.procs[right]);
-  SendsInFlight sends(call.group, right, sends_hold_buffers);
+  SendsInFlight sends(call.group, right, sends_hold_buffers(call.group->route(right, slot_elems * item).caps));
   PostedReceives reduce_recvs(call.group), gather_recvs(call.group);
   // Every allgather receive lands in `out`, so that segments are read as
   // soon as they are offered. Allgather step st brings block r - st, which
@@ -419,9 +422,8 @@ absl::Status two_rank_exchange_allreduce(const Steps& s, const CollectiveCall& c
   const SegmentPlan plan{count, 1, nseg};
   auto step = [](size_t j) { return static_cast<uint32_t>(j + 1); };
   const bool in_place = in == out;
-  const detail::CommGroup::Layout& layout = call.group->layout();
-  const bool offered = layout.procs[peer] != layout.self_proc && single_copy_towards(layout.procs[peer]) &&
-                       (count / nseg) * item >= kSingleCopyMinBytes;
+  const link::Route route = call.group->route(peer, (count / nseg) * item);
+  const bool offered = route.caps.send_waits_for_receive;
   // Offers wait for their receive at no cost, so a few posted ahead
   // suffice; a travelling body that finds none is copied once more.
   const size_t window = offered ? std::min(kAllreduceWindow, nseg) : nseg;
@@ -432,8 +434,7 @@ absl::Status two_rank_exchange_allreduce(const Steps& s, const CollectiveCall& c
   auto landing = [&](size_t j) {
     return in_place ? at(scratch, (j % window) * slot_elems * item) : at(out, plan.range(0, j).first * item);
   };
-  const bool sends_hold_buffers = layout.procs[peer] != layout.self_proc && !single_copy_towards(layout.procs[peer]);
-  SendsInFlight sends(call.group, peer, sends_hold_buffers);
+  SendsInFlight sends(call.group, peer, sends_hold_buffers(route.caps));
   std::vector<std::shared_ptr<detail::RequestState>> send_requests(nseg);
   PostedReceives recvs(call.group);
   auto post = [&](size_t j) {
@@ -508,7 +509,7 @@ absl::Status run_allreduce(const CollectiveCall& call, const void* in, void* out
     if (s.size() == 2 && bytes <= kTwoRankExchangeMaxBytes) {
       // Records that arrive while this thread combines wait for it, not for
       // the progress thread, which would take a core from the two ranks.
-      const ShmPollScope rings_held;
+      const link::PollScope rings_held;
       return two_rank_exchange_allreduce(s, call, in, out, count, op);
     }
     return pipelined_ring_allreduce(s, call, in, out, count, op);

@@ -23,8 +23,9 @@
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/rank_mailbox.h"
-#include "core/progress/request_state.h"
 #include "core/collectives/scratch_pool.h"
+#include "core/link/selector.h"
+#include "core/progress/request_state.h"
 
 namespace castmesh::proc {
 class ProcHost;
@@ -49,6 +50,9 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
     std::vector<ProcId> procs;
     ProcId self_proc;
     std::weak_ptr<proc::ProcHost> host;
+    // Tests only: carries every message to a rank outside this process
+    // instead of the real links (tests/core/link/fake_link.h).
+    std::shared_ptr<link::Link> test_link;
   };
   // The group of (layout.id, layout.rank) in this process: the live one or
   // a new one (kept alive by the process when `pin`).
@@ -64,12 +68,13 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   // Landing memory for pipelined collectives, kept between calls. Any thread.
   collectives::ScratchPool& scratch() { return scratch_; }
 
-  // Starts sending `bytes` bytes to rank `dest`. Small messages, and all
-  // within this process, are copied out before this returns (the request
-  // is complete); a large one (kSingleCopyMinBytes) to another process
-  // stays in `data` until the receiver has read it (single copy) or the
-  // transport has written it to the socket, so `data` must stay valid and
-  // unchanged until the request completes.
+  // The link for `bytes` bytes to rank `dest` (link/selector.h), and its
+  // capabilities. Any thread.
+  link::Route route(int dest, size_t bytes) { return links_.route(dest, bytes); }
+  // Starts sending `bytes` bytes to rank `dest` on route(dest, bytes). When
+  // the route's capabilities say send_holds_buffer, `data` must stay valid
+  // and unchanged until the request completes (small messages, and all
+  // within this process, are copied out before this returns).
   std::shared_ptr<RequestState> start_send(collectives::Channel channel, int dest, int64_t tag, const void* data,
                                            size_t bytes, const std::string& signature = {}, uint64_t sequence = 0);
   // start_send, then waits for it (a send that completes at once allocates
@@ -78,15 +83,13 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
                     const std::string& signature = {}, uint64_t sequence = 0);
   // The receiver of single-copy message `token` has read it, or (fallback)
   // could not: then the body goes out as a frame now.
-  void on_send_done(uint64_t token, bool fallback);
-  // A single-copy send whose collective failed before the receiver answered:
-  // its bytes are copied now, so a late answer asking for them (the
-  // receiver's read failed) is served from the copy, or, when an answer is
-  // being handled now, waited for; afterwards the send reads `data` no more.
+  void on_send_done(uint64_t token, bool fallback) { links_.on_single_copy_answer(token, fallback); }
+  // A send whose collective failed while it may still be in flight: when
+  // this returns its link reads `data` no more (link::Link::abandon_send).
   // The sending thread, before its buffers go.
-  void abandon_send(const std::shared_ptr<RequestState>& request);
+  void abandon_send(const std::shared_ptr<RequestState>& request) { links_.abandon_send(request); }
   // Proc `proc` is lost: sends waiting for a rank there fail with `why`.
-  void fail_sends_to(const ProcId& proc, const absl::Status& why);
+  void fail_sends_to(const ProcId& proc, const absl::Status& why) { links_.peer_lost(proc, why); }
   // Posts a receive of at most `capacity` bytes into `buffer`.
   std::shared_ptr<RequestState> post_recv(collectives::Channel channel, int source, int64_t tag, void* buffer,
                                           size_t capacity, collectives::CallSignature signature = nullptr);
@@ -112,36 +115,12 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   explicit CommGroup(Layout layout);
 
  private:
-  // A single-copy send waiting for its receiver.
-  struct PendingSend {
-    int dest = 0;
-    collectives::Channel channel = collectives::Channel::kP2P;
-    int64_t tag = 0;
-    std::string signature;
-    uint64_t sequence = 0;
-    const void* data = nullptr;
-    size_t bytes = 0;
-    std::shared_ptr<RequestState> request;
-    std::shared_ptr<const std::string> abandoned;  // the bytes, once abandon_send copied them
-  };
-  // Sets `header` (cleared first) to a frame header from this rank to `dest`.
-  void fill_frame_header(wire::v1::CollectiveHeader& header, collectives::Channel channel, int dest, int64_t tag,
-                         std::string_view signature, uint64_t sequence) const;
-  // Sends one frame to rank `dest` of another proc; with `body_owner`, a
-  // body that goes over the socket leaves from `body` itself and
-  // `body_owner` is released once the transport is done with it.
-  absl::Status send_frame(int dest, const wire::v1::CollectiveHeader& header, const void* body, size_t bytes,
-                          std::shared_ptr<const void> body_owner = nullptr);
-  std::shared_ptr<RequestState> start_single_copy(PendingSend send);
-  // The sends that complete before they return (bad rank, dead rank, this
-  // process, a small message on a started ring): their result; nullopt for
-  // the others.
-  std::optional<absl::Status> send_at_once(collectives::Channel channel, int dest, int64_t tag, const void* data,
-                                           size_t bytes, const std::string& signature, uint64_t sequence);
-  // The rest of start_send: single copy, or a frame.
-  std::shared_ptr<RequestState> start_send_frame(collectives::Channel channel, int dest, int64_t tag,
-                                                 const void* data, size_t bytes, const std::string& signature,
-                                                 uint64_t sequence);
+  // The checks every send makes first (bad rank, dead rank): the error.
+  absl::Status check_dest(int dest) const;
+  // The message's envelope, and a debug line naming the path of a collective step.
+  link::Envelope envelope(collectives::Channel channel, int dest, int64_t tag, std::string_view signature,
+                          uint64_t sequence) const;
+  void log_step(const link::Envelope& envelope, size_t bytes);
 
   struct UserHandle;
   // The last user handle went (UserHandle's destructor).
@@ -155,8 +134,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   std::weak_ptr<UserHandle> handle_ ABSL_GUARDED_BY(handle_mu_);
   std::atomic<uint64_t> next_sequence_{1};
   collectives::ScratchPool scratch_;
-  detail::Mutex sends_mu_;
-  absl::flat_hash_map<uint64_t, PendingSend> pending_sends_ ABSL_GUARDED_BY(sends_mu_);
+  link::Selector links_;
 };
 
 }  // namespace castmesh::detail

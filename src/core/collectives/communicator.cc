@@ -16,7 +16,7 @@
 #include "core/collectives/exchange.h"
 #include "core/progress/request_state.h"
 #include "core/collectives/shm_path.h"
-#include "core/collectives/single_copy.h"
+#include "core/link/single_copy.h"
 #include "core/collectives/thread_cache.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
@@ -652,7 +652,7 @@ Request Communicator::ialltoall(const TensorView& in, const TensorView& out, con
 
 DataPathBytes data_path_bytes() {
   const collectives::ShmPathStats shm = collectives::shm_path_stats();
-  return DataPathBytes{shm.shm_bytes_out, collectives::single_copy_bytes(), shm.socket_bytes_out};
+  return DataPathBytes{shm.shm_bytes_out, link::single_copy_bytes(), shm.socket_bytes_out};
 }
 
 }  // namespace castmesh

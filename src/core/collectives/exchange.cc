@@ -9,7 +9,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/shm_path.h"
-#include "core/collectives/single_copy.h"
+#include "core/link/single_copy.h"
 #include "core/collectives/socket_wait.h"
 #include "core/collectives/thread_cache.h"
 #include "core/platform/process_memory.h"
@@ -174,8 +174,8 @@ RankMailbox* Exchange::cached_mailbox(std::string_view comm, int rank, std::shar
 void Exchange::on_compact(const CompactMessage& m, const char* body, size_t size) {
   const Channel channel = m.collective ? Channel::kCollective : Channel::kP2P;
   std::shared_ptr<RankMailbox> hold;
-  cached_mailbox(m.comm, static_cast<int>(m.dest), hold)
-      ->deliver_view(channel, static_cast<int>(m.source), m.tag, m.signature, body, size);
+  cached_mailbox(m.comm, m.dest, hold)
+      ->deliver_view(channel, m.source, m.tag, m.signature, body, size);
 }
 
 namespace {
@@ -204,7 +204,7 @@ class SingleCopyBody final : public RemoteBody {
     }
     absl::Status read = !same_pids_         ? absl::FailedPreconditionError("another pid namespace")
                         : !pid_is_the_peers() ? absl::PermissionDeniedError("the offer names another process")
-                                              : read_process_memory(pid_, address_, recv.buffer, size_);
+                                              : link::read_process_memory(pid_, address_, recv.buffer, size_);
     if (read.ok()) {
       recv.request->complete(
           MessageStatus{key.source, key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0, size_});

@@ -31,9 +31,13 @@ namespace castmesh::proc {
 class ProcHost;
 }
 
+namespace castmesh::link {
+struct Envelope;
+}
+
 namespace castmesh::collectives {
 
-struct CompactMessage;
+using CompactMessage = link::Envelope;
 
 // The ProcHost data message type of communicator frames.
 inline constexpr char kCollectiveDataType[] = "castmesh.collectives.v1";

@@ -72,7 +72,7 @@ struct PostedRecv {
 };
 
 // The body of a message that stayed in the sender's memory
-// (core/collectives/single_copy.h): it moves when a receive matches.
+// (core/link/single_copy.h): it moves when a receive matches.
 class RemoteBody {
  public:
   virtual ~RemoteBody() = default;

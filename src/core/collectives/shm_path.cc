@@ -240,6 +240,12 @@ class Links {
   // handled a record.
   bool poll();
   ShmPathStats stats();
+  // Whether frames to `peer` go through its ring now.
+  bool started(const ProcId& peer) {
+    std::shared_ptr<Peer> p = find(peer);
+    return p != nullptr && !p->lost.load(std::memory_order_acquire) &&
+           p->out_state.load(std::memory_order_acquire) == OutState::kStarted;
+  }
   // The peers whose inbound ring is started (what a waiting caller polls).
   std::shared_ptr<const std::vector<std::shared_ptr<Peer>>> readers();
   // The peers the progress thread serves.
@@ -392,8 +398,8 @@ std::optional<absl::Status> Links::try_send_compact(const ProcId& peer, const Co
   meta.resize(meta_size);
   const CompactHeader h{static_cast<uint32_t>(m.comm.size()),
                         static_cast<uint32_t>(m.signature.size()),
-                        m.source,
-                        m.dest,
+                        static_cast<uint32_t>(m.source),
+                        static_cast<uint32_t>(m.dest),
                         m.tag,
                         m.sequence,
                         m.collective ? 1u : 0u,
@@ -511,8 +517,8 @@ Links::Consumed Links::consume(Peer& p) {
       CompactMessage m;
       m.comm = r.meta.substr(sizeof h, h.comm_size);
       m.signature = r.meta.substr(sizeof h + h.comm_size);
-      m.source = h.source;
-      m.dest = h.dest;
+      m.source = static_cast<int>(h.source);
+      m.dest = static_cast<int>(h.dest);
       m.collective = h.collective == 1;
       m.tag = h.tag;
       m.sequence = h.sequence;
@@ -934,5 +940,7 @@ ShmPollScope::~ShmPollScope() {
 }
 
 ShmPathStats shm_path_stats() { return Links::instance().stats(); }
+
+bool shm_link_started(const ProcId& peer) { return Links::instance().started(peer); }
 
 }  // namespace castmesh::collectives

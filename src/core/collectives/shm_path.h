@@ -43,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "castmesh/address.h"
+#include "core/link/link.h"
 
 namespace castmesh::proc {
 class ProcHost;
@@ -65,17 +66,10 @@ absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, std
                                    std::string_view body, std::shared_ptr<const void> body_owner = nullptr);
 
 // A data message (a point-to-point message or a collective step without
-// single copy) as a compact ring record carries it: these fields in a fixed
-// binary header, then `comm` and `signature`, then the body.
-struct CompactMessage {
-  std::string_view comm;
-  uint32_t source = 0;
-  uint32_t dest = 0;
-  bool collective = false;
-  int64_t tag = 0;
-  uint64_t sequence = 0;
-  std::string_view signature;
-};
+// single copy) as a compact ring record carries it: its envelope's ranks,
+// channel, tag and sequence in a fixed binary header, then `comm` and
+// `signature`, then the body.
+using CompactMessage = link::Envelope;
 
 // Sends `message` + `body` to proc `peer` as one compact ring record, from a
 // caller thread: no protobuf header, nothing allocated. nullopt when it did
@@ -126,6 +120,11 @@ void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,
 void on_shm_peer_lost(const ProcId& peer, const absl::Status& why);
 // Proc `peer` answers again after being reported lost: a new link may form.
 void on_shm_peer_alive(const ProcId& peer);
+
+// Whether frames to proc `peer` go through its shared-memory ring now (else
+// the socket): the path a frame link reports. Takes the links' lock: for
+// reports, not for every message. Any thread.
+bool shm_link_started(const ProcId& peer);
 
 // Counters for tests and benchmarks: frames this process received and sent
 // through shm rings, and the rings up in each direction.

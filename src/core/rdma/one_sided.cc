@@ -15,6 +15,7 @@
 #include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
+#include "core/link/single_copy.h"
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/proc/proc_host.h"
@@ -275,10 +276,10 @@ Attempt copy_one_sided(const SegmentMapping& map, uint32_t slots, const ProcId& 
     checked = check_operation(what, size, static_cast<RdmaAccess>(access), write, offset, length);
   }
   absl::Status copied = checked;
-  if (checked.ok() && length > 0) copied = copy_between(pid, address + offset, local, length, write);
+  if (checked.ok() && length > 0) copied = link::copy_between(pid, address + offset, local, length, write);
   entry->word.fetch_sub(1, std::memory_order_release);
   if (checked.ok() && (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied))) {
-    note_cross_memory_refused(copied);  // the kernel refuses: later operations skip single copy
+    link::note_single_copy_refused(copied);  // the kernel refuses: later operations skip single copy
     return {true, absl::OkStatus()};
   }
   return {false, copied};
@@ -453,7 +454,7 @@ class Requester {
   // The transport choose_transport() picked besides the one-sided copy.
   static void fall_back(const std::shared_ptr<Transfer>& transfer) {
     transfer->one_sided = false;  // read by nothing else until begin() sends
-    if (transfer->transport == RdmaTransport::kSingleCopy && !single_copy_usable()) {
+    if (transfer->transport == RdmaTransport::kSingleCopy && !link::single_copy_usable()) {
       // The kernel refused meanwhile: as copy_leased does.
       transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
                                 ? RdmaTransport::kSharedSegment
@@ -469,7 +470,7 @@ class Requester {
 }  // namespace
 
 bool one_sided_enabled() {
-  if (!CASTMESH_LINUX_FACILITIES || !single_copy_usable()) return false;
+  if (!CASTMESH_LINUX_FACILITIES || !link::single_copy_usable()) return false;
   const config::Config& settings = config::global();
   return settings.rdma_one_sided && settings.rdma_single_copy;
 }

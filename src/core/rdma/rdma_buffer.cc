@@ -14,6 +14,8 @@
 #include "castmesh/rdma.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/rdma.pb.h"
+#include "core/link/selector.h"
+#include "core/link/single_copy.h"
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/platform/process_memory.h"
@@ -51,9 +53,6 @@ namespace {
 
 using rdma::Transfer;
 
-// Operations below this size go over the socket even on one host: one
-// message round trip either way, and no lease to take and end.
-constexpr size_t kSingleCopyMinBytes = 64 * 1024;
 // One-sided copies below this size run on the calling thread (larger ones
 // on a thread of their own, under a timeout, as every transfer): a 4 MiB
 // copy takes a few hundred microseconds, less than what handing it to a
@@ -103,35 +102,49 @@ std::string why_no_ibverbs(const detail::RdmaHandle& handle) {
 }
 
 // The transport for an operation of `length` bytes on `handle` (`fallback`:
-// the operation's own setting, if any), or why none.
+// the operation's own setting, if any), or why none: the link layer's cost
+// table (core/link/selector.h) over the paths the owner offers and this
+// process can use.
 absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length,
                                                std::optional<config::RdmaFallback> fallback) {
   absl::StatusOr<bool> forbidden = fallback_forbidden(fallback);
   if (!forbidden.ok()) return forbidden.status();
-  if (ibverbs_reaches(handle)) return RdmaTransport::kIbverbs;
-  if (*forbidden) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(handle),
-        "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));
+  const link::Placement placement = handle.host_identity == platform::host_identity() ? link::Placement::kSameHost
+                                                                                      : link::Placement::kOtherHost;
+  link::Available available;
+  if (ibverbs_reaches(handle)) available.add(link::Path::kIbverbs);
+  if (!available.has(link::Path::kIbverbs)) {
+    if (*forbidden) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(handle),
+          "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));
+    }
+    static std::once_flag logged;
+    std::call_once(logged, [&handle] {
+      CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy (or a shared "
+                        "segment) and the socket transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
+                        why_no_ibverbs(handle));
+    });
+    if (CASTMESH_LINUX_FACILITIES && config::global().rdma_single_copy &&
+        offers(handle, RdmaTransport::kSingleCopy) && link::single_copy_usable()) {
+      available.add(link::Path::kSingleCopy);
+    }
+    // Where the kernel refuses (or the switch forbids) single copy.
+    if (placement == link::Placement::kSameHost && offers(handle, RdmaTransport::kSharedSegment) &&
+        rdma::shared_segment_reaches(handle.owner)) {
+      available.add(link::Path::kSharedSegment);
+    }
+    if (offers(handle, RdmaTransport::kSocket)) available.add(link::Path::kSocket);
   }
-  static std::once_flag logged;
-  std::call_once(logged, [&handle] {
-    CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy (or a shared "
-                      "segment) and the socket transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
-                      why_no_ibverbs(handle));
-  });
-  const bool same_host = length >= kSingleCopyMinBytes && handle.host_identity == platform::host_identity();
-  const bool single_copy = same_host && config::global().rdma_single_copy &&
-                           offers(handle, RdmaTransport::kSingleCopy) && rdma::single_copy_usable() &&
-                           CASTMESH_LINUX_FACILITIES;
-  if (single_copy) return RdmaTransport::kSingleCopy;
-  // Where the kernel refuses (or the switch forbids) single copy.
-  if (same_host && offers(handle, RdmaTransport::kSharedSegment) && rdma::shared_segment_reaches(handle.owner)) {
-    return RdmaTransport::kSharedSegment;
+  switch (link::choose(placement, length, available).value_or(link::Path::kFake)) {
+    case link::Path::kIbverbs: return RdmaTransport::kIbverbs;
+    case link::Path::kSingleCopy: return RdmaTransport::kSingleCopy;
+    case link::Path::kSharedSegment: return RdmaTransport::kSharedSegment;
+    case link::Path::kSocket: return RdmaTransport::kSocket;
+    default:
+      return absl::FailedPreconditionError(
+          absl::StrCat("proc ", handle.owner, " offers no transport this proc has for its RDMA buffer"));
   }
-  if (offers(handle, RdmaTransport::kSocket)) return RdmaTransport::kSocket;
-  return absl::FailedPreconditionError(absl::StrCat("proc ", handle.owner,
-                                                    " offers no transport this proc has for its RDMA buffer"));
 }
 
 // The local side of an operation: host (or device memory, staged), contiguous,

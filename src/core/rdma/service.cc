@@ -13,6 +13,7 @@
 #include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
+#include "core/link/single_copy.h"
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
@@ -36,8 +37,6 @@ constexpr size_t kOwnThreadBytes = 256 * 1024;
 // Bounds on a requester's chunk size (a peer's number is not trusted).
 constexpr uint64_t kMinChunk = 1024;
 constexpr uint64_t kMaxChunk = uint64_t{64} << 20;
-
-std::atomic<bool> cross_memory_refused{false};
 
 absl::Status send(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header, wire::Payload body = {}) {
   return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), std::move(body));
@@ -111,34 +110,12 @@ void finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult
   Transfers::instance().finish(transfer, std::move(result));
 }
 
-// Large single copies run as two halves on two threads: the kernel's copy
-// (it pins each page first) runs well below memcpy on one core.
-constexpr size_t kSplitCopyBytes = size_t{16} << 20;
-
-}  // namespace
-
-absl::Status copy_between(int64_t pid, uint64_t address, char* local, size_t length, bool write) {
-  auto copy = [pid, write](uint64_t remote, char* mine, size_t n) {
-    return write ? platform::write_process_memory(pid, remote, mine, n)
-                 : platform::read_process_memory(pid, remote, mine, n);
-  };
-  if (length < kSplitCopyBytes) return copy(address, local, length);
-  const size_t half = length / 2;
-  absl::Status second;
-  std::thread helper([&] { second = copy(address + half, local + half, length - half); });
-  absl::Status first = copy(address, local, half);
-  helper.join();
-  return first.ok() ? second : first;
-}
-
-namespace {
-
 // Copies a leased range with process_vm_readv/writev, then ends the lease.
 void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
                  const std::shared_ptr<Transfer>& transfer, int64_t pid, uint64_t address) {
   absl::Status copied;
   const bool ran = Transfers::instance().copy_if_live(
-      transfer, [&] { return copy_between(pid, address, transfer->bytes, transfer->length, transfer->write); },
+      transfer, [&] { return link::copy_between(pid, address, transfer->bytes, transfer->length, transfer->write); },
       &copied);
   if (std::shared_ptr<proc::ProcHost> host = weak.lock()) {
     (void)send(*host, peer, header_of(v1::RdmaHeader::LEASE_END, transfer->id));
@@ -146,7 +123,7 @@ void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
   if (!ran) return;
   if (copied.ok()) return finish(transfer, RdmaResult{transfer->length, RdmaTransport::kSingleCopy});
   if (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied)) {
-    note_cross_memory_refused(copied);
+    link::note_single_copy_refused(copied);
     // Nothing else reads the transport before begin() sends.
     transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
                               ? RdmaTransport::kSharedSegment
@@ -374,15 +351,6 @@ size_t chunk_bytes() {
   return static_cast<size_t>(std::clamp(config::global().rdma_chunk_bytes, kMinChunk, kMaxChunk));
 }
 
-bool single_copy_usable() { return !cross_memory_refused.load(std::memory_order_relaxed); }
-
-void note_cross_memory_refused(const absl::Status& why) {
-  if (!cross_memory_refused.exchange(true)) {
-    CASTMESH_LOG_INFO("castmesh-rdma: the kernel refused a cross-memory copy ({}); RDMA buffers of this host's "
-                      "procs go through a shared segment (or the socket transport) from now on",
-                      std::string(why.message()));
-  }
-}
 
 void run_job(size_t bytes, std::function<void()> job) {
   if (bytes < kOwnThreadBytes) return job();

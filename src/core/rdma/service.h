@@ -43,17 +43,7 @@ void begin(const std::shared_ptr<Transfer>& transfer);
 // Bytes per READ_DATA / WRITE_DATA message: CASTMESH_RDMA_CHUNK_BYTES, else 1 MiB.
 size_t chunk_bytes();
 
-// False once the kernel refused a cross-memory copy in this process (the
-// single-copy transport is then skipped; one log line said why).
-bool single_copy_usable();
-// The kernel refused a cross-memory copy (`why`): logs once, and
-// single_copy_usable() is false from now on.
-void note_cross_memory_refused(const absl::Status& why);
 
-// Copies `length` bytes between `local` and `address` in process `pid`
-// (process_vm_readv/writev; `write`: local -> remote), large ones as two
-// halves on two threads.
-absl::Status copy_between(int64_t pid, uint64_t address, char* local, size_t length, bool write);
 
 // Runs `job` now when `bytes` is small, else on a thread of its own (it may
 // wait for a full connection queue or copy for long, which an I/O thread
