@@ -1,0 +1,152 @@
+"""Stack dumps of running procs (docs/observability.md, "Stack dumps").
+
+``castmesh.debug.stacks(mesh, timeout=2.0)`` asks every proc of a proc mesh
+(or the procs an actor mesh was spawned on) for every thread's native stack,
+its Python stack and the actor and message it is running now. Nothing in a
+dump needs the GIL or the cooperation of a stuck thread: the native stacks
+come from a per-thread signal, the Python ones from :mod:`faulthandler`
+(registered for a castmesh signal in every Python proc), so a thread stuck in
+C code shows its frames whether it holds the GIL or released it. A thread
+that cannot answer within ``timeout`` is reported as such; a proc that does
+not answer gets an ``error``. ``str()`` of the result is the text form.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+
+from . import _castmesh
+
+if TYPE_CHECKING:
+    from .mesh import ActorMesh, ProcMesh
+
+__all__ = ["NativeFrame", "PythonFrame", "ThreadStack", "ProcStacks", "Stacks", "stack_signal", "stacks",
+           "this_process"]
+
+
+@dataclass(frozen=True)
+class NativeFrame:
+    """One native frame: address, demangled function, object file, and the
+    source line when ``addr2line`` (binutils) is on the proc's PATH."""
+    pc: int
+    function: str
+    object: str
+    offset: int
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class PythonFrame:
+    """One Python frame (as :mod:`faulthandler` reports it)."""
+    file: str
+    line: int
+    function: str
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread of a proc. ``python`` is None for a thread that runs no
+    Python; ``actor``/``message_type`` are empty unless an actor's turn runs
+    on the thread now; ``answered`` is False for a thread that did not
+    answer within the timeout (then ``native`` is empty)."""
+    tid: int
+    name: str
+    answered: bool
+    native: List[NativeFrame]
+    python: Optional[List[PythonFrame]]
+    python_truncated: bool
+    actor: str
+    actor_class: str
+    message_type: str
+
+
+@dataclass(frozen=True)
+class ProcStacks:
+    """One proc's dump; ``error`` says why there is none (threads then empty)."""
+    rank: int
+    proc_id: str
+    pid: int
+    hostname: str
+    error: Optional[str]
+    python_error: str
+    threads: List[ThreadStack]
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Stacks(List[ProcStacks]):
+    """The dumps of a mesh's procs, in the mesh's order; ``str()`` is the text form."""
+
+    def __str__(self) -> str:
+        return "\n".join(p.text for p in self)
+
+
+_hook_lock = threading.Lock()
+_hook_installed = False
+
+
+def _install_python_hook() -> None:
+    """Registers faulthandler for castmesh's dump signal in this process
+    (workers do at start; a controller on its first dump). Idempotent."""
+    global _hook_installed
+    with _hook_lock:
+        if _hook_installed:
+            return
+        try:
+            signum, fd = _castmesh.debug_python_stack_hook()
+        except Exception:  # no memory file (not Linux): dumps leave Python out
+            _hook_installed = True
+            return
+        faulthandler.register(signum, file=fd, all_threads=True, chain=False)
+        _castmesh.debug_python_stack_hook_ready()
+        _hook_installed = True
+
+
+def _thread(d: Dict[str, Any]) -> ThreadStack:
+    python = None if d["python"] is None else [PythonFrame(**f) for f in d["python"]]
+    return ThreadStack(tid=d["tid"], name=d["name"], answered=d["answered"],
+                       native=[NativeFrame(**f) for f in d["native"]], python=python,
+                       python_truncated=d["python_truncated"], actor=d["actor"], actor_class=d["actor_class"],
+                       message_type=d["message_type"])
+
+
+def _proc(d: Dict[str, Any]) -> ProcStacks:
+    return ProcStacks(rank=d["rank"], proc_id=d["proc_id"], pid=d["pid"], hostname=d["hostname"], error=d["error"],
+                      python_error=d["python_error"], threads=[_thread(t) for t in d["threads"]], text=d["text"])
+
+
+def stacks(mesh: Union["ProcMesh", "ActorMesh[Any]"], timeout: float = 2.0, *, file_lines: bool = True) -> Stacks:
+    """Every proc's stack dump (see the module's doc). ``timeout``: how long
+    a proc waits for its threads (the call waits for a proc's reply about
+    twice that, plus the symbol lookup); ``file_lines``: source lines of
+    native frames via ``addr2line`` (slower on large debug builds). Call it in
+    the controller that started the procs."""
+    from .mesh import ActorMesh, ProcMesh
+    from .errors import ProcError
+
+    procs = mesh._proc_mesh if isinstance(mesh, ActorMesh) else mesh
+    if not isinstance(procs, ProcMesh):
+        raise TypeError(f"stacks() takes a ProcMesh or an ActorMesh spawned on one, not {type(mesh).__name__}")
+    if procs._impl is None:
+        raise ProcError("stack dumps of a proc mesh are taken in the controller that started it",
+                        "FAILED_PRECONDITION")
+    _install_python_hook()
+    return Stacks(_proc(d) for d in _castmesh.debug_stacks(procs._impl, float(timeout), bool(file_lines)))
+
+
+def stack_signal() -> int:
+    """The real-time signal a dump sends every thread (``SIGRTMIN+5`` on
+    Linux): a thread that blocks it shows as not answering."""
+    return int(_castmesh.debug_stack_signal())
+
+
+def this_process(timeout: float = 2.0, *, file_lines: bool = True) -> ProcStacks:
+    """This process's dump: every thread but the calling one."""
+    _install_python_hook()
+    return _proc(_castmesh.debug_this_process_stacks(float(timeout), bool(file_lines)))
