@@ -2,14 +2,16 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <elf.h>
 #include <fcntl.h>
-#include <link.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <elf.h>
+#include <link.h>
+#endif
 
 #include <cerrno>
 #include <cstdlib>
@@ -27,10 +29,15 @@ namespace {
 // Whether the object mapped at `base` is a fixed-address executable
 // (addresses in it are absolute) rather than position-independent.
 bool is_fixed_address(const void* base) {
+#if !defined(__linux__)
+  (void)base;
+  return false;  // Mach-O and others: dladdr's names only (addr2line is not run)
+#else
   const auto* header = static_cast<const unsigned char*>(base);
   if (header == nullptr || std::memcmp(header, ELFMAG, SELFMAG) != 0) return false;
   const auto* ehdr = reinterpret_cast<const ElfW(Ehdr)*>(base);
   return ehdr->e_type == ET_EXEC;
+#endif
 }
 
 // The file an object name of the dynamic linker stands for, as another
@@ -51,6 +58,12 @@ std::string object_path(const char* name) {
 // lines per offset), or "" when it is not on PATH, fails or runs past
 // `deadline` (then it is killed).
 std::string run_addr2line(const std::string& object, const std::vector<uint64_t>& offsets, absl::Time deadline) {
+#if !defined(__linux__)
+  (void)object;
+  (void)offsets;
+  (void)deadline;
+  return "";
+#else
   std::vector<std::string> args = {"addr2line", "-f", "-C", "-e", object};
   for (uint64_t off : offsets) args.push_back(absl::StrCat("0x", absl::Hex(off)));
   std::vector<char*> argv;
@@ -96,6 +109,7 @@ std::string run_addr2line(const std::string& object, const std::vector<uint64_t>
   }
   if (!complete || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return "";
   return text;
+#endif
 }
 
 }  // namespace
