@@ -13,10 +13,11 @@ not answer gets an ``error``. ``str()`` of the result is the text form.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Union
 
 from . import _castmesh
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from .mesh import ActorMesh, ProcMesh
 
 __all__ = ["NativeFrame", "PythonFrame", "ThreadStack", "ProcStacks", "Stacks", "stack_signal", "stacks",
-           "this_process"]
+           "stacks_on_timeout", "this_process"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,31 @@ class Stacks(List[ProcStacks]):
     def __str__(self) -> str:
         return "\n".join(p.text for p in self)
 
+    def summary(self, frames: int = 6) -> str:
+        """A few lines per proc: the threads that run an actor now (else
+        those with Python frames), each with its innermost ``frames`` Python
+        and native frames."""
+        lines = []
+        for p in self:
+            head = f"rank {p.rank} pid {p.pid}"
+            if p.error is not None:
+                lines.append(f"{head}: no dump: {p.error}")
+                continue
+            shown = [t for t in p.threads if t.actor] or [t for t in p.threads if t.python]
+            if not shown:
+                lines.append(f"{head}: no actor runs and no thread runs Python")
+            for t in shown:
+                what = f"actor {t.actor} handling {t.message_type or '(between messages)'}" if t.actor else "no actor"
+                lines.append(f"{head}: thread {t.tid} {t.name!r}: {what}")
+                if not t.answered:
+                    lines.append("    did not answer within the bound")
+                if t.python:
+                    lines.append("    python: " + " <- ".join(f"{f.function} at {f.file}:{f.line}"
+                                                          for f in t.python[:frames]))
+                if t.native:
+                    lines.append("    native: " + " <- ".join(f.function or hex(f.pc) for f in t.native[:frames]))
+        return "\n".join(lines)
+
 
 _hook_lock = threading.Lock()
 _hook_installed = False
@@ -138,6 +164,45 @@ def stacks(mesh: Union["ProcMesh", "ActorMesh[Any]"], timeout: float = 2.0, *, f
                         "FAILED_PRECONDITION")
     _install_python_hook()
     return Stacks(_proc(d) for d in _castmesh.debug_stacks(procs._impl, float(timeout), bool(file_lines)))
+
+
+def _is_timeout(error: BaseException) -> bool:
+    return isinstance(error, TimeoutError) or getattr(error, "code", None) == "DEADLINE_EXCEEDED"
+
+
+@contextlib.contextmanager
+def stacks_on_timeout(mesh: Union["ProcMesh", "ActorMesh[Any]"], timeout: float = 2.0, *,
+                      file_lines: bool = False) -> Iterator[None]:
+    """Attaches the mesh's stacks to a timeout raised inside the block (a
+    call's ``get(timeout=...)``, a collective's
+    :class:`~castmesh.errors.CommunicatorTimeoutError`, any error whose
+    ``code`` is ``DEADLINE_EXCEEDED``): the error gets ``.stacks`` (a
+    :class:`Stacks`, every thread of every proc) and, on Python 3.11+, a note
+    with :meth:`Stacks.summary` that the traceback prints. Other errors pass
+    through untouched. A dump that fails is noted instead; the timeout is
+    re-raised either way::
+
+        with castmesh.debug.stacks_on_timeout(trainers):
+            trainers.step.call().get(timeout=600)
+    """
+    try:
+        yield
+    except BaseException as error:
+        if not _is_timeout(error):
+            raise
+        try:
+            dumps = stacks(mesh, timeout, file_lines=file_lines)
+            setattr(error, "stacks", dumps)
+            missing = getattr(error, "missing_ranks", None)
+            note = "stacks at the timeout (every thread in error.stacks)"
+            if missing:
+                note += f"; ranks that did not arrive: {missing}"
+            note += ":\n" + dumps.summary()
+        except Exception as dump_error:  # noqa: BLE001 - the timeout is what the caller must see
+            note = f"no stack dump at the timeout: {dump_error}"
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+        raise
 
 
 def stack_signal() -> int:

@@ -10,8 +10,10 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import sys
 import threading
 import time
+import warnings
 from typing import Callable, Iterator, Optional
 
 import pytest
@@ -58,7 +60,9 @@ def stuck() -> Iterator[castmesh.ActorMesh[Stuck]]:
     try:
         yield procs.spawn("stuck", Stuck)
     finally:
-        procs.stop().get(timeout=120)
+        with warnings.catch_warnings():  # the stuck proc is killed after the grace period, as it must be
+            warnings.simplefilter("ignore", RuntimeWarning)
+            procs.stop().get(timeout=120)
 
 
 def wait_for_thread(mesh: castmesh.ActorMesh[Stuck], found: Callable[[ThreadStack], bool]) -> ThreadStack:
@@ -138,3 +142,21 @@ def test_bad_arguments_get_clear_errors() -> None:
         castmesh.debug.stacks("not a mesh")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout"):
         castmesh.debug.this_process(timeout=0)
+
+
+@pytest.mark.timeout(240)
+def test_a_timeout_inside_stacks_on_timeout_carries_the_stuck_ranks_stacks(stuck: castmesh.ActorMesh[Stuck]) -> None:
+    call = stuck.pause_holding_the_gil.call_one()
+    wait_for_thread(stuck, lambda t: t.python is not None
+                    and any(f.function == "pause_holding_the_gil" for f in t.python))
+    with pytest.raises(TimeoutError) as caught:
+        with castmesh.debug.stacks_on_timeout(stuck, timeout=2.0):
+            call.get(timeout=0.1)  # the handler never returns: this times out whatever the machine's speed
+    dumps = caught.value.stacks  # type: ignore[attr-defined]
+    assert any(t.python and t.python[0].function == "pause_holding_the_gil" for t in dumps[0].threads), str(dumps)
+    if sys.version_info >= (3, 11):
+        note = "\n".join(caught.value.__notes__)
+        assert "actor stuck" in note and "pause_holding_the_gil at" in note, note
+    with pytest.raises(ValueError, match="not a timeout"):
+        with castmesh.debug.stacks_on_timeout(stuck):
+            raise ValueError("not a timeout")

@@ -219,9 +219,13 @@ absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration
           break;
         }
       }
-      if (first == depth) {  // the unwinder did not pass the trampoline: the pc alone
+      if (first == depth) {
+        // The pc is not among the frames: the handler ran later than the
+        // signal came (ThreadSanitizer defers handlers to its next
+        // interceptor) or the unwinder stopped at the trampoline. The pc,
+        // then what the unwinder found past the handler's own frame.
         t.pcs.push_back(slots[i].pc);
-        continue;
+        first = 1;
       }
     } else {
       first = depth > 2 ? 2 : depth;
