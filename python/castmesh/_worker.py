@@ -60,9 +60,7 @@ def main() -> None:
             if entry and entry not in sys.path:
                 sys.path.insert(0, entry)
     from castmesh import _castmesh
-    from castmesh.debug import _install_python_hook
 
-    _install_python_hook()  # Python stacks in stack dumps (castmesh.debug)
     if not os.environ.get("CASTMESH_BOOTSTRAP") and not os.environ.get("CASTMESH_RENDEZVOUS"):
         sys.exit("castmesh._worker is started by castmesh (this_host().spawn_procs) or by a launcher with "
                  "CASTMESH_RENDEZVOUS and CASTMESH_SECRET set (docs/procs.md, 'Running on a cluster')")

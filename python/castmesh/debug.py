@@ -118,8 +118,9 @@ _hook_installed = False
 
 
 def _install_python_hook() -> None:
-    """Registers faulthandler for castmesh's dump signal in this process
-    (workers do at start; a controller on its first dump). Idempotent."""
+    """Registers faulthandler for castmesh's dump signal in this process (at
+    import: every Python proc, however it was started, shows its Python
+    stacks). Idempotent."""
     global _hook_installed
     with _hook_lock:
         if _hook_installed:
@@ -215,3 +216,6 @@ def this_process(timeout: float = 2.0, *, file_lines: bool = True) -> ProcStacks
     """This process's dump: every thread but the calling one."""
     _install_python_hook()
     return _proc(_castmesh.debug_this_process_stacks(float(timeout), bool(file_lines)))
+
+
+_install_python_hook()
