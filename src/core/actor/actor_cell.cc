@@ -37,7 +37,9 @@ struct CurrentCellScope {
 // Marks `env` as the message this thread runs, for the length of its dispatch.
 struct CurrentEnvelopeScope {
   explicit CurrentEnvelopeScope(const Envelope* e) : prev(std::exchange(tl_envelope, e)) {}
-  ~CurrentEnvelopeScope() { tl_envelope = prev; }
+  ~CurrentEnvelopeScope() { end(); }
+  // Ends the mark early (before the envelope is freed).
+  void end() { tl_envelope = prev; }
   const Envelope* prev;
 };
 
@@ -159,8 +161,7 @@ Schedulable::TurnResult ActorCell::run_turn(int batch) {
 }
 
 void ActorCell::dispatch(Envelope* env) {
-  {
-  CurrentEnvelopeScope running(env);  // ends before the envelope is freed
+  CurrentEnvelopeScope running(env);
   switch (env->kind) {
     case EnvelopeKind::kUser:
       dispatch_user(env);
@@ -189,7 +190,7 @@ void ActorCell::dispatch(Envelope* env) {
       break;
     }
   }
-  }
+  running.end();
   delete env;
 }
 
