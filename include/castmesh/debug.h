@@ -105,5 +105,9 @@ struct PythonStackHook {
 };
 absl::StatusOr<PythonStackHook> python_stack_hook();
 void python_stack_hook_ready();
+// The binding counts Python threads from their start until they run Python
+// code (+1, then -1): no Python dump is taken meanwhile (CPython 3.11's
+// faulthandler crashes on a thread state that is not initialised yet).
+void python_thread_starting(int delta);
 
 }  // namespace castmesh::debug

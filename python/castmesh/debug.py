@@ -13,6 +13,7 @@ not answer gets an ``error``. ``str()`` of the result is the text form.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import faulthandler
 import threading
@@ -130,12 +131,37 @@ def _install_python_hook() -> None:
         except Exception:  # no memory file (not Linux): dumps leave Python out
             _hook_installed = True
             return
+        _count_starting_threads()
         faulthandler.register(signum, file=fd, all_threads=True, chain=False)
         _castmesh.debug_python_stack_hook_ready()
         _hook_installed = True
 
 
-def _thread(d: Dict[str, Any]) -> ThreadStack:
+def _count_starting_threads() -> None:
+    """Tells the dump which Python threads are starting: CPython 3.11 links a
+    new thread's state before the thread initialises it, and faulthandler's
+    all-threads dump crashes on such a state, so no Python dump is taken
+    while one is starting (castmesh/debug.h, python_thread_starting)."""
+    original = _thread.start_new_thread
+
+    def start_new_thread(function: Any, args: Any, kwargs: Any = None) -> int:
+        def run(*a: Any, **k: Any) -> Any:
+            _castmesh.debug_python_thread_starting(-1)  # its state is initialised before Python code runs
+            return function(*a, **k)
+
+        _castmesh.debug_python_thread_starting(1)
+        try:
+            return original(run, args, {} if kwargs is None else kwargs)
+        except BaseException:
+            _castmesh.debug_python_thread_starting(-1)
+            raise
+
+    _thread.start_new_thread = start_new_thread  # type: ignore[assignment]
+    if getattr(threading, "_start_new_thread", None) is original:
+        threading._start_new_thread = start_new_thread  # type: ignore[attr-defined]
+
+
+def _thread_stack(d: Dict[str, Any]) -> ThreadStack:
     python = None if d["python"] is None else [PythonFrame(**f) for f in d["python"]]
     return ThreadStack(tid=d["tid"], name=d["name"], answered=d["answered"],
                        native=[NativeFrame(**f) for f in d["native"]], python=python,
@@ -145,7 +171,7 @@ def _thread(d: Dict[str, Any]) -> ThreadStack:
 
 def _proc(d: Dict[str, Any]) -> ProcStacks:
     return ProcStacks(rank=d["rank"], proc_id=d["proc_id"], pid=d["pid"], hostname=d["hostname"], error=d["error"],
-                      python_error=d["python_error"], threads=[_thread(t) for t in d["threads"]], text=d["text"])
+                      python_error=d["python_error"], threads=[_thread_stack(t) for t in d["threads"]], text=d["text"])
 
 
 def stacks(mesh: Union["ProcMesh", "ActorMesh[Any]"], timeout: float = 2.0, *, file_lines: bool = True) -> Stacks:

@@ -91,6 +91,8 @@ void bind_debug(py::module_& module) {
         return py::make_tuple(hook->signal, hook->fd);
       },
       "(signal, fd) for faulthandler.register in this process.");
+  module.def("debug_python_thread_starting", &debug::python_thread_starting, py::arg("delta"),
+             "+1 when a Python thread is started, -1 once it runs Python code (no Python dump meanwhile).");
   module.def("debug_python_stack_hook_ready", [] { debug::python_stack_hook_ready(); },
              "Says faulthandler is registered for the hook: dumps include Python stacks from now on.");
 }

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <semaphore.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -51,6 +52,14 @@ struct Slot {
 std::atomic<Slot*> g_slots{nullptr};
 std::atomic<int> g_slot_count{0};
 sem_t g_answers;
+// 1 while a capture holds the answered threads (capture_native_stacks'
+// while_stopped); a futex word the handlers wait on.
+std::atomic<uint32_t> g_hold{0};
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) && std::atomic<uint32_t>::is_always_lock_free);
+// How long a handler waits for the release at most, in 100 ms steps: a
+// capture that never releases (it cannot happen, but a stuck process is
+// what this tool is for) must not stop the process's threads for good.
+constexpr int kMaxHoldSteps = 50;
 
 pid_t current_tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
 
@@ -84,6 +93,10 @@ void on_stack_signal(int, siginfo_t*, void* context) {
       detail::read_running_now(&slot.running);
       slot.state.store(kDone, std::memory_order_release);
       sem_post(&g_answers);
+      for (int step = 0; step < kMaxHoldSteps && g_hold.load(std::memory_order_acquire) != 0; ++step) {
+        timespec wait{0, 100 * 1000 * 1000};
+        syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_hold), FUTEX_WAIT_PRIVATE, 1u, &wait, nullptr, 0);
+      }
     }
     break;
   }
@@ -146,7 +159,8 @@ detail::Mutex& capture_mutex() {
 
 int native_stack_signal() { return SIGRTMIN + 5; }
 
-absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration timeout) {
+absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration timeout,
+                                                                  const std::function<void()>& while_stopped) {
   if (absl::Status st = install_handler(); !st.ok()) return st;
   detail::MutexLock lock(capture_mutex());
   const pid_t self = current_tid();
@@ -163,6 +177,7 @@ absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration
     slots[i].tid.store(tids[i], std::memory_order_relaxed);
     slots[i].state.store(kArmed, std::memory_order_release);
   }
+  g_hold.store(while_stopped ? 1 : 0, std::memory_order_release);
   g_slot_count.store(n, std::memory_order_release);
   const pid_t pid = getpid();
   int expected = 0;
@@ -185,6 +200,9 @@ absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration
       break;  // ETIMEDOUT
     }
   }
+  if (while_stopped) while_stopped();
+  g_hold.store(0, std::memory_order_release);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&g_hold), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
   // Give up on the silent ones; wait (bounded) for handlers already writing.
   bool still_writing = false;
   for (int i = 0; i < n; ++i) {
@@ -240,7 +258,7 @@ absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration
 
 int native_stack_signal() { return 0; }
 
-absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration) {
+absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration, const std::function<void()>&) {
   return absl::UnimplementedError("native stack dumps need Linux (/proc/self/task, tgkill)");
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,14 @@ int native_stack_signal();
 // Captures every thread of this process except the calling one. At most
 // `timeout` waiting for answers. Fails if the signal's handler cannot be
 // installed (another handler owns the signal) or off Linux.
-absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration timeout);
+//
+// `while_stopped`, if given, runs on the calling thread while every thread
+// that answered waits in the handler (at most a few seconds; then it goes
+// on by itself): what must read other threads' memory without it changing
+// underneath (Python's faulthandler walks every thread's frames). It must
+// not allocate or take locks another thread may hold, since those threads
+// are stopped wherever the signal found them.
+absl::StatusOr<std::vector<RawThreadStack>> capture_native_stacks(absl::Duration timeout,
+                                                                  const std::function<void()>& while_stopped = {});
 
 }  // namespace castmesh::debug

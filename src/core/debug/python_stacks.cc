@@ -7,7 +7,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "castmesh/detail/mutex.h"
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -20,11 +19,7 @@ namespace castmesh::debug {
 namespace {
 
 std::atomic<bool> g_ready{false};
-
-detail::Mutex& dump_mutex() {
-  static auto* mu = new detail::Mutex();
-  return *mu;
-}
+std::atomic<int> g_threads_starting{0};
 
 }  // namespace
 
@@ -36,16 +31,12 @@ absl::StatusOr<PythonDumpTarget> python_dump_target() {
   return PythonDumpTarget{SIGRTMIN + 6, fd};
 }
 
-absl::StatusOr<std::string> dump_python_stacks() {
-  if (!g_ready.load(std::memory_order_acquire)) {
-    return absl::NotFoundError("no Python interpreter registered for stack dumps in this process");
-  }
-  absl::StatusOr<PythonDumpTarget> target = python_dump_target();
-  if (!target.ok()) return target.status();
-  detail::MutexLock lock(dump_mutex());
-  if (ftruncate(target->fd, 0) != 0 || lseek(target->fd, 0, SEEK_SET) != 0) {
-    return absl::InternalError("cannot reset the Python stack dump file");
-  }
+bool raise_python_dump() noexcept {
+  if (!g_ready.load(std::memory_order_acquire)) return false;
+  if (g_threads_starting.load(std::memory_order_acquire) > 0) return false;
+  absl::StatusOr<PythonDumpTarget> target = python_dump_target();  // created at registration: no allocation
+  if (!target.ok()) return false;
+  if (ftruncate(target->fd, 0) != 0 || lseek(target->fd, 0, SEEK_SET) != 0) return false;
   // A signal a thread sends itself is handled before the call returns, so
   // the text is complete when raise() returns. The signal must not be
   // blocked on this thread.
@@ -56,6 +47,15 @@ absl::StatusOr<std::string> dump_python_stacks() {
   pthread_sigmask(SIG_UNBLOCK, &only, &before);
   raise(target->signal);
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  return true;
+}
+
+absl::StatusOr<std::string> read_python_dump() {
+  if (!g_ready.load(std::memory_order_acquire)) {
+    return absl::NotFoundError("no Python interpreter registered for stack dumps in this process");
+  }
+  absl::StatusOr<PythonDumpTarget> target = python_dump_target();
+  if (!target.ok()) return target.status();
   struct stat st {};
   if (fstat(target->fd, &st) != 0) return absl::InternalError("cannot read the Python stack dump file");
   std::string text(static_cast<size_t>(st.st_size), '\0');
@@ -76,11 +76,15 @@ absl::StatusOr<PythonDumpTarget> python_dump_target() {
   return absl::UnimplementedError("Python stack dumps through castmesh need Linux (memfd_create)");
 }
 
-absl::StatusOr<std::string> dump_python_stacks() {
+bool raise_python_dump() noexcept { return false; }
+
+absl::StatusOr<std::string> read_python_dump() {
   return absl::UnimplementedError("Python stack dumps through castmesh need Linux (memfd_create)");
 }
 
 #endif
+
+void note_python_thread_starting(int delta) { g_threads_starting.fetch_add(delta, std::memory_order_acq_rel); }
 
 void set_python_dump_ready() { g_ready.store(true, std::memory_order_release); }
 bool python_dump_ready() { return g_ready.load(std::memory_order_acquire); }

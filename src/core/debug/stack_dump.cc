@@ -16,21 +16,34 @@ namespace castmesh::debug {
 wire::v1::StackDumpReply dump_this_process(absl::Duration thread_timeout, absl::Duration symbol_budget) {
   wire::v1::StackDumpReply reply;
   reply.set_pid(getpid());
-  absl::StatusOr<std::vector<RawThreadStack>> native = capture_native_stacks(thread_timeout);
+  // Python's stacks are written while the other threads are held still in
+  // the native capture's handler: faulthandler reads every thread's frames
+  // without the GIL, and frames that change under it can crash it.
+  // A few tries: Python's dump is skipped while a Python thread starts
+  // (python_stacks.h), which takes microseconds.
+  const bool has_python = python_dump_ready();
+  bool python_raised = false;
+  absl::StatusOr<std::vector<RawThreadStack>> native;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    native = capture_native_stacks(
+        thread_timeout, has_python ? std::function<void()>([&python_raised] { python_raised = raise_python_dump(); })
+                                   : std::function<void()>());
+    if (!native.ok() || !has_python || python_raised) break;
+  }
   if (!native.ok()) {
     wire::status_to_wire(native.status(), &reply);
     return reply;
   }
-  // Python second: its signal goes to this thread only, so the native
-  // capture above did not see Python's handler at work.
   std::vector<PythonThread> python;
-  if (python_dump_ready()) {
-    absl::StatusOr<std::string> text = dump_python_stacks();
+  if (python_raised) {
+    absl::StatusOr<std::string> text = read_python_dump();
     if (text.ok()) {
       python = parse_python_stacks(*text);
     } else {
       reply.set_python_error(std::string(text.status().message()));
     }
+  } else if (has_python) {
+    reply.set_python_error("no Python dump: a Python thread was starting at every try (CPython cannot dump then)");
   }
   absl::flat_hash_map<uint64_t, const PythonThread*> python_by_ident;
   for (const PythonThread& t : python) python_by_ident[t.ident] = &t;

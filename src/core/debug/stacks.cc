@@ -132,6 +132,8 @@ absl::StatusOr<PythonStackHook> python_stack_hook() {
 
 void python_stack_hook_ready() { set_python_dump_ready(); }
 
+void python_thread_starting(int delta) { note_python_thread_starting(delta); }
+
 std::string to_string(const std::vector<ProcStacks>& procs) {
   std::string text;
   for (const ProcStacks& p : procs) absl::StrAppend(&text, to_string(p), "\n");

@@ -147,6 +147,33 @@ TEST(NativeStacks, AThreadSilentInOneCaptureAnswersTheNextOnce) {
   late.join();
 }
 
+TEST(NativeStacks, WhileStoppedRunsWithTheAnsweredThreadsHeld) {
+  // What faulthandler needs: the other threads' memory does not change
+  // while it is read.
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> counter{0};
+  std::thread busy([&] {
+    while (!done.load(std::memory_order_relaxed)) counter.fetch_add(1, std::memory_order_relaxed);
+  });
+  while (counter.load() == 0) usleep(1000);
+  uint64_t first = 0;
+  uint64_t second = 0;
+  absl::StatusOr<std::vector<RawThreadStack>> threads = capture_native_stacks(absl::Seconds(30), [&] {
+    first = counter.load();
+    usleep(20000);  // the busy thread would count on meanwhile, were it not held
+    second = counter.load();
+  });
+  ASSERT_TRUE(threads.ok()) << threads.status();
+  bool answered = false;
+  for (const RawThreadStack& t : *threads) answered = answered || (t.answered && t.pthread_id == busy.native_handle());
+  EXPECT_TRUE(answered);
+  EXPECT_EQ(first, second) << "the busy thread ran while it should have been held";
+  const uint64_t released = counter.load();
+  while (counter.load() == released) usleep(1000);  // it runs again once released
+  done = true;
+  busy.join();
+}
+
 TEST(PythonStacks, ParsesFaulthandlersAllThreadsText) {
   const std::string text =
       "Thread 0x00007f0a12345700 (most recent call first):\n"
@@ -174,7 +201,8 @@ TEST(PythonStacks, ParsesFaulthandlersAllThreadsText) {
 }
 
 TEST(PythonStacks, WithoutAnInterpreterThereIsNoPythonDump) {
-  EXPECT_EQ(dump_python_stacks().status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(raise_python_dump());
+  EXPECT_EQ(read_python_dump().status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
