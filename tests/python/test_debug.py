@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -160,3 +161,32 @@ def test_a_timeout_inside_stacks_on_timeout_carries_the_stuck_ranks_stacks(stuck
     with pytest.raises(ValueError, match="not a timeout"):
         with castmesh.debug.stacks_on_timeout(stuck):
             raise ValueError("not a timeout")
+
+
+_CHURN = r"""
+import threading, castmesh
+stop = False
+def deep(n):
+    return n if n < 2 else deep(n - 1) + 1
+def churn():
+    while not stop:
+        deep(40)
+        threading.Thread(target=lambda: None).start()  # states being created and torn down
+threads = [threading.Thread(target=churn) for _ in range(2)]
+for t in threads:
+    t.start()
+for _ in range(20):
+    castmesh.debug.this_process(timeout=1.0, file_lines=False)
+stop = True
+for t in threads:
+    t.join()
+print("survived")
+"""
+
+
+@pytest.mark.timeout(280)
+def test_dumps_while_python_threads_run_and_start_do_not_crash_the_process() -> None:
+    # faulthandler reads every thread's frames without the GIL: the threads
+    # are held while it does, and no dump is taken while a thread starts.
+    proc = subprocess.run([sys.executable, "-c", _CHURN], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0 and "survived" in proc.stdout, (proc.returncode, proc.stderr[-3000:])
