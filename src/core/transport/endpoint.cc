@@ -36,6 +36,7 @@
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/platform/process.h"
+#include "core/progress/wait_policy.h"
 #include "core/transport/address.h"
 #include "core/transport/unix_socket_names.h"
 #include "core/wire/handshake.h"
@@ -74,6 +75,18 @@ constexpr std::size_t kPayloadChunk = std::size_t{8} << 20;
 // Out of descriptors, at most this many pending connections are accepted and
 // closed at once (through the reserve descriptor) before accepting pauses.
 constexpr int kRefusedPerRound = 256;
+// Whether the I/O thread reads the socket once more after arming its wait
+// for readability. Asio's epoll reactor arms a wait (an op that may not be
+// performed speculatively) with EPOLL_CTL_MOD, which reports bytes already
+// there as a new event, so a look after arming only finds nothing (one
+// recv() per frame received, a system call on the round trip's path).
+// Other reactors (kqueue, io_uring) keep the look.
+#if defined(ASIO_HAS_EPOLL) && !defined(ASIO_HAS_IO_URING_AS_DEFAULT)
+constexpr bool kLookAfterArming = false;
+#else
+constexpr bool kLookAfterArming = true;
+#endif
+
 // A frame sent at least this long after the previous one on an idle
 // connection is written at once by the sending thread (latency); frames that
 // follow each other faster are coalesced by the I/O thread (throughput).
@@ -219,6 +232,10 @@ class Endpoint::Impl {
   std::optional<long> peer_pid(std::string_view peer) const;
   bool on_io_thread() const { return io_.get_executor().running_in_this_thread(); }
   void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+  // Whether waiting callers read connections themselves now (see
+  // PeerReader::defer_io_thread()). Any thread.
+  bool io_thread_defers() const { return io_thread_defers_.load(std::memory_order_acquire); }
+
   // See PeerReader::defer_io_thread(). Any thread.
   void defer_io_thread() {
     last_deferral_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -833,8 +850,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  public:
   // The I/O thread's turn: reads and delivers what the socket has, then
-  // waits for more. Bytes that arrive before the wait is armed raise no
-  // event, so it looks once more after arming.
+  // waits for more. Where a reactor may drop bytes that arrive before the
+  // wait is armed, it looks once more after arming (kLookAfterArming).
   void pump_on_io() {
     for (;;) {
       if (closed_) return;
@@ -844,13 +861,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       io_pending_.store(false, std::memory_order_relaxed);
       io_turn_.store(false, std::memory_order_release);
+      const std::uint64_t before = expected_sequence_;
       const Parsed parsed = drain(nullptr);
+      const bool delivered = expected_sequence_ != before;
       read_mu_.unlock();
       if (parsed == Parsed::kYield) {  // other connections' handlers run between large reads
         asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
         return;
       }
       if (parsed != Parsed::kMore || closed_ || wait_armed_) return;
+      if (delivered && spin_for_next_frame()) continue;
       wait_armed_ = true;
       socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const std::error_code& ec) {
         self->wait_armed_ = false;
@@ -861,7 +881,34 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         self->pump_on_io();
       });
+      // The plaintext socket was read until it had nothing (kMore), so what
+      // arrives next is a new edge, which the armed wait sees: no look.
+      if (!kLookAfterArming && tls_ == nullptr) return;
     }
+  }
+
+  // I/O thread, after delivering frames: looks for the next one for
+  // EndpointOptions::read_spin before the reactor wait (whose sleep and
+  // wake-up cost more than a reply's whole trip on loopback). poll() looks
+  // without the socket's lock (readable_now). True when bytes (or the
+  // connection's end) came. A TLS connection has no reader_fd_ and does not
+  // spin: its session may hold read-ahead bytes that poll() cannot see.
+  bool spin_for_next_frame() {
+    const absl::Duration budget = owner_.options().read_spin;
+    if (budget <= absl::ZeroDuration() || reader_fd_ < 0 || owner_.io_thread_defers()) return false;
+    struct Look {
+      bool handled;
+      bool busy;
+    };
+    bool ready = false;
+    const absl::Time start = absl::Now();
+    progress::spin(
+        [&] {
+          ready = readable_now();
+          return Look{ready, false};
+        },
+        [&] { return ready || closed_; }, start, start + budget, /*oversubscribed_now=*/false);
+    return ready && !closed_;
   }
 
   // A PeerReader's turn (any thread but the I/O thread).
