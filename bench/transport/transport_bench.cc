@@ -6,7 +6,8 @@
 //       only the issue-37 8 B round trips: RUNS (default 7) alternating
 //       raw/castmesh runs per figure, every run printed, then the medians
 //       and castmesh/raw ratios ("median" lines, tab-separated); --ask adds
-//       ActorRef::ask().get() to an actor in a worker proc.
+//       ActorRef::ask().get() to an actor in a worker proc; --read-spin=US
+//       sets EndpointOptions::read_spin on both endpoints (default 0).
 //
 // Each measurement starts a server process (this binary re-executed with
 // --serve ...), so client and server are separate processes as in a real
@@ -191,8 +192,9 @@ int serve_raw(const std::string& kind, const std::string& mode) {
 
 // --- castmesh ----------------------------------------------------------------
 
-int serve_castmesh(const std::string& kind) {
+int serve_castmesh(const std::string& kind, absl::Duration read_spin) {
   EndpointOptions options;
+  options.read_spin = read_spin;
   options.listen = kind == "unix" ? castmesh::transport::unique_abstract_unix_address() : "tcp:127.0.0.1:0";
   options.secret = kSecret;
   Endpoint* self = nullptr;
@@ -268,8 +270,9 @@ std::unique_ptr<Server> spawn_server(const std::vector<std::string>& args) {
 // drives ping-pong chains or signals the waiting thread.
 class Client {
  public:
-  explicit Client(const std::string& server) : server_(server) {
+  explicit Client(const std::string& server, absl::Duration read_spin = absl::ZeroDuration()) : server_(server) {
     EndpointOptions options;
+    options.read_spin = read_spin;
     options.secret = kSecret;
     auto endpoint = Endpoint::start(options, [this](const std::string&, v1::FrameHeader&& e, Payload p) {
       on_reply(std::move(e), std::move(p));
@@ -447,16 +450,20 @@ static int latency_main(int argc, char** argv) {
   int runs = 7;
   int rounds = 5000;
   bool with_ask = false;
+  int read_spin_us = 0;  // EndpointOptions::read_spin of both endpoints
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg.starts_with("--latency=") && absl::SimpleAtoi(arg.substr(10), &runs) && runs > 0) continue;
     if (arg == "--latency") continue;
+    if (arg.starts_with("--read-spin=") && absl::SimpleAtoi(arg.substr(12), &read_spin_us) && read_spin_us >= 0) {
+      continue;
+    }
     if (arg == "--ask") {
       with_ask = true;
       continue;
     }
     if (arg.starts_with("--rounds=") && absl::SimpleAtoi(arg.substr(9), &rounds) && rounds > 0) continue;
-    std::fprintf(stderr, "usage: transport_bench --latency[=RUNS] [--rounds=N] [--ask]\n");
+    std::fprintf(stderr, "usage: transport_bench --latency[=RUNS] [--rounds=N] [--read-spin=US] [--ask]\n");
     return 2;
   }
   auto median = [](std::vector<double> v) {
@@ -464,8 +471,8 @@ static int latency_main(int argc, char** argv) {
     return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
   };
   for (const std::string kind : {"unix", "tcp"}) {
-    auto server = spawn_server({"castmesh", kind});
-    Client client(server->url);
+    auto server = spawn_server({"castmesh", kind, std::to_string(read_spin_us)});
+    Client client(server->url, absl::Microseconds(read_spin_us));
     client.rtt_io_us(1000);  // warm-up (connect + handshake)
     std::vector<double> raw_io, cm_io, raw_thread, cm_thread;
     for (int r = 0; r < runs; ++r) {
@@ -530,7 +537,11 @@ int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // worker procs of the actor measurement stop here
   if (argc >= 3 && std::string(argv[1]) == "--serve") {
     if (std::string(argv[2]) == "raw" && argc == 5) return serve_raw(argv[3], argv[4]);
-    if (std::string(argv[2]) == "castmesh" && argc == 4) return serve_castmesh(argv[3]);
+    int spin_us = 0;
+    if (std::string(argv[2]) == "castmesh" && argc == 4) return serve_castmesh(argv[3], absl::ZeroDuration());
+    if (std::string(argv[2]) == "castmesh" && argc == 5 && absl::SimpleAtoi(argv[4], &spin_us)) {
+      return serve_castmesh(argv[3], absl::Microseconds(spin_us));
+    }
     return 2;
   }
   if (argc > 1 && std::string(argv[1]).starts_with("--latency")) return latency_main(argc, argv);

@@ -5,7 +5,6 @@
 #include "castmesh/detail/future_state.h"
 #include "core/actor/runtime_core.h"
 #include "core/log/log.h"
-#include "core/progress/wait_policy.h"
 #include "core/scheduler/futex.h"
 
 namespace castmesh::detail {
@@ -43,39 +42,11 @@ void FutureStateBase::publish() {
   if (waiters_.load(std::memory_order_seq_cst) > 0) futex_wake(&ready_, INT_MAX);
 }
 
-namespace {
-
-// How long a plain thread spins for its reply before it sleeps. A reply
-// that comes within it costs the caller no futex wake-up (20-30 us on a
-// loaded VM, more than a whole in-process or loopback round trip takes
-// when the other side is awake: bench/RESULTS.md, "Latency (issue 37, C++
-// paths)"); one that comes later costs at most this much CPU more.
-constexpr absl::Duration kCallerSpin = absl::Microseconds(50);
-
-// What progress::spin() expects of a look.
-struct ReadyLook {
-  bool handled;
-  bool busy;
-};
-
-}  // namespace
-
 bool FutureStateBase::wait(absl::Time deadline) {
   if (is_ready()) return true;
   // A pooled worker about to block: other workers (or a helper, when none is
   // left) run what it queued and the actors its answer may depend on.
   Scheduler::BlockingScope blocking;
-  if (!blocking.on_worker()) {
-    // A plain thread: spin briefly first, with the data plane's wait
-    // policy (it yields when the core is wanted), so that a quick reply is
-    // read off the word instead of needing the futex wake-up below. A
-    // worker never spins: it holds a core its actors may need.
-    const absl::Time start = absl::Now();
-    progress::spin([this] { return ReadyLook{ready_.load(std::memory_order_acquire) != 0, false}; },
-                   [this] { return ready_.load(std::memory_order_acquire) != 0; }, start,
-                   std::min(deadline, start + kCallerSpin), /*oversubscribed_now=*/false);
-    if (is_ready()) return true;
-  }
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   bool ready = true;
   while (ready_.load(std::memory_order_seq_cst) == 0) {

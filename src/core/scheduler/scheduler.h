@@ -82,8 +82,6 @@ class Scheduler {
     ~BlockingScope();
     BlockingScope(const BlockingScope&) = delete;
     BlockingScope& operator=(const BlockingScope&) = delete;
-    // True on a scheduler's worker or helper (its wait holds up actors).
-    bool on_worker() const { return scheduler_ != nullptr; }
 
    private:
     Scheduler* scheduler_ = nullptr;

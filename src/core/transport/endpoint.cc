@@ -75,18 +75,6 @@ constexpr std::size_t kPayloadChunk = std::size_t{8} << 20;
 // Out of descriptors, at most this many pending connections are accepted and
 // closed at once (through the reserve descriptor) before accepting pauses.
 constexpr int kRefusedPerRound = 256;
-// Whether the I/O thread reads the socket once more after arming its wait
-// for readability. Asio's epoll reactor arms a wait (an op that may not be
-// performed speculatively) with EPOLL_CTL_MOD, which reports bytes already
-// there as a new event, so a look after arming only finds nothing (one
-// recv() per frame received, a system call on the round trip's path).
-// Other reactors (kqueue, io_uring) keep the look.
-#if defined(ASIO_HAS_EPOLL) && !defined(ASIO_HAS_IO_URING_AS_DEFAULT)
-constexpr bool kLookAfterArming = false;
-#else
-constexpr bool kLookAfterArming = true;
-#endif
-
 // A frame sent at least this long after the previous one on an idle
 // connection is written at once by the sending thread (latency); frames that
 // follow each other faster are coalesced by the I/O thread (throughput).
@@ -235,6 +223,8 @@ class Endpoint::Impl {
   // Whether waiting callers read connections themselves now (see
   // PeerReader::defer_io_thread()). Any thread.
   bool io_thread_defers() const { return io_thread_defers_.load(std::memory_order_acquire); }
+  // Frames sent by handlers on the I/O thread so far. I/O thread only.
+  std::uint64_t io_thread_sends() const { return io_thread_sends_; }
 
   // See PeerReader::defer_io_thread(). Any thread.
   void defer_io_thread() {
@@ -305,6 +295,7 @@ class Endpoint::Impl {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> io_thread_defers_{false};  // the I/O thread defers on wake (or is about to)
+  std::uint64_t io_thread_sends_ = 0;            // frames sent on the I/O thread (I/O thread only)
   std::atomic<Clock::rep> last_deferral_{0};     // when a reader last asked it to
 
   mutable detail::Mutex peers_mu_;
@@ -850,8 +841,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  public:
   // The I/O thread's turn: reads and delivers what the socket has, then
-  // waits for more. Where a reactor may drop bytes that arrive before the
-  // wait is armed, it looks once more after arming (kLookAfterArming).
+  // waits for more. Bytes that arrive before the wait is armed raise no
+  // event, so it looks once more after arming.
   void pump_on_io() {
     for (;;) {
       if (closed_) return;
@@ -862,15 +853,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
       io_pending_.store(false, std::memory_order_relaxed);
       io_turn_.store(false, std::memory_order_release);
       const std::uint64_t before = expected_sequence_;
+      const std::uint64_t sends_before = owner_.io_thread_sends();
       const Parsed parsed = drain(nullptr);
-      const bool delivered = expected_sequence_ != before;
+      // A handler answered on this thread: a request/reply exchange, whose
+      // next frame is likely to come within the spin.
+      const bool answered = expected_sequence_ != before && owner_.io_thread_sends() != sends_before;
       read_mu_.unlock();
       if (parsed == Parsed::kYield) {  // other connections' handlers run between large reads
         asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
         return;
       }
       if (parsed != Parsed::kMore || closed_ || wait_armed_) return;
-      if (delivered && spin_for_next_frame()) continue;
+      if (answered && spin_for_next_frame()) continue;
       wait_armed_ = true;
       socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const std::error_code& ec) {
         self->wait_armed_ = false;
@@ -881,15 +875,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
         }
         self->pump_on_io();
       });
-      // The plaintext socket was read until it had nothing (kMore), so what
-      // arrives next is a new edge, which the armed wait sees: no look.
-      if (!kLookAfterArming && tls_ == nullptr) return;
     }
   }
 
-  // I/O thread, after delivering frames: looks for the next one for
-  // EndpointOptions::read_spin before the reactor wait (whose sleep and
-  // wake-up cost more than a reply's whole trip on loopback). poll() looks
+  // I/O thread, after delivering frames that its handlers answered on this
+  // thread: looks for the next one for EndpointOptions::read_spin before the
+  // reactor wait (whose sleep and wake-up cost more than a reply's whole
+  // trip on loopback). Frames handed to other threads (an actor's worker, a
+  // waiting caller) do not start a spin: those threads need the core more
+  // than this one, and their answer comes later than the spin. poll() looks
   // without the socket's lock (readable_now). True when bytes (or the
   // connection's end) came. A TLS connection has no reader_fd_ and does not
   // spin: its session may hold read-ahead bytes that poll() cannot see.
@@ -1830,7 +1824,9 @@ absl::Status Endpoint::Impl::send(std::string_view peer, Outgoing out, wire::Pay
   }
   // Queue first, then dial: a dial that fails at once must not race this
   // frame into an "already closed" error (the loss is reported instead).
-  absl::Status queued = connection->enqueue(out, std::move(payload), on_io_thread(), urgency);
+  const bool from_io = on_io_thread();
+  if (from_io) ++io_thread_sends_;
+  absl::Status queued = connection->enqueue(out, std::move(payload), from_io, urgency);
   if (dial) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: dialing {}", id_, std::string(peer));
     asio::post(io_, [connection, address = *dial] { connection->start_dial(address); });

@@ -28,9 +28,9 @@ TEST(Future, GetWithTimeoutThenValue) {
   t.join();
 }
 
-// A plain thread's get() spins briefly before it sleeps: a deadline inside
-// that spin still ends the wait, and the future stays valid.
-TEST(Future, DeadlineShorterThanTheCallersSpinEndsTheWait) {
+// A deadline that has passed, or passes at once, ends the wait with a
+// timeout, and the future stays valid.
+TEST(Future, DeadlineAlreadyPassedEndsTheWaitAndKeepsTheFuture) {
   auto [port, fut] = make_once_port<int>();
   EXPECT_EQ(fut.get(absl::ZeroDuration()).status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(fut.get(absl::Nanoseconds(1)).status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -40,8 +40,8 @@ TEST(Future, DeadlineShorterThanTheCallersSpinEndsTheWait) {
   EXPECT_EQ(*v, 7);
 }
 
-// A reply racing the waiter's deadline (inside the spin, at its end, or
-// after it, in the futex sleep): the waiter gets the value or a timeout,
+// A reply racing the waiter's deadline (before the waiter sleeps, as it
+// sleeps, or as the deadline ends the sleep): the waiter gets the value or a timeout,
 // never a hang or a lost value; a timed-out future still gets the value.
 TEST(Future, ReplyRacingATimeoutIsEitherDeliveredOrTimedOut) {
   constexpr int kRounds = 2000;

@@ -1242,19 +1242,31 @@ TEST(Endpoint, LossOfAPeerIsReported) {
       << inbox_b.lost()[1].second;
 }
 
-// After delivering a frame the I/O thread looks for the next one for
-// read_spin before it sleeps. With a spin far longer than the test, every
-// delivery is followed by a spin, so the peer dies while the receiver
-// spins: the loss must end the spin and be reported.
+// After delivering a frame that its handler answered on the I/O thread, the
+// I/O thread looks for the next one for read_spin before it sleeps. With a
+// spin far longer than the test, the answered frame is followed by a spin,
+// so the peer dies while the receiver spins: the loss must end the spin and
+// be reported.
 TEST(Endpoint, PeerLostWhileTheIoThreadSpinsForTheNextFrameIsReported) {
   Inbox inbox_a, inbox_b;
   EndpointOptions spinning = options_for(listen_url("unix", "a"));
   spinning.read_spin = absl::Hours(1);
-  auto a = start(spinning, inbox_a);
+  Endpoint* a_raw = nullptr;
+  MessageHandler record = inbox_a.handler();
+  auto started = Endpoint::start(
+      spinning,
+      [&](const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
+        (void)a_raw->send(peer, message("ack"));  // answered here: the spin follows
+        record(peer, std::move(frame_header), std::move(payload));
+      },
+      inbox_a.lost_handler());
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<Endpoint> a = std::move(*started);
+  a_raw = a.get();
   auto b = start(options_for(""), inbox_b);
-  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(b);
   ASSERT_TRUE(b->send(a->id(), message("hi")).ok());
-  ASSERT_TRUE(inbox_a.wait_messages(1));  // a's I/O thread now spins for the next frame
+  ASSERT_TRUE(inbox_b.wait_messages(1));  // the ack: a's I/O thread now spins for the next frame
   const std::string b_id = b->id();
   b.reset();
   ASSERT_TRUE(inbox_a.wait_lost(1));
