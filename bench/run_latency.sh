@@ -18,7 +18,8 @@
 #              transport_bench castmesh_actor_bench caf_actor_bench
 #              (and cross_host_ask castmesh-host for --cross-host)
 #   RUNS       alternating runs per figure (default 7)
-# CASTMESH_BENCH_READ_SPIN_US (default 0) sets EndpointOptions::read_spin of
+# BENCH_READ_SPIN_US (default 0; not a CASTMESH_ name, which endpoints would
+# refuse as an unknown setting) sets EndpointOptions::read_spin of
 # both endpoints of the handler-driven and send+wait round trips (opt-in I/O
 # thread spin; docs/transport.md).
 set -euo pipefail
@@ -45,7 +46,7 @@ echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //
 echo "== cross-proc 8 B round trip (us; runs: raw castmesh)"
 out=$(mktemp)
 trap 'rm -f "${out}"' EXIT
-"${transport}" --latency="${RUNS}" --read-spin="${CASTMESH_BENCH_READ_SPIN_US:-0}" --ask | tee "${out}" | grep -v '^median'
+"${transport}" --latency="${RUNS}" --read-spin="${BENCH_READ_SPIN_US:-0}" --ask | tee "${out}" | grep -v '^median'
 echo
 printf '%-5s %-17s %9s %9s %7s  %s\n' chan path raw_us cm_us ratio "target"
 while IFS=$'\t' read -r _ kind what raw cm ratio; do
