@@ -1,5 +1,5 @@
 // The Chrome trace-event JSON writer (chrome_trace.h).
-#include "core/trace/chrome_trace.h"
+#include "core/debug/chrome_trace.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,5 +1,5 @@
-// The trace proc service (trace_service.h).
-#include "core/trace/trace_service.h"
+// The trace proc service and the controller side of gathering (trace_service.h).
+#include "core/debug/trace_service.h"
 
 #include <unistd.h>
 
