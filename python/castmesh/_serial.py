@@ -12,8 +12,11 @@ import cloudpickle
 _PLAIN = (int, float, str, bytes, bool, type(None), complex)
 
 
+_PLAIN_TYPES = frozenset(_PLAIN)
+
+
 def _is_plain(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, _PLAIN):
+    if type(value) in _PLAIN_TYPES or isinstance(value, _PLAIN):
         return True
     if depth > 2:
         return False
@@ -26,7 +29,9 @@ def _is_plain(value: Any, depth: int = 0) -> bool:
 
 def dumps(value: Any) -> bytes:
     """Pickles ``value`` (stdlib pickle when it is plain data, else cloudpickle)."""
-    if _is_plain(value):
+    # A call's (args, kwargs) of plain scalars, the common case, is checked inline.
+    if (type(value) is tuple and len(value) == 2 and type(value[0]) is tuple and type(value[1]) is dict
+            and not value[1] and all(type(v) in _PLAIN_TYPES for v in value[0])) or _is_plain(value):
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
