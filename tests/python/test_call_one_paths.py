@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from castmesh import _serial
 from castmesh import Actor, ProcError, current_rank, endpoint, this_host
 
 
@@ -48,6 +49,21 @@ class Slow(Actor):
         if current_rank().rank == rank:
             os._exit(3)  # the proc dies mid-call
         return current_rank().rank
+
+
+class Local:
+    pass
+
+
+@pytest.mark.parametrize("value", [
+    ("ok", 3), ("ok", None), ((1, "a", 2.5), {}), ((), {}), ((1,), {"k": 2}), (("ok", 3), 4), ("ok", [1]),
+    ((Local(),), {}), ("ok", Local()), ((1, (2, 3)), {}), (1, 2, 3), ("ok",),
+])
+def test_flat_check_is_a_subset_of_the_plain_check(value):
+    # The fast check never lets through what the full one would send by cloudpickle.
+    assert not _serial._is_flat(value) or _serial._is_plain(value)
+    copy = _serial.loads(_serial.dumps(value))
+    assert type(copy) is type(value) and len(copy) == len(value)
 
 
 @pytest.fixture(scope="module")
