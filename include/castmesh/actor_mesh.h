@@ -1,5 +1,5 @@
 // ActorMesh<A>: one actor of class A per point of a Shape, messaged as one
-// object (DESIGN.md §2, docs/meshes.md).
+// object (docs/meshes.md).
 //
 //   auto mesh = *castmesh::ActorMesh<Worker>::Spawn(runtime, shape, {.name = "worker"}, args...);
 //   mesh.cast(Step{});                                  // everyone, fire and forget

@@ -1,7 +1,7 @@
 // Communicator: MPI-style point-to-point messages and collectives among the
 // ranks of a group: the members of an actor mesh (row-major order), a
 // sub-group of them (along, split), or the processes of an SPMD program
-// started by a launcher (world). DESIGN.md §7, docs/collectives.md.
+// started by a launcher (world). docs/collectives.md.
 //
 //   // inside a handler of an actor of an ActorMesh:
 //   castmesh::Communicator comm = *castmesh::Communicator::current();
