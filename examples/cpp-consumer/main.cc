@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "castmesh/backend.h"
-#include "castmesh/version.h"
+// The umbrella header: also checks that every header it includes is installed.
+#include "castmesh/castmesh.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> required;

@@ -1,5 +1,5 @@
 // ActorMesh<A>: one actor of class A per point of a Shape, messaged as one
-// object (DESIGN.md §2, docs/meshes.md).
+// object (docs/meshes.md).
 //
 //   auto mesh = *castmesh::ActorMesh<Worker>::Spawn(runtime, shape, {.name = "worker"}, args...);
 //   mesh.cast(Step{});                                  // everyone, fire and forget
@@ -281,7 +281,9 @@ class ActorMesh {
   }
 
   // Asks one live member: the one with the fewest choose() requests in
-  // flight, ties broken at random. Errors: no live member.
+  // flight from this process (load balancing; counted over the whole mesh,
+  // whichever slice chose); among equals the next one round-robin, as
+  // Python's choose. Errors: no live member.
   template <typename M>
   Future<reply_t<M>> choose(M msg) const {
     using R = reply_t<M>;

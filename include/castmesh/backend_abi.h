@@ -1,4 +1,4 @@
-/* castmesh backend plugin ABI, version 1 (plain C; see docs/design: plugins).
+/* castmesh backend plugin ABI, version 1 (plain C; docs/plugins.md).
  *
  * A backend is a shared library that exports exactly one symbol,
  * castmesh_backend_init_v1. The core dlopen()s it (RTLD_NOW | RTLD_LOCAL),

@@ -1,7 +1,7 @@
 // Communicator: MPI-style point-to-point messages and collectives among the
 // ranks of a group: the members of an actor mesh (row-major order), a
 // sub-group of them (along, split), or the processes of an SPMD program
-// started by a launcher (world). DESIGN.md §7, docs/collectives.md.
+// started by a launcher (world). docs/collectives.md.
 //
 //   // inside a handler of an actor of an ActorMesh:
 //   castmesh::Communicator comm = *castmesh::Communicator::current();
@@ -50,11 +50,16 @@
 
 namespace castmesh {
 
+// The collectives' private state, named here only as the private members of
+// the handles below; user code cannot make or reach one.
 namespace detail {
 class CommGroup;
 class RequestState;
 class DeviceWork;
 }  // namespace detail
+namespace collectives_internal {
+class Handles;  // the collectives' factory of Request and Communicator handles
+}  // namespace collectives_internal
 
 // recv/irecv/probe: match a message from any source / with any tag.
 inline constexpr int kAnySource = -1;
@@ -101,10 +106,6 @@ class Request {
  public:
   // A request that is already complete (OK).
   Request();
-  explicit Request(std::shared_ptr<detail::RequestState> state) : state_(std::move(state)) {}
-  // A collective on device buffers (core/collectives/device_collectives.h).
-  Request(std::shared_ptr<detail::RequestState> state, std::shared_ptr<detail::DeviceWork> device)
-      : state_(std::move(state)), device_(std::move(device)) {}
 
   // Blocks until the operation completes or `timeout` passes
   // (kDeadlineExceeded; the operation stays pending and may be waited on
@@ -126,6 +127,13 @@ class Request {
                                          absl::Duration timeout = absl::InfiniteDuration());
 
  private:
+  friend class Communicator;
+  friend class collectives_internal::Handles;
+  explicit Request(std::shared_ptr<detail::RequestState> state) : state_(std::move(state)) {}
+  // A collective on device buffers: `device` orders streams after it.
+  Request(std::shared_ptr<detail::RequestState> state, std::shared_ptr<detail::DeviceWork> device)
+      : state_(std::move(state)), device_(std::move(device)) {}
+
   std::shared_ptr<detail::RequestState> state_;
   std::shared_ptr<detail::DeviceWork> device_;  // null for host operations
 };
@@ -237,10 +245,11 @@ class Communicator {
   absl::Status alltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
   Request ialltoall(const TensorView& in, const TensorView& out, const DeviceOptions& device = {}) const;
 
-  // Internal: a handle of `group` (counted among its user handles).
+ private:
+  friend class collectives_internal::Handles;
+  // A handle of `group` (counted among its user handles).
   explicit Communicator(std::shared_ptr<detail::CommGroup> group);
 
- private:
   std::shared_ptr<detail::CommGroup> group_;
 };
 

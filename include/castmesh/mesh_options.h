@@ -1,7 +1,7 @@
 // How an actor mesh is spawned and supervised: MeshOptions (its members'
 // name, its cast tree's fan-out, its failure policy) and MeshEvent (a member
 // stopped). Plain values; included by castmesh/actor_mesh.h, which
-// describes the supervision rules (DESIGN.md §2, docs/meshes.md).
+// describes the supervision rules (docs/meshes.md).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // Reductions of the data plane: the element-wise operators that allreduce,
 // reduce and reduce_scatter apply to contributions of different ranks
-// (DESIGN.md §7). A Reduction is chosen once per call (op + dtype, or a
+// (docs/collectives.md). A Reduction is chosen once per call (op + dtype, or a
 // user-defined function) and then combines whole buffers with a vectorised
 // kernel; float16/bfloat16 are computed in float32.
 //

@@ -17,12 +17,17 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "castmesh/backend.h"
-#include "castmesh/backend_abi.h"
 #include "castmesh/dtype.h"
 #include "castmesh/tensor.h"
 
+// The backend's stream, opaque here: only backends and castmesh itself look
+// inside (castmesh/backend_abi.h, which user code of this header does not
+// need and does not get).
+struct castmesh_te_stream_v1;
+
 namespace castmesh {
+
+struct DeviceInfo;  // castmesh/backend.h: include it to read device_list()'s result
 
 // A stream of the tensor_engine backend: device work enqueued on it runs in
 // order. Copies share the stream; the last copy destroys it (after its
@@ -46,7 +51,8 @@ class DeviceStream {
   bool valid() const { return impl_ != nullptr; }
   // The device whose work the stream orders (cpu for "no stream").
   Device device() const;
-  // The backend's handle, valid while a copy of this DeviceStream lives.
+  // The backend's opaque handle (what its table's stream functions take),
+  // valid while a copy of this DeviceStream lives.
   castmesh_te_stream_v1* handle() const;
   // The runtime's stream (cudaStream_t / hipStream_t) as an integer: what to
   // pass as DLPack's __dlpack__(stream=...) or to a framework's stream wrapper.
@@ -102,7 +108,8 @@ class DeviceEvent {
 absl::Status order_after_castmesh_work(const DeviceStream& consumer);
 
 // The loaded tensor_engine backend's devices; FailedPrecondition (with the
-// install hint) without it.
+// install hint) without it. DeviceInfo is castmesh/backend.h's (include it,
+// or castmesh/castmesh.h, to use the result).
 absl::StatusOr<std::vector<DeviceInfo>> device_list();
 
 // A C-contiguous, uninitialised TensorView of device memory on `device`,

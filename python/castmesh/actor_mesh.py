@@ -182,8 +182,7 @@ class EndpointRef(Generic[P, R]):
         """Calls one actor of the mesh (load balancing, as the C++
         ``ActorMesh::choose``): the one with the fewest ``choose()`` requests
         from this process in flight (counted over the whole mesh, whichever
-        slice chose); among equals, the next one round-robin (C++ breaks
-        ties at random)."""
+        slice chose); among equals, the next one round-robin (as C++)."""
         mesh = self._mesh
         in_flight = mesh._in_flight
         ranks = mesh.shape.ranks

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
+#include "castmesh/backend.h"
 #include "castmesh/tensor_engine.h"
 #include "status_binding.h"
 #include "tensor_binding.h"

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -56,7 +55,8 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   void stop(absl::Status reason);
 
   // choose(): the live member of `view` with the fewest requests in flight
-  // from choose() (ties broken at random); Unavailable if none is alive.
+  // from choose(); among equals the next one round-robin (positions of the
+  // view, one cursor per mesh, as Python's choose); Unavailable if none is alive.
   absl::StatusOr<size_t> pick_member(const Shape& view);
   // choose() bookkeeping: a request to `rank` started / finished.
   void request_started(size_t rank);
@@ -83,7 +83,7 @@ class MeshState : public std::enable_shared_from_this<MeshState> {
   std::vector<bool> dead_ ABSL_GUARDED_BY(mu_);
   std::vector<MeshEvent> events_ ABSL_GUARDED_BY(mu_);
   absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // non-OK once stopped
-  std::mt19937 rng_ ABSL_GUARDED_BY(mu_){12345};
+  size_t next_choice_ ABSL_GUARDED_BY(mu_) = 0;  // pick_member's round-robin cursor
 };
 
 // Owned by the ActorMesh handles of one spawned mesh (not by work in flight):

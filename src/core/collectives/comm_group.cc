@@ -9,6 +9,7 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
+#include "core/collectives/handles.h"
 #include "core/link/frame_link.h"
 #include "core/trace/recorder.h"
 #include "core/log/log.h"
@@ -127,7 +128,7 @@ Request CommGroup::run_async(std::function<absl::Status()> op) {
         }
       },
       [request](const absl::Status& why) { request->complete(why); }});
-  return Request(request);
+  return collectives_internal::Handles::request(request);
 }
 
 struct CommGroup::UserHandle {

@@ -14,6 +14,7 @@
 #include "core/collectives/comm_group.h"
 #include "core/collectives/device_collectives.h"
 #include "core/collectives/exchange.h"
+#include "core/collectives/handles.h"
 #include "core/progress/request_state.h"
 #include "core/collectives/shm_path.h"
 #include "core/link/single_copy.h"
@@ -306,7 +307,7 @@ absl::Status run_blocking(CommGroup& group, CallSignature sig, const absl::Statu
 
 Request run_nonblocking(CommGroup& group, CallSignature sig, const absl::Status& checked, Body body) {
   CollectiveCall call = begin(group, std::move(sig));
-  if (!checked.ok()) return Request(RequestState::Done(finish(call, checked)));
+  if (!checked.ok()) return collectives_internal::Handles::request(RequestState::Done(finish(call, checked)));
   return group.run_async([call, body = std::move(body)] {
     const TracedCall traced(call);
     return finish(call, body(call));

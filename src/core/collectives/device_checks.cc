@@ -2,6 +2,7 @@
 #include "core/collectives/device_checks.h"
 
 #include "absl/strings/str_cat.h"
+#include "castmesh/backend_abi.h"
 #include "castmesh/tensor_engine.h"
 
 namespace castmesh::collectives {

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/collectives/comm_group.h"
+#include "core/collectives/handles.h"
 #include "core/progress/progress_engine.h"
 #include "core/progress/request_state.h"
 
@@ -81,7 +82,7 @@ void DeviceRegistry::run() {
 
 Request given_up(const DeviceCall& call, absl::Status why) {
   if (std::shared_ptr<CommGroup> group = call.group.lock()) group->abort(call.sequence, why);
-  return Request(RequestState::Done(std::move(why)));
+  return collectives_internal::Handles::request(RequestState::Done(std::move(why)));
 }
 
 Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const DeviceOptions& options,
@@ -120,7 +121,7 @@ Request DeviceComm::launch(std::string what, std::vector<TensorView> keep, const
     pending_.push_back(work);
   }
   DeviceRegistry::get().watch(shared_from_this());
-  return Request(work->state(), work);
+  return collectives_internal::Handles::device_request(work->state(), work);
 }
 
 bool DeviceComm::watch() {

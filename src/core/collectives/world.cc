@@ -18,6 +18,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
 #include "core/collectives/exchange.h"
+#include "core/collectives/handles.h"
 #include "core/progress/request_state.h"
 #include "core/log/log.h"
 #include "core/proc/launch_env.h"
@@ -273,7 +274,7 @@ absl::StatusOr<Communicator> make_world(const WorldOptions& options) {
   layout.procs = *std::move(roster);
   layout.self_proc = world->host->id();
   layout.host = world->host;
-  world->comm = Communicator(detail::CommGroup::Get(std::move(layout), /*pin=*/true));
+  world->comm = collectives_internal::Handles::communicator(detail::CommGroup::Get(std::move(layout), /*pin=*/true));
   Communicator comm = *world->comm;
   detail::MutexLock lock(world_mu);
   the_world = world.release();

@@ -79,24 +79,29 @@ void MeshState::stop(absl::Status reason) {
 }
 
 absl::StatusOr<size_t> MeshState::pick_member(const Shape& view) {
-  std::vector<size_t> best;
-  int best_load = 0;
+  // One pass from the round-robin cursor: the first live member with the
+  // fewest requests in flight, so equals take turns (as Python's choose).
+  const std::vector<size_t> ranks = view.slice().ranks();
   detail::MutexLock lock(mu_);
-  for (size_t rank : view.slice().ranks()) {
-    if (dead_[rank]) continue;
-    int load = in_flight_[rank].load(std::memory_order_relaxed);
-    if (best.empty() || load < best_load) {
-      best.assign(1, rank);
+  const size_t n = ranks.size();
+  const size_t start = n == 0 ? 0 : next_choice_ % n;
+  size_t best = n;
+  int best_load = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t position = (start + k) % n;
+    if (dead_[ranks[position]]) continue;
+    int load = in_flight_[ranks[position]].load(std::memory_order_relaxed);
+    if (best == n || load < best_load) {
+      best = position;
       best_load = load;
-    } else if (load == best_load) {
-      best.push_back(rank);
     }
   }
-  if (best.empty()) {
+  if (best == n) {
     return absl::UnavailableError(
         absl::StrCat("mesh '", name_, "' ", view.to_string(), " has no live member to choose"));
   }
-  return best[std::uniform_int_distribution<size_t>(0, best.size() - 1)(rng_)];
+  next_choice_ = best + 1;
+  return ranks[best];
 }
 
 void MeshState::request_started(size_t rank) { in_flight_[rank].fetch_add(1, std::memory_order_relaxed); }

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "castmesh/backend.h"
 #include "castmesh/communicator.h"
 #include "castmesh/tensor_engine.h"
 #include "core/collectives/fake_tensor_engine.h"
