@@ -8,10 +8,10 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
-#include "core/collectives/shm_path.h"
+#include "core/link/shm_ring_path.h"
 #include "core/link/single_copy.h"
 #include "core/collectives/socket_wait.h"
-#include "core/collectives/thread_cache.h"
+#include "core/platform/thread_cache.h"
 #include "core/platform/process_memory.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
@@ -30,7 +30,7 @@ class CollectivesService final : public proc::ProcService {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
     proc::ProcHost* raw = &host;  // handlers run on its I/O thread, while it lives
     host.on_data(kCollectiveDataType, [weak, raw](const ProcId& peer, std::string_view header, wire::Payload payload) {
-      ShmProgressScope io_thread;  // replies it sends must not wait for ring space
+      link::ShmProgressScope io_thread;  // replies it sends must not wait for ring space
       Exchange::instance().on_frame(weak, peer, header, std::move(payload), *raw);
     });
     host.on_data(kCollectiveLinkDataType, [raw](const ProcId& peer, std::string_view header, wire::Payload) {
@@ -39,8 +39,8 @@ class CollectivesService final : public proc::ProcService {
         CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed link frame from {}", peer);
         return;
       }
-      ShmProgressScope io_thread;
-      on_shm_link_frame(*raw, peer, link);
+      link::ShmProgressScope io_thread;
+      link::on_shm_link_frame(*raw, peer, link);
     });
     // Bodies of frames whose receive is already posted land in its buffer.
     host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, std::string_view header, uint64_t size) {
@@ -60,6 +60,31 @@ class CollectivesService final : public proc::ProcService {
   proc::register_proc_service("collectives", [](proc::ProcHost& host) -> std::shared_ptr<proc::ProcService> {
     return std::make_shared<CollectivesService>(host);
   });
+  return true;
+}();
+
+// The links below the collectives deliver into the Exchange through this
+// seam (core/link/receiver.h), registered when the library loads.
+class ExchangeReceiver final : public link::Receiver {
+ public:
+  void on_compact(const link::Envelope& message, const char* body, size_t size) override {
+    Exchange::instance().on_compact(message, body, size);
+  }
+  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
+                const char* body, size_t size, wire::Payload owner) override {
+    Exchange::instance().on_frame(host, peer, header, body, size, std::move(owner));
+  }
+  void abort_collective(std::string_view comm, int dest, uint64_t sequence, const absl::Status& why) override {
+    Exchange::instance().mailbox(std::string(comm), dest)->abort_collective(sequence, why);
+  }
+  void on_peer_lost(const ProcId& peer, const absl::Status& why) override {
+    Exchange::instance().on_peer_lost(peer, why);
+  }
+};
+
+[[maybe_unused]] const bool kReceiverRegistered = [] {
+  static auto* receiver = new ExchangeReceiver;  // leaked: links deliver until the process ends
+  link::set_receiver(receiver);
   return true;
 }();
 
@@ -152,7 +177,7 @@ struct MailboxCache {
 }  // namespace
 
 RankMailbox* Exchange::cached_mailbox(std::string_view comm, int rank, std::shared_ptr<RankMailbox>& hold) {
-  MailboxCache* cache = ThreadCache<MailboxCache>::get();
+  MailboxCache* cache = platform::ThreadCache<MailboxCache>::get();
   if (cache == nullptr) {
     hold = mailbox(std::string(comm), rank);
     return hold.get();
@@ -243,7 +268,7 @@ class SingleCopyBody final : public RemoteBody {
     done.set_channel(v1::CollectiveHeader::CHANNEL_DONE);
     done.set_token(token_);
     done.set_fallback(fallback);
-    (void)send_collective_frame(*host, peer_, done.SerializeAsString(), {});
+    (void)link::send_collective_frame(*host, peer_, done.SerializeAsString(), {});
   }
 
   std::weak_ptr<proc::ProcHost> host_;
@@ -292,7 +317,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
                         const char* body, size_t body_size, wire::Payload payload, proc::ProcHost* delivering) {
-  ThreadLoan<v1::CollectiveHeader> loan;  // its fields keep their memory: no allocation per frame
+  platform::ThreadLoan<v1::CollectiveHeader> loan;  // its fields keep their memory: no allocation per frame
   v1::CollectiveHeader& header = *loan;
   if (!wire::parse_message(header_bytes, header)) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
@@ -350,13 +375,13 @@ std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& p
 }
 
 void Exchange::on_peer_alive(const ProcId& peer) {
-  on_shm_peer_alive(peer);
+  link::on_shm_peer_alive(peer);
   detail::MutexLock lock(mu_);
   lost_.erase(peer);
 }
 
 void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
-  on_shm_peer_lost(peer, why);  // first: what the peer wrote to its ring before it died is delivered
+  link::on_shm_peer_lost(peer, why);  // first: what the peer wrote to its ring before it died is delivered
   std::vector<std::tuple<std::shared_ptr<RankMailbox>, int, absl::Status>> failed;
   std::vector<std::shared_ptr<detail::CommGroup>> groups;
   std::vector<Parked> parked;
