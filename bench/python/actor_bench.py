@@ -7,6 +7,13 @@ Two figures per framework, each with actors in other procs (4 worker procs):
     mesh (one iteration = 4 one-way messages + 4 requests + 4 replies), in
     iterations per second.
 
+A floor is measured in the same run (``--framework floor``, and first in
+``--all``): a Python program that pickles a small call tuple, sends it over
+a Unix socketpair to a child process, which unpickles it, pickles the answer
+and sends it back (``floor_round_trips_per_s``): the least any cross-process
+Python call costs on this machine. ``--all`` prints castmesh's call_one rate
+over that floor (issue 37's target: at least 0.5).
+
 Usage:
   python actor_bench.py --framework castmesh            # one framework
   python actor_bench.py --all --ray-python /tmp/venv-ray/bin/python \\
@@ -69,6 +76,66 @@ def bench_monarch_api(api, calls: int, rounds: int) -> dict:
     return {"call_one_per_s": call_one, "broadcast_call_per_s": bcast}
 
 
+def _floor_child(sock) -> None:
+    """The floor's answering side: unpickle a call, pickle its answer."""
+    import pickle
+
+    while True:
+        header = _recv_exact(sock, 4)
+        if not header:
+            return
+        (args, kwargs) = pickle.loads(_recv_exact(sock, int.from_bytes(header, "little")))
+        reply = pickle.dumps((True, args[0]))
+        sock.sendall(len(reply).to_bytes(4, "little") + reply)
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            return b""
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def bench_floor(calls: int, rounds: int) -> dict:
+    """Python pickle + Unix socketpair round trips between two processes
+    (length-prefixed frames, the same ``ping(i) -> i`` shape as call_one)."""
+    import pickle
+    import socket
+
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        parent.close()
+        try:
+            _floor_child(child)
+        finally:
+            os._exit(0)
+    child.close()
+
+    def round_trip(i: int) -> int:
+        call = pickle.dumps(((i,), {}))
+        parent.sendall(len(call).to_bytes(4, "little") + call)
+        header = _recv_exact(parent, 4)
+        ok, value = pickle.loads(_recv_exact(parent, int.from_bytes(header, "little")))
+        return value
+
+    try:
+        for i in range(200):
+            round_trip(i)
+        start = time.perf_counter()
+        for i in range(calls):
+            assert round_trip(i) == i
+        rate = calls / (time.perf_counter() - start)
+    finally:
+        parent.close()
+        os.waitpid(pid, 0)
+    return {"floor_round_trips_per_s": rate}
+
+
 def bench_castmesh(calls: int, rounds: int) -> dict:
     import castmesh
 
@@ -123,11 +190,11 @@ def bench_monarch(calls: int, rounds: int) -> dict:
     return bench_monarch_api(monarch.actor, calls, rounds)
 
 
-BENCHES = {"castmesh": bench_castmesh, "ray": bench_ray, "monarch": bench_monarch}
+BENCHES = {"floor": bench_floor, "castmesh": bench_castmesh, "ray": bench_ray, "monarch": bench_monarch}
 
 
 def run_all(args: argparse.Namespace) -> int:
-    pythons = {"castmesh": sys.executable, "ray": args.ray_python, "monarch": args.monarch_python}
+    pythons = {"floor": sys.executable, "castmesh": sys.executable, "ray": args.ray_python, "monarch": args.monarch_python}
     results = {}
     for name, python in pythons.items():
         if not python:
@@ -147,6 +214,7 @@ def run_all(args: argparse.Namespace) -> int:
         else:
             results[name] = json.loads(line)
     print(f"{'framework':<10} {'call_one calls/s':>18} {'broadcast+call iter/s':>22}")
+    floor = results.pop("floor")
     for name, r in results.items():
         if "error" in r:
             print(f"{name:<10} {r['error']}")
@@ -155,7 +223,14 @@ def run_all(args: argparse.Namespace) -> int:
     others = [r["call_one_per_s"] for n, r in results.items() if n != "castmesh" and "error" not in r]
     if others and "error" not in results["castmesh"]:
         print(f"castmesh call_one / fastest other: {results['castmesh']['call_one_per_s'] / max(others):.2f}x")
-    for name, r in results.items():
+    if "error" in floor:
+        print(f"floor (pickle+socketpair): {floor['error']}")
+    else:
+        print(f"floor (pickle+socketpair round trips/s): {floor['floor_round_trips_per_s']:.0f}")
+        if "error" not in results["castmesh"]:
+            ratio = results["castmesh"]["call_one_per_s"] / floor["floor_round_trips_per_s"]
+            print(f"castmesh call_one / floor: {ratio:.2f}x (target >= 0.5)")
+    for name, r in {"floor": floor, **results}.items():
         print(json.dumps({"framework": name, **r}))
     return 0
 

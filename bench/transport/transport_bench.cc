@@ -2,6 +2,12 @@
 // baseline written here, over Unix and TCP loopback, in one run.
 //
 //   transport_bench [--quick]
+//   transport_bench --latency[=RUNS] [--rounds=N]
+//       only the issue-37 8 B round trips: RUNS (default 7) alternating
+//       raw/castmesh runs per figure, every run printed, then the medians
+//       and castmesh/raw ratios ("median" lines, tab-separated); --ask adds
+//       ActorRef::ask().get() to an actor in a worker proc; --read-spin=US
+//       sets EndpointOptions::read_spin on both endpoints (default 0).
 //
 // Each measurement starts a server process (this binary re-executed with
 // --serve ...), so client and server are separate processes as in a real
@@ -9,7 +15,8 @@
 //   rtt      ping-pong round trip, 8-byte payload (raw: 8-byte read/write)
 //            castmesh "io": the next ping is sent from the reply handler
 //            (transport cost only); "thread": a user thread sends and
-//            waits for each reply (adds two thread hand-offs).
+//            waits for each reply with Future::get() (adds the hand-off
+//            from the I/O thread to the waiting thread).
 //   tput     one-way stream of N messages of 1 KiB / 1 MiB / 64 MiB, then
 //            an ack; MiB/s of payload.
 //   burst    1,000,000 one-way 16-byte messages from one thread; msg/s.
@@ -29,11 +36,14 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "castmesh/actor.h"
+#include "castmesh/port.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
 #include "core/transport/address.h"
@@ -182,8 +192,9 @@ int serve_raw(const std::string& kind, const std::string& mode) {
 
 // --- castmesh ----------------------------------------------------------------
 
-int serve_castmesh(const std::string& kind) {
+int serve_castmesh(const std::string& kind, absl::Duration read_spin) {
   EndpointOptions options;
+  options.read_spin = read_spin;
   options.listen = kind == "unix" ? castmesh::transport::unique_abstract_unix_address() : "tcp:127.0.0.1:0";
   options.secret = kSecret;
   Endpoint* self = nullptr;
@@ -259,8 +270,9 @@ std::unique_ptr<Server> spawn_server(const std::vector<std::string>& args) {
 // drives ping-pong chains or signals the waiting thread.
 class Client {
  public:
-  explicit Client(const std::string& server) : server_(server) {
+  explicit Client(const std::string& server, absl::Duration read_spin = absl::ZeroDuration()) : server_(server) {
     EndpointOptions options;
+    options.read_spin = read_spin;
     options.secret = kSecret;
     auto endpoint = Endpoint::start(options, [this](const std::string&, v1::FrameHeader&& e, Payload p) {
       on_reply(std::move(e), std::move(p));
@@ -280,13 +292,23 @@ class Client {
     return seconds_since(t0) * 1e6 / rounds;
   }
 
-  // Ping-pong from this thread: send, block until the pong, repeat.
+  // Ping-pong from this thread: send, block until the pong, repeat. The
+  // thread waits the way every castmesh caller does (Future::get(), which a
+  // OncePort answered from the reply handler resolves), so this is
+  // castmesh's plain-thread send+wait, waiting included.
   double rtt_thread_us(int rounds) {
-    replies_ = 0;
     const auto t0 = Clock::now();
     for (int i = 0; i < rounds; ++i) {
+      auto [port, reply] = castmesh::make_once_port<int>();
+      {
+        std::lock_guard lock(port_mu_);
+        port_ = std::move(port);
+      }
       ping();
-      wait_replies(i + 1);
+      if (!reply.get().ok()) {
+        std::fprintf(stderr, "thread send+wait: the reply failed\n");
+        std::exit(1);
+      }
     }
     return seconds_since(t0) * 1e6 / rounds;
   }
@@ -343,6 +365,13 @@ class Client {
   }
   void on_reply(v1::FrameHeader&& e, Payload) {
     if (e.message_type() == "ack") acked_ = e.correlation();
+    {
+      std::lock_guard lock(port_mu_);
+      if (port_.has_value()) {
+        port_->send(1);
+        port_.reset();
+      }
+    }
     if (chain_ && --remaining_ > 0) ping();
     replies_.fetch_add(1, std::memory_order_release);
     replies_.notify_all();
@@ -358,6 +387,8 @@ class Client {
   std::atomic<int> replies_{0};
   int remaining_ = 0;
   std::atomic<bool> chain_{false};
+  std::mutex port_mu_;
+  std::optional<castmesh::OncePort<int>> port_;  // rtt_thread_us's pending reply
   std::uint64_t acked_ = 0;
 };
 
@@ -410,6 +441,72 @@ void row(const char* kind, const char* what, double raw, double cm, const char* 
 
 }  // namespace
 
+double actor_ask_rtt_us(const std::string& kind, int rounds, int reps);
+
+// --latency: the issue-37 round trips only, RUNS alternating runs each
+// (raw first, then castmesh, so both see the same background load), every
+// run printed and the medians compared.
+static int latency_main(int argc, char** argv) {
+  int runs = 7;
+  int rounds = 5000;
+  bool with_ask = false;
+  int read_spin_us = 0;  // EndpointOptions::read_spin of both endpoints
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.starts_with("--latency=") && absl::SimpleAtoi(arg.substr(10), &runs) && runs > 0) continue;
+    if (arg == "--latency") continue;
+    if (arg.starts_with("--read-spin=") && absl::SimpleAtoi(arg.substr(12), &read_spin_us) && read_spin_us >= 0) {
+      continue;
+    }
+    if (arg == "--ask") {
+      with_ask = true;
+      continue;
+    }
+    if (arg.starts_with("--rounds=") && absl::SimpleAtoi(arg.substr(9), &rounds) && rounds > 0) continue;
+    std::fprintf(stderr, "usage: transport_bench --latency[=RUNS] [--rounds=N] [--read-spin=US] [--ask]\n");
+    return 2;
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  for (const std::string kind : {"unix", "tcp"}) {
+    auto server = spawn_server({"castmesh", kind, std::to_string(read_spin_us)});
+    Client client(server->url, absl::Microseconds(read_spin_us));
+    client.rtt_io_us(1000);  // warm-up (connect + handshake)
+    std::vector<double> raw_io, cm_io, raw_thread, cm_thread;
+    for (int r = 0; r < runs; ++r) {
+      raw_io.push_back(raw_rtt_us(kind, rounds));
+      cm_io.push_back(client.rtt_io_us(rounds));
+      raw_thread.push_back(raw_rtt_us(kind, rounds));
+      cm_thread.push_back(client.rtt_thread_us(rounds));
+      std::printf("run\t%s\t%d\thandler-driven\t%.2f\t%.2f\tthread send+wait\t%.2f\t%.2f\n", kind.c_str(), r + 1,
+                  raw_io.back(), cm_io.back(), raw_thread.back(), cm_thread.back());
+      std::fflush(stdout);
+    }
+    const double ri = median(raw_io), ci = median(cm_io), rt = median(raw_thread), ct = median(cm_thread);
+    std::printf("median\t%s\thandler-driven\t%.2f\t%.2f\t%.3f\n", kind.c_str(), ri, ci, ci / ri);
+    std::printf("median\t%s\tthread send+wait\t%.2f\t%.2f\t%.3f\n", kind.c_str(), rt, ct, ct / rt);
+    std::fflush(stdout);
+  }
+  if (with_ask) {
+    // The same plain-thread round trip through the whole runtime (codec,
+    // router, the echo actor's mailbox and worker), beside the raw one.
+    for (const std::string kind : {"unix", "tcp"}) {
+      std::vector<double> raw, ask;
+      for (int r = 0; r < runs; ++r) {
+        raw.push_back(raw_rtt_us(kind, rounds));
+        ask.push_back(actor_ask_rtt_us(kind, rounds, 1));
+        std::printf("run\t%s\t%d\tactor ask\t%.2f\t%.2f\n", kind.c_str(), r + 1, raw.back(), ask.back());
+        std::fflush(stdout);
+      }
+      std::printf("median\t%s\tactor ask\t%.2f\t%.2f\t%.3f\n", kind.c_str(), median(raw), median(ask),
+                  median(ask) / median(raw));
+    }
+  }
+  return 0;
+}
+
 // Round trip of ActorRef::ask from a plain thread to an actor in a worker
 // proc (LocalAllocator, same transport as `kind`), in microseconds.
 double actor_ask_rtt_us(const std::string& kind, int rounds, int reps) {
@@ -440,9 +537,14 @@ int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // worker procs of the actor measurement stop here
   if (argc >= 3 && std::string(argv[1]) == "--serve") {
     if (std::string(argv[2]) == "raw" && argc == 5) return serve_raw(argv[3], argv[4]);
-    if (std::string(argv[2]) == "castmesh" && argc == 4) return serve_castmesh(argv[3]);
+    int spin_us = 0;
+    if (std::string(argv[2]) == "castmesh" && argc == 4) return serve_castmesh(argv[3], absl::ZeroDuration());
+    if (std::string(argv[2]) == "castmesh" && argc == 5 && absl::SimpleAtoi(argv[4], &spin_us)) {
+      return serve_castmesh(argv[3], absl::Microseconds(spin_us));
+    }
     return 2;
   }
+  if (argc > 1 && std::string(argv[1]).starts_with("--latency")) return latency_main(argc, argv);
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   // Each figure is the best of `reps` runs, raw and castmesh alternating, so
   // both see the same background load (this machine is shared).

@@ -27,6 +27,7 @@ except ImportError as _error:  # e.g. PYTHONPATH=python: the source tree has no 
         "--preset dev and use PYTHONPATH=build/dev/python") from _error
 from ._castmesh import BackendInfo, DeviceInfo
 from . import config  # the settings table (docs/config.md): castmesh.config.configure(...)
+from . import debug  # stack dumps of procs (docs/observability.md): castmesh.debug.stacks(mesh)
 
 __version__: str = _castmesh.__version__
 

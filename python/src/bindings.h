@@ -45,6 +45,8 @@ void bind_hosts(pybind11::module_& module);
 void bind_output(pybind11::module_& module);
 // castmesh.trace: traces of message flow and user spans (trace_binding.cc).
 void bind_trace(pybind11::module_& module);
+// Stack dumps of procs, castmesh.debug (debug_binding.cc).
+void bind_debug(pybind11::module_& module);
 // Channel, open_channel, port_send: castmesh.Channel's ports (channel_binding.cc).
 void bind_channels(pybind11::module_& module);
 // watch_failures, next_failure, watch_stopped: castmesh.supervision's monitors (supervision_binding.cc).

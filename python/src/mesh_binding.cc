@@ -61,10 +61,21 @@ struct ActorMeshHandle {
     py::gil_scoped_release release;
     return track(mesh.call(PyCall{endpoint, std::move(payload)}, std::move(reducer)));
   }
-  // Through the cast tree like call(), so it stays ordered after casts.
+  // Through the cast tree like call(), so it stays ordered after casts. The
+  // one member's reply completes the slot from the gather itself: no
+  // continuation future (ActorMesh::call_one's then()) between them.
   std::shared_ptr<CallFuture> call_one(const std::string& endpoint, std::string payload) const {
     py::gil_scoped_release release;
-    return track(mesh.call_one(PyCall{endpoint, std::move(payload)}));
+    if (mesh.size() != 1) return track(mesh.call_one(PyCall{endpoint, std::move(payload)}));  // its error
+    auto slot = std::make_shared<CallFuture>();
+    mesh.call(PyCall{endpoint, std::move(payload)}).on_ready([slot](absl::StatusOr<ValueMesh<std::string>> replies) {
+      if (!replies.ok()) {
+        slot->complete(replies.status());
+      } else {
+        slot->complete(replies->values().front());
+      }
+    });
+    return slot;
   }
 };
 

@@ -19,8 +19,10 @@ import castmesh
 
 CONTROLLER = textwrap.dedent("""
     import sys
+    import numpy as np
     import castmesh
-    from castmesh import Actor, endpoint, this_host
+    from castmesh import Actor, collectives, endpoint, this_host
+    from castmesh.rdma import RDMABuffer
 
     class Worker(Actor):
         @endpoint
@@ -34,6 +36,23 @@ CONTROLLER = textwrap.dedent("""
         def other(self) -> str:
             return "ok"
 
+        @endpoint
+        def reduce(self) -> float:
+            x = np.full(1024, 1.0, dtype=np.float32)
+            collectives.current().allreduce(x)
+            return float(x[0])
+
+        @endpoint
+        def weights(self) -> RDMABuffer:
+            self.w = np.arange(4096, dtype=np.float32)
+            return RDMABuffer(self.w)
+
+        @endpoint
+        def read(self, handle: RDMABuffer) -> float:
+            w = np.zeros(4096, dtype=np.float32)
+            handle.read_into(w).get()
+            return float(w.sum())
+
     path = sys.argv[1]
     mode = sys.argv[2]
     if mode == "api":
@@ -44,6 +63,9 @@ CONTROLLER = textwrap.dedent("""
         workers.work.call(i).get(timeout=60)
     workers.other.broadcast()
     workers.slice(hosts=0, gpus=1).other.call_one().get(timeout=60)
+    assert set(workers.reduce.call().get(timeout=60).values()) == {4.0}
+    handle = workers.slice(hosts=0, gpus=0).weights.call_one().get(timeout=60)
+    assert workers.slice(hosts=1, gpus=1).read.call_one(handle).get(timeout=60) == float(sum(range(4096)))
     with castmesh.span("controller side"):
         pass
     if mode == "api":
@@ -82,7 +104,7 @@ def check_trace(trace: Dict[str, Any]) -> None:
     # Per thread, times in order (a slice before those it encloses).
     by_thread: Dict[Any, List[float]] = {}
     for e in trace["traceEvents"]:
-        if e["ph"] in ("X", "s", "f", "i"):
+        if e["ph"] in ("X", "s", "f", "i", "b", "e"):
             by_thread.setdefault((e["pid"], e["tid"]), []).append(e["ts"])
     for key, times in by_thread.items():
         assert times == sorted(times), key
@@ -108,6 +130,19 @@ def check_trace(trace: Dict[str, Any]) -> None:
         assert start["pid"] != ends[flow_id]["pid"], flow_id
     # Sends are slices of their own, with the arrow's start inside.
     assert any(e["cat"] == "send" for e in slices)
+    # The allreduce: one slice per rank with the same collective number, and
+    # its steps as instants naming their path.
+    allreduces = [e for e in slices if e["cat"] == "collective" and e["name"] == "allreduce"]
+    assert len(allreduces) == 4, allreduces
+    assert len({e["args"]["value"] for e in allreduces}) == 1
+    assert "allreduce(sum, float32" in allreduces[0]["args"]["detail"]
+    assert any(e["cat"] == "collective" for e in events(trace, "i"))
+    # The RDMA read: an async slice whose end names the path.
+    begins = [e for e in events(trace, "b") if e["cat"] == "rdma"]
+    rdma_ends = [e for e in events(trace, "e") if e["cat"] == "rdma"]
+    assert len(begins) == 1 and begins[0]["name"] == "rdma read" and begins[0]["args"]["value"] == 4096 * 4
+    assert len(rdma_ends) == 1 and rdma_ends[0]["id"] == begins[0]["id"], rdma_ends
+    assert rdma_ends[0]["args"]["detail"] in ("single_copy", "shared_segment", "socket", "ibverbs"), rdma_ends
 
 
 @pytest.mark.timeout(300)

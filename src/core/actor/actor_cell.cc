@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "castmesh/detail/mutex.h"
+#include "core/actor/running_now.h"
 #include "core/actor/runtime_core.h"
 #include "absl/container/flat_hash_map.h"
 #include "core/log/log.h"
@@ -14,6 +15,9 @@ namespace {
 // initial-exec: a plain %fs-relative load in this shared library (read on
 // every send and turn); a pointer of static TLS, fine for dlopen (Python).
 __attribute__((tls_model("initial-exec"))) thread_local ActorCell* tl_cell = nullptr;
+// The envelope whose handler runs on this thread (stack dumps read it, see
+// core/actor/running_now.h): one store before and one after each message.
+__attribute__((tls_model("initial-exec"))) thread_local const Envelope* tl_envelope = nullptr;
 
 std::string describe_exception(std::exception_ptr ep) {
   try {
@@ -31,7 +35,35 @@ struct CurrentCellScope {
   ~CurrentCellScope() { tl_cell = prev; }
   ActorCell* prev;
 };
+
+// Marks `env` as the message this thread runs, for the length of its dispatch.
+struct CurrentEnvelopeScope {
+  explicit CurrentEnvelopeScope(const Envelope* e) : prev(std::exchange(tl_envelope, e)) {}
+  ~CurrentEnvelopeScope() { end(); }
+  // Ends the mark early (before the envelope is freed).
+  void end() { tl_envelope = prev; }
+  const Envelope* prev;
+};
+
+size_t copy_prefix(std::string_view from, char* to, size_t capacity) noexcept {
+  const size_t n = from.size() < capacity ? from.size() : capacity;
+  for (size_t i = 0; i < n; ++i) to[i] = from[i];  // no libc call: async-signal-safe by construction
+  return from.size();
+}
 }  // namespace
+
+void read_running_now(RunningNow* out) noexcept {
+  const ActorCell* cell = tl_cell;
+  out->in_actor = cell != nullptr;
+  if (cell == nullptr) return;
+  const Address& a = cell->address();
+  out->actor_index = a.index;
+  out->actor_name_size = copy_prefix(a.name, out->actor_name, sizeof(out->actor_name));
+  out->class_name_size = copy_prefix(cell->class_name(), out->class_name, sizeof(out->class_name));
+  const Envelope* env = tl_envelope;
+  out->in_message = env != nullptr;
+  if (env != nullptr) out->message_type = env->type_id;
+}
 
 absl::Status actor_stopped_error(const Address& a, const absl::Status& reason) {
   if (reason.ok()) return absl::UnavailableError(str_cat("actor ", a.to_string(), " stopped"));
@@ -136,6 +168,7 @@ Schedulable::TurnResult ActorCell::run_turn(int batch) {
 }
 
 void ActorCell::dispatch(Envelope* env) {
+  CurrentEnvelopeScope running(env);
   switch (env->kind) {
     case EnvelopeKind::kUser:
       dispatch_user(env);
@@ -164,6 +197,7 @@ void ActorCell::dispatch(Envelope* env) {
       break;
     }
   }
+  running.end();
   delete env;
 }
 

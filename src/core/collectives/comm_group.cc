@@ -10,6 +10,7 @@
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/exchange.h"
 #include "core/link/frame_link.h"
+#include "core/trace/recorder.h"
 #include "core/log/log.h"
 #include "core/progress/progress_engine.h"
 
@@ -51,6 +52,13 @@ link::Envelope CommGroup::envelope(Channel channel, int dest, int64_t tag, std::
 }
 
 void CommGroup::log_step(const link::Envelope& e, size_t bytes) {
+  // While a trace records: each step an instant named by its path, on the
+  // thread that sends it (the call's slice encloses it).
+  if (e.collective && trace::on()) {
+    trace::record(trace::Record{trace::now_ns(), 0, 0, bytes,
+                                trace::intern_cached(link::path_name(links_.path(e.dest, bytes))), 0,
+                                trace::Category::kCollective, trace::RecordKind::kInstant});
+  }
   if (!e.collective || !log::logger().should_log(spdlog::level::debug)) return;
   CASTMESH_LOG_DEBUG("castmesh-collectives: {} rank {}: collective {} step {} to rank {}, {} B: {}",
                      layout_.description, rank(), e.sequence, e.tag & 0xffffff, e.dest, bytes,

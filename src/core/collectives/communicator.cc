@@ -18,6 +18,7 @@
 #include "core/link/shm_ring_path.h"
 #include "core/link/single_copy.h"
 #include "core/platform/thread_cache.h"
+#include "core/trace/recorder.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
 
@@ -273,18 +274,43 @@ absl::Status finish(const CollectiveCall& call, absl::Status st) {
   return st;
 }
 
+// While a trace records, a collective's run is a slice named by the
+// collective ("allreduce"), its signature as detail and its number (the same
+// on every rank, to find one call across ranks) as value.
+class TracedCall {
+ public:
+  explicit TracedCall(const CollectiveCall& call) : call_(call), start_ns_(trace::on() ? trace::now_ns() : 0) {}
+  ~TracedCall() {
+    if (start_ns_ == 0) return;
+    const std::string& sig = *call_.signature;
+    const std::string_view name = std::string_view(sig).substr(0, sig.find('('));
+    trace::slice(trace::Category::kCollective, trace::intern_cached(name), start_ns_, trace::now_ns(), call_.sequence,
+                 trace::intern_cached(sig));
+  }
+  TracedCall(const TracedCall&) = delete;
+  TracedCall& operator=(const TracedCall&) = delete;
+
+ private:
+  const CollectiveCall& call_;
+  const int64_t start_ns_;
+};
+
 // A template rather than a Body: a blocking call's lambda (captures by
 // reference) then costs no std::function allocation.
 template <typename F>
 absl::Status run_blocking(CommGroup& group, CallSignature sig, const absl::Status& checked, const F& body) {
   CollectiveCall call = begin(group, std::move(sig));
+  const TracedCall traced(call);
   return finish(call, checked.ok() ? body(call) : checked);
 }
 
 Request run_nonblocking(CommGroup& group, CallSignature sig, const absl::Status& checked, Body body) {
   CollectiveCall call = begin(group, std::move(sig));
   if (!checked.ok()) return Request(RequestState::Done(finish(call, checked)));
-  return group.run_async([call, body = std::move(body)] { return finish(call, body(call)); });
+  return group.run_async([call, body = std::move(body)] {
+    const TracedCall traced(call);
+    return finish(call, body(call));
+  });
 }
 
 // What a reduction call needs after its checks.

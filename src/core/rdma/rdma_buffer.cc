@@ -28,6 +28,7 @@
 #include "core/rdma/service.h"
 #include "core/rdma/transfers.h"
 #include "core/tensor/device_engine.h"
+#include "core/trace/recorder.h"
 #include "core/wire/frame.h"
 
 namespace castmesh {
@@ -433,12 +434,39 @@ std::vector<RdmaTransport> RdmaBuffer::transports() const {
 
 Device RdmaBuffer::device() const { return handle_ ? handle_->device : Device{}; }
 
+namespace {
+
+// While a trace records, an RDMA operation is an async slice ("rdma read" /
+// "rdma write") from the call to its completion, wherever that runs; its end
+// says the path that moved the bytes (or the error), and its begin the bytes.
+Future<RdmaResult> traced(Future<RdmaResult> operation, bool write, size_t bytes) {
+  if (!trace::on()) return operation;
+  const uint32_t name = trace::intern_cached(write ? "rdma write" : "rdma read");
+  const uint64_t id = trace::new_flow_id();
+  trace::record(trace::Record{trace::now_ns(), 0, id, bytes, name, 0, trace::Category::kRdma,
+                              trace::RecordKind::kAsyncBegin});
+  auto* state = new detail::FutureState<RdmaResult>();
+  state->ref();  // the continuation's reference
+  Future<RdmaResult> out(state);
+  std::move(operation).on_ready([state, name, id](absl::StatusOr<RdmaResult> result) {
+    const std::string how = result.ok() ? rdma_result_transport(*result) : absl::StrCat("failed: ", result.status().code());
+    trace::record(trace::Record{trace::now_ns(), 0, id, 0, name, trace::intern_cached(how), trace::Category::kRdma,
+                                trace::RecordKind::kAsyncEnd});
+    state->set(std::move(result));
+    state->unref();
+  });
+  return out;
+}
+
+}  // namespace
+
 Future<RdmaResult> RdmaBuffer::read_into(const TensorView& dst, RdmaOptions options) const {
-  return operate(handle_, dst, /*write=*/false, options);
+  const size_t bytes = options.length.value_or(dst.nbytes());
+  return traced(operate(handle_, dst, /*write=*/false, options), false, bytes);
 }
 
 Future<RdmaResult> RdmaBuffer::write_from(const TensorView& src, RdmaOptions options) const {
-  return operate(handle_, src, /*write=*/true, options);
+  return traced(operate(handle_, src, /*write=*/true, options), true, src.nbytes());
 }
 
 Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const {

@@ -41,6 +41,8 @@ enum class RecordKind : uint8_t {
   kFlowOut = 2,   // an arrow leaves here (inside the slice around it)
   kFlowIn = 3,    // the arrow with the same flow id ends here (binds to the slice that encloses it)
   kInstant = 4,   // a point in time
+  kAsyncBegin = 5,  // an operation that may end on another thread begins (its id in `flow`)
+  kAsyncEnd = 6,    // ... and ends (same id; drawn on the process's async track)
 };
 
 // One record. Plain value (32 + 16 bytes).

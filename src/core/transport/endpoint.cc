@@ -36,6 +36,7 @@
 #include "core/log/log.h"
 #include "core/platform/platform.h"
 #include "core/platform/process.h"
+#include "core/progress/wait_policy.h"
 #include "core/transport/address.h"
 #include "core/transport/unix_socket_names.h"
 #include "core/wire/handshake.h"
@@ -219,6 +220,12 @@ class Endpoint::Impl {
   std::optional<long> peer_pid(std::string_view peer) const;
   bool on_io_thread() const { return io_.get_executor().running_in_this_thread(); }
   void post(std::function<void()> fn) { asio::post(io_, std::move(fn)); }
+  // Whether waiting callers read connections themselves now (see
+  // PeerReader::defer_io_thread()). Any thread.
+  bool io_thread_defers() const { return io_thread_defers_.load(std::memory_order_acquire); }
+  // Frames sent by handlers on the I/O thread so far. I/O thread only.
+  std::uint64_t io_thread_sends() const { return io_thread_sends_; }
+
   // See PeerReader::defer_io_thread(). Any thread.
   void defer_io_thread() {
     last_deferral_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
@@ -288,6 +295,7 @@ class Endpoint::Impl {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> io_thread_defers_{false};  // the I/O thread defers on wake (or is about to)
+  std::uint64_t io_thread_sends_ = 0;            // frames sent on the I/O thread (I/O thread only)
   std::atomic<Clock::rep> last_deferral_{0};     // when a reader last asked it to
 
   mutable detail::Mutex peers_mu_;
@@ -844,13 +852,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       io_pending_.store(false, std::memory_order_relaxed);
       io_turn_.store(false, std::memory_order_release);
+      const std::uint64_t before = expected_sequence_;
+      const std::uint64_t sends_before = owner_.io_thread_sends();
       const Parsed parsed = drain(nullptr);
+      // A handler answered on this thread: a request/reply exchange, whose
+      // next frame is likely to come within the spin.
+      const bool answered = expected_sequence_ != before && owner_.io_thread_sends() != sends_before;
       read_mu_.unlock();
       if (parsed == Parsed::kYield) {  // other connections' handlers run between large reads
         asio::post(owner_.io(), [self = shared_from_this()] { self->pump_on_io(); });
         return;
       }
       if (parsed != Parsed::kMore || closed_ || wait_armed_) return;
+      if (answered && spin_for_next_frame()) continue;
       wait_armed_ = true;
       socket_.async_wait(asio::socket_base::wait_read, [self = shared_from_this()](const std::error_code& ec) {
         self->wait_armed_ = false;
@@ -862,6 +876,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
         self->pump_on_io();
       });
     }
+  }
+
+  // I/O thread, after delivering frames that its handlers answered on this
+  // thread: looks for the next one for EndpointOptions::read_spin before the
+  // reactor wait (whose sleep and wake-up cost more than a reply's whole
+  // trip on loopback). Frames handed to other threads (an actor's worker, a
+  // waiting caller) do not start a spin: those threads need the core more
+  // than this one, and their answer comes later than the spin. poll() looks
+  // without the socket's lock (readable_now). True when bytes (or the
+  // connection's end) came. A TLS connection has no reader_fd_ and does not
+  // spin: its session may hold read-ahead bytes that poll() cannot see.
+  bool spin_for_next_frame() {
+    const absl::Duration budget = owner_.options().read_spin;
+    if (budget <= absl::ZeroDuration() || reader_fd_ < 0 || owner_.io_thread_defers()) return false;
+    struct Look {
+      bool handled;
+      bool busy;
+    };
+    bool ready = false;
+    const absl::Time start = absl::Now();
+    progress::spin(
+        [&] {
+          ready = readable_now();
+          return Look{ready, false};
+        },
+        [&] { return ready || closed_; }, start, start + budget, /*oversubscribed_now=*/false);
+    return ready && !closed_;
   }
 
   // A PeerReader's turn (any thread but the I/O thread).
@@ -1783,7 +1824,9 @@ absl::Status Endpoint::Impl::send(std::string_view peer, Outgoing out, wire::Pay
   }
   // Queue first, then dial: a dial that fails at once must not race this
   // frame into an "already closed" error (the loss is reported instead).
-  absl::Status queued = connection->enqueue(out, std::move(payload), on_io_thread(), urgency);
+  const bool from_io = on_io_thread();
+  if (from_io) ++io_thread_sends_;
+  absl::Status queued = connection->enqueue(out, std::move(payload), from_io, urgency);
   if (dial) {
     CASTMESH_LOG_DEBUG("castmesh-proc {}: dialing {}", id_, std::string(peer));
     asio::post(io_, [connection, address = *dial] { connection->start_dial(address); });

@@ -109,6 +109,17 @@ struct EndpointOptions {
   // skip protobuf for data frames between two procs that both do. Off:
   // speak as a proc without them (tests of mixed versions).
   bool binary_data_frames = true;
+  // After the I/O thread delivered frames of a plaintext connection and a
+  // handler answered one of them on the I/O thread, it looks at the socket
+  // for the next frame this long (progress/wait_policy.h: pausing, or
+  // yielding where the core is wanted) before it sleeps in the reactor: a
+  // request/reply exchange driven by handlers then costs no reactor wake-up
+  // per frame where cores are free. Not while waiting callers read
+  // connections themselves (PeerReader::defer_io_thread). Zero (the
+  // default): sleep at once; on a loaded machine a spinning thread loses the
+  // scheduler's wake-up preference and the spin measured slower
+  // (bench/RESULTS.md, "Latency (issue 37, C++ paths)").
+  absl::Duration read_spin = absl::ZeroDuration();
 };
 
 // Called on the I/O thread for every KIND_MESSAGE / KIND_CONTROL frame header

@@ -28,6 +28,43 @@ TEST(Future, GetWithTimeoutThenValue) {
   t.join();
 }
 
+// A deadline that has passed, or passes at once, ends the wait with a
+// timeout, and the future stays valid.
+TEST(Future, DeadlineAlreadyPassedEndsTheWaitAndKeepsTheFuture) {
+  auto [port, fut] = make_once_port<int>();
+  EXPECT_EQ(fut.get(absl::ZeroDuration()).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(fut.get(absl::Nanoseconds(1)).status().code(), absl::StatusCode::kDeadlineExceeded);
+  port.send(7);
+  auto v = fut.get();
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 7);
+}
+
+// A reply racing the waiter's deadline (before the waiter sleeps, as it
+// sleeps, or as the deadline ends the sleep): the waiter gets the value or a timeout,
+// never a hang or a lost value; a timed-out future still gets the value.
+TEST(Future, ReplyRacingATimeoutIsEitherDeliveredOrTimedOut) {
+  constexpr int kRounds = 2000;
+  for (int i = 0; i < kRounds; ++i) {
+    auto [port, fut] = make_once_port<int>();
+    std::latch start(2);
+    std::thread replier([&, p = std::move(port)]() mutable {
+      start.arrive_and_wait();
+      for (int k = 0; k < (i * 37) % 2000; ++k) std::atomic_signal_fence(std::memory_order_seq_cst);
+      p.send(i);
+    });
+    start.arrive_and_wait();
+    auto v = fut.get(absl::Microseconds(i % 120));
+    if (!v.ok()) {
+      EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded) << v.status();
+      v = fut.get();
+    }
+    replier.join();
+    ASSERT_TRUE(v.ok()) << v.status();
+    EXPECT_EQ(*v, i);
+  }
+}
+
 TEST(Future, FirstAnswerWinsAndDroppedPortFails) {
   auto [port, fut] = make_once_port<int>();
   port.send(1);

@@ -1242,6 +1242,87 @@ TEST(Endpoint, LossOfAPeerIsReported) {
       << inbox_b.lost()[1].second;
 }
 
+// After delivering a frame that its handler answered on the I/O thread, the
+// I/O thread looks for the next one for read_spin before it sleeps. With a
+// spin far longer than the test, the answered frame is followed by a spin,
+// so the peer dies while the receiver spins: the loss must end the spin and
+// be reported.
+TEST(Endpoint, PeerLostWhileTheIoThreadSpinsForTheNextFrameIsReported) {
+  Inbox inbox_a, inbox_b;
+  EndpointOptions spinning = options_for(listen_url("unix", "a"));
+  spinning.read_spin = absl::Hours(1);
+  Endpoint* a_raw = nullptr;
+  MessageHandler record = inbox_a.handler();
+  auto started = Endpoint::start(
+      spinning,
+      [&](const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
+        (void)a_raw->send(peer, message("ack"));  // answered here: the spin follows
+        record(peer, std::move(frame_header), std::move(payload));
+      },
+      inbox_a.lost_handler());
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<Endpoint> a = std::move(*started);
+  a_raw = a.get();
+  auto b = start(options_for(""), inbox_b);
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(b->send(a->id(), message("hi")).ok());
+  ASSERT_TRUE(inbox_b.wait_messages(1));  // the ack: a's I/O thread now spins for the next frame
+  const std::string b_id = b->id();
+  b.reset();
+  ASSERT_TRUE(inbox_a.wait_lost(1));
+  EXPECT_EQ(inbox_a.lost()[0].first, b_id);
+}
+
+// Frames that the spinning I/O thread finds and frames that arrive after it
+// went back to the reactor (bursts with pauses between them, small and large
+// payloads, direct writes and queued ones) arrive whole and in order, and
+// the receiver answers each (its replies' reader spins too).
+TEST_P(ChannelTest, FramesFoundBySpinningAndByTheReactorKeepTheirOrder) {
+  if (GetParam().starts_with("local")) GTEST_SKIP() << "no socket in process";
+  constexpr int kFrames = 3000;
+  Inbox inbox_b;
+  std::atomic<int> next{0};
+  std::atomic<bool> in_order{true};
+  std::atomic<int> replies{0};
+  Endpoint* a_raw = nullptr;
+  EndpointOptions a_options = options_for(listen_url(GetParam(), "a"));
+  a_options.read_spin = absl::Milliseconds(1);
+  auto a = Endpoint::start(
+      a_options,
+      [&](const std::string& peer, v1::FrameHeader&& frame_header, wire::Payload payload) {
+        const int want = next.fetch_add(1);
+        if (static_cast<int>(frame_header.correlation()) != want ||
+            payload.view() != pattern(static_cast<std::size_t>(want % 7 == 0 ? 100000 : 16), 'a')) {
+          in_order = false;
+        }
+        (void)a_raw->send(peer, message("ack", frame_header.correlation()));
+      });
+  ASSERT_TRUE(a.ok()) << a.status();
+  a_raw = a->get();
+  EndpointOptions b_options = options_for("");
+  b_options.read_spin = absl::Milliseconds(1);
+  auto b = start(b_options, inbox_b);
+  ASSERT_TRUE(b);
+  std::uint64_t seed = 12345;
+  for (int i = 0; i < kFrames;) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int burst = 1 + static_cast<int>((seed >> 33) % 40);
+    for (int k = 0; k < burst && i < kFrames; ++k, ++i) {
+      ASSERT_TRUE(b->send((*a)->id(), message("seq", static_cast<std::uint64_t>(i)),
+                          wire::Payload::copy_of(pattern(i % 7 == 0 ? 100000 : 16, 'a')))
+                      .ok());
+    }
+    // Pauses around the spin's length: some bursts land while the
+    // receiver spins, some after it went back to the reactor.
+    std::this_thread::sleep_for(std::chrono::microseconds((seed >> 40) % 3000));
+  }
+  ASSERT_TRUE(inbox_b.wait_messages(kFrames, 60s));
+  EXPECT_TRUE(in_order.load());
+  EXPECT_EQ(next.load(), kFrames);
+  int expected = 0;
+  for (const auto& m : inbox_b.messages()) EXPECT_EQ(static_cast<int>(m.frame_header.correlation()), expected++);
+}
+
 TEST(Endpoint, SilentPeerIsDroppedAfterTheHeartbeatTimeout) {
   Inbox inbox;
   EndpointOptions options = options_for(listen_url("unix", "hb"));

@@ -1,5 +1,5 @@
 // The Chrome trace-event JSON writer (chrome_trace.h).
-#include "core/trace/chrome_trace.h"
+#include "core/debug/chrome_trace.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +16,15 @@ namespace {
 
 std::string_view text_of(const ProcTrace& proc, uint32_t id) {
   return id < proc.texts.size() ? std::string_view(proc.texts[id]) : std::string_view("?");
+}
+
+// A record's value and detail as the event's "args" ("" when it has neither).
+std::string args(const ProcTrace& proc, const Record& r) {
+  if (r.value == 0 && r.detail == 0) return "";
+  std::string out = ",\"args\":{";
+  if (r.value != 0) absl::StrAppend(&out, "\"value\":", r.value);
+  if (r.detail != 0) absl::StrAppend(&out, r.value != 0 ? "," : "", "\"detail\":", json_string(text_of(proc, r.detail)));
+  return out + "}";
 }
 
 // Microseconds with nanosecond digits, as Chrome's format wants them.
@@ -62,8 +71,8 @@ WriteCounts write_chrome_trace(std::ostream& out, const std::vector<ProcTrace>& 
     for (const ThreadRecords& thread : proc.threads) {
       for (const Record& r : thread.records) {
         origin = std::min(origin, r.start_ns - proc.clock_offset_ns);
-        if (r.kind == RecordKind::kFlowOut) ends[r.flow] |= 1;
-        if (r.kind == RecordKind::kFlowIn) ends[r.flow] |= 2;
+        if (r.kind == RecordKind::kFlowOut || r.kind == RecordKind::kAsyncBegin) ends[r.flow] |= 1;
+        if (r.kind == RecordKind::kFlowIn || r.kind == RecordKind::kAsyncEnd) ends[r.flow] |= 2;
       }
     }
   }
@@ -106,14 +115,7 @@ WriteCounts write_chrome_trace(std::ostream& out, const std::vector<ProcTrace>& 
           case RecordKind::kSlice: {
             begin_event();
             out << "{\"ph\":\"X\"," << where << ",\"dur\":" << micros(std::max<int64_t>(r->duration_ns, 0))
-                << ",\"name\":" << json_string(text_of(proc, r->name));
-            if (r->value != 0 || r->detail != 0) {
-              out << ",\"args\":{";
-              if (r->value != 0) out << "\"value\":" << r->value;
-              if (r->detail != 0) out << (r->value != 0 ? "," : "") << "\"detail\":" << json_string(text_of(proc, r->detail));
-              out << "}";
-            }
-            out << "}";
+                << ",\"name\":" << json_string(text_of(proc, r->name)) << args(proc, *r) << "}";
             ++counts.events;
             break;
           }
@@ -130,10 +132,23 @@ WriteCounts write_chrome_trace(std::ostream& out, const std::vector<ProcTrace>& 
             ++counts.events;
             break;
           }
+          case RecordKind::kAsyncBegin:
+          case RecordKind::kAsyncEnd: {
+            if (ends[r->flow] != 3) {
+              ++counts.unmatched_flows;
+              break;
+            }
+            begin_event();
+            out << "{\"ph\":\"" << (r->kind == RecordKind::kAsyncBegin ? "b" : "e") << "\"," << where
+                << ",\"name\":" << json_string(text_of(proc, r->name)) << ",\"id\":\""
+                << absl::StrFormat("0x%x", r->flow) << "\"" << args(proc, *r) << "}";
+            ++counts.events;
+            break;
+          }
           case RecordKind::kInstant: {
             begin_event();
             out << "{\"ph\":\"i\",\"s\":\"t\"," << where << ",\"name\":" << json_string(text_of(proc, r->name))
-                << "}";
+                << args(proc, *r) << "}";
             ++counts.events;
             break;
           }

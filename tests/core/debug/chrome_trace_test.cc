@@ -1,8 +1,8 @@
-#include "core/trace/chrome_trace.h"
+#include "core/debug/chrome_trace.h"
 
 #include <sstream>
 
-#include "core/trace/trace_service.h"
+#include "core/debug/trace_service.h"
 #include "gtest/gtest.h"
 
 namespace castmesh::trace {

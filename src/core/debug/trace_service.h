@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "castmesh/address.h"
 #include "core/proc/proc_service.h"
-#include "core/trace/chrome_trace.h"
+#include "core/debug/chrome_trace.h"
 
 namespace castmesh::proc {
 class ProcHost;

@@ -3,7 +3,8 @@
 // and chrome://tracing open: a process per proc (pid = its index in the
 // file, named by its label), a thread track per thread, complete events
 // ("X") for slices, flow events ("s" / "f", bound to the enclosing slice)
-// for arrows between procs, instants ("i"). Plain functions; any thread.
+// for arrows between procs, async slices ("b" / "e": operations that end on
+// another thread), instants ("i"). Plain functions; any thread.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,7 @@ struct ProcTrace {
 // What write_chrome_trace wrote. Plain value.
 struct WriteCounts {
   uint64_t events = 0;           // trace events written (metadata excluded)
-  uint64_t unmatched_flows = 0;  // flow ends whose other end no proc recorded (left out)
+  uint64_t unmatched_flows = 0;  // flow or async ends whose other end was not recorded (left out)
 };
 
 // Writes `procs` to `out`. Times become microseconds from the earliest

@@ -11,9 +11,9 @@
 #include "castmesh/runtime.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
-#include "core/trace/chrome_trace.h"
+#include "core/debug/chrome_trace.h"
 #include "core/trace/recorder.h"
-#include "core/trace/trace_service.h"
+#include "core/debug/trace_service.h"
 
 namespace castmesh::trace {
 namespace {

@@ -1,5 +1,5 @@
-// The trace proc service (trace_service.h).
-#include "core/trace/trace_service.h"
+// The trace proc service and the controller side of gathering (trace_service.h).
+#include "core/debug/trace_service.h"
 
 #include <unistd.h>
 
@@ -96,7 +96,7 @@ absl::StatusOr<std::vector<Record>> unpack_records(std::string_view bytes) {
     const auto category = static_cast<uint8_t>(p[40]);
     const auto kind = static_cast<uint8_t>(p[41]);
     if (category < 1 || category > static_cast<uint8_t>(Category::kUser) || kind < 1 ||
-        kind > static_cast<uint8_t>(RecordKind::kInstant)) {
+        kind > static_cast<uint8_t>(RecordKind::kAsyncEnd)) {
       return absl::DataLossError(absl::StrCat("a trace record has category ", category, " and kind ", kind,
                                               ", which this version does not know"));
     }
