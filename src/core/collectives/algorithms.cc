@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/collectives/thread_cache.h"
+#include "core/platform/thread_cache.h"
 #include "core/link/selector.h"
 
 namespace castmesh::collectives {
@@ -131,7 +131,7 @@ absl::Status recursive_doubling_allreduce(const Steps& s, void* out, size_t coun
   // Small ones reuse this thread's buffer (no allocation, no zeroing per
   // call: they are latency-bound). Nothing else on the thread uses it
   // meanwhile (a collective runs to its end on its thread).
-  ScratchBuffer* scratch = bytes <= kSmallMessageBytes ? ThreadCache<ScratchBuffer>::get() : nullptr;
+  ScratchBuffer* scratch = bytes <= kSmallMessageBytes ? platform::ThreadCache<ScratchBuffer>::get() : nullptr;
   std::vector<char> own;
   std::vector<char>& tmp = scratch != nullptr ? scratch->bytes : own;
   if (tmp.size() < bytes) tmp.resize(bytes);

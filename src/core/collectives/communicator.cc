@@ -16,9 +16,9 @@
 #include "core/collectives/exchange.h"
 #include "core/collectives/handles.h"
 #include "core/progress/request_state.h"
-#include "core/collectives/shm_path.h"
+#include "core/link/shm_ring_path.h"
 #include "core/link/single_copy.h"
-#include "core/collectives/thread_cache.h"
+#include "core/platform/thread_cache.h"
 #include "core/trace/recorder.h"
 #include "core/mesh/mesh_directory.h"
 #include "core/proc/proc_host.h"
@@ -248,7 +248,7 @@ struct LastSignature {
 // Every collective call has one, so it is on the small-message latency path:
 // a repeated call shares the last one (no formatting, no allocation).
 CallSignature signature(absl::string_view name, absl::string_view op, DType dtype, size_t count, int root = -1) {
-  LastSignature* last = collectives::ThreadCache<LastSignature>::get();
+  LastSignature* last = platform::ThreadCache<LastSignature>::get();
   if (last == nullptr) return std::make_shared<const std::string>(format_signature(name, op, dtype, count, root));
   if (last->formatted == nullptr || last->dtype != dtype || last->count != count || last->root != root ||
       last->name != name || last->op != op) {
@@ -678,7 +678,7 @@ Request Communicator::ialltoall(const TensorView& in, const TensorView& out, con
 }
 
 DataPathBytes data_path_bytes() {
-  const collectives::ShmPathStats shm = collectives::shm_path_stats();
+  const link::ShmPathStats shm = link::shm_path_stats();
   return DataPathBytes{shm.shm_bytes_out, link::single_copy_bytes(), shm.socket_bytes_out};
 }
 

@@ -8,12 +8,11 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/collectives.pb.h"
 #include "core/collectives/comm_group.h"
-#include "core/collectives/shm_path.h"
-#include "core/link/single_copy.h"
 #include "core/collectives/socket_wait.h"
-#include "core/collectives/thread_cache.h"
-#include "core/platform/process_memory.h"
+#include "core/link/shm_ring_path.h"
+#include "core/link/single_copy_link.h"
 #include "core/log/log.h"
+#include "core/platform/thread_cache.h"
 #include "core/proc/proc_host.h"
 #include "core/wire/frame.h"
 
@@ -30,17 +29,17 @@ class CollectivesService final : public proc::ProcService {
     std::weak_ptr<proc::ProcHost> weak = host.shared_from_this();
     proc::ProcHost* raw = &host;  // handlers run on its I/O thread, while it lives
     host.on_data(kCollectiveDataType, [weak, raw](const ProcId& peer, std::string_view header, wire::Payload payload) {
-      ShmProgressScope io_thread;  // replies it sends must not wait for ring space
+      link::ShmProgressScope io_thread;  // replies it sends must not wait for ring space
       Exchange::instance().on_frame(weak, peer, header, std::move(payload), *raw);
     });
     host.on_data(kCollectiveLinkDataType, [raw](const ProcId& peer, std::string_view header, wire::Payload) {
-      v1::CollectiveHeader link;
-      if (!wire::parse_message(header, link) || link.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
+      v1::CollectiveHeader handshake;
+      if (!wire::parse_message(header, handshake) || handshake.channel() < v1::CollectiveHeader::CHANNEL_LINK_OFFER) {
         CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed link frame from {}", peer);
         return;
       }
-      ShmProgressScope io_thread;
-      on_shm_link_frame(*raw, peer, link);
+      link::ShmProgressScope io_thread;
+      link::on_shm_link_frame(*raw, peer, handshake);
     });
     // Bodies of frames whose receive is already posted land in its buffer.
     host.on_data_sink(kCollectiveDataType, [](const ProcId& peer, std::string_view header, uint64_t size) {
@@ -60,6 +59,31 @@ class CollectivesService final : public proc::ProcService {
   proc::register_proc_service("collectives", [](proc::ProcHost& host) -> std::shared_ptr<proc::ProcService> {
     return std::make_shared<CollectivesService>(host);
   });
+  return true;
+}();
+
+// The links below the collectives deliver into the Exchange through this
+// seam (core/link/receiver.h), registered when the library loads.
+class ExchangeReceiver final : public link::Receiver {
+ public:
+  void on_compact(const link::Envelope& message, const char* body, size_t size) override {
+    Exchange::instance().on_compact(message, body, size);
+  }
+  void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
+                const char* body, size_t size, wire::Payload owner) override {
+    Exchange::instance().on_frame(host, peer, header, body, size, std::move(owner));
+  }
+  void abort_collective(std::string_view comm, int dest, uint64_t sequence, const absl::Status& why) override {
+    Exchange::instance().mailbox(std::string(comm), dest)->abort_collective(sequence, why);
+  }
+  void on_peer_lost(const ProcId& peer, const absl::Status& why) override {
+    Exchange::instance().on_peer_lost(peer, why);
+  }
+};
+
+[[maybe_unused]] const bool kReceiverRegistered = [] {
+  static auto* receiver = new ExchangeReceiver;  // leaked: links deliver until the process ends
+  link::set_receiver(receiver);
   return true;
 }();
 
@@ -152,7 +176,7 @@ struct MailboxCache {
 }  // namespace
 
 RankMailbox* Exchange::cached_mailbox(std::string_view comm, int rank, std::shared_ptr<RankMailbox>& hold) {
-  MailboxCache* cache = ThreadCache<MailboxCache>::get();
+  MailboxCache* cache = platform::ThreadCache<MailboxCache>::get();
   if (cache == nullptr) {
     hold = mailbox(std::string(comm), rank);
     return hold.get();
@@ -180,81 +204,36 @@ void Exchange::on_compact(const CompactMessage& m, const char* body, size_t size
 
 namespace {
 
-// A message whose body is still in the sender's memory on this host.
+// A message whose body is still in the sender's memory on this host: the
+// single-copy link reads it (link::SingleCopyOffer) when a receive matches.
 class SingleCopyBody final : public RemoteBody {
  public:
-  SingleCopyBody(std::weak_ptr<proc::ProcHost> host, ProcId peer, const v1::CollectiveHeader& header)
-      : host_(std::move(host)),
-        peer_(std::move(peer)),
-        comm_(header.comm()),
-        sender_(header.source()),
-        receiver_(header.dest()),
-        token_(header.token()),
-        pid_(header.body_pid()),
-        address_(header.body_address()),
-        size_(header.body_size()),
-        same_pids_(header.host_identity() == platform::host_identity()) {}
+  explicit SingleCopyBody(link::SingleCopyOffer offer) : offer_(std::move(offer)) {}
 
-  size_t size() const override { return size_; }
+  size_t size() const override { return offer_.size(); }
 
   void deliver(const PostedRecv& recv, const MessageKey& key, const absl::Status& error) const override {
     if (!error.ok()) {
       recv.request->complete(error);
-      return answer(false);
+      return offer_.answer(false);
     }
-    absl::Status read = !same_pids_         ? absl::FailedPreconditionError("another pid namespace")
-                        : !pid_is_the_peers() ? absl::PermissionDeniedError("the offer names another process")
-                                              : link::read_process_memory(pid_, address_, recv.buffer, size_);
+    const absl::Status read = offer_.read_into(recv.buffer);
     if (read.ok()) {
       recv.request->complete(
-          MessageStatus{key.source, key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0, size_});
-      return answer(false);
+          MessageStatus{key.source, key.channel == Channel::kP2P ? static_cast<int>(key.tag) : 0, offer_.size()});
+      return offer_.answer(false);
     }
     if (absl::IsUnavailable(read)) {  // the sender is gone; its loss fails the rest
-      recv.request->complete(absl::UnavailableError(absl::StrCat("rank ", sender_, " is gone: ", read.message())));
+      recv.request->complete(
+          absl::UnavailableError(absl::StrCat("rank ", offer_.sender(), " is gone: ", read.message())));
       return;
     }
-    Exchange::instance().park(peer_, token_, recv, key);
-    answer(true);
+    Exchange::instance().park(offer_.peer(), offer_.token(), recv, key);
+    offer_.answer(true);
   }
 
  private:
-  // The offer's pid is the sending process itself where the kernel tells
-  // the connection's peer (Unix sockets): a peer cannot point this process
-  // at another process's memory. Over TCP the authenticated peer is trusted.
-  bool pid_is_the_peers() const {
-    std::shared_ptr<proc::ProcHost> host = host_.lock();
-    if (host == nullptr) return false;
-    std::optional<long> peer_pid = host->peer_pid(peer_);
-    if (!peer_pid || *peer_pid == pid_) return true;
-    CASTMESH_LOG_WARN("castmesh-collectives: {} offered a single copy from pid {}, but its connection is pid {}; "
-                      "asking for the bytes over the transport instead",
-                      peer_, pid_, *peer_pid);
-    return false;
-  }
-
-  void answer(bool fallback) const {
-    std::shared_ptr<proc::ProcHost> host = host_.lock();
-    if (host == nullptr) return;
-    v1::CollectiveHeader done;
-    done.set_comm(comm_);
-    done.set_source(receiver_);
-    done.set_dest(sender_);
-    done.set_channel(v1::CollectiveHeader::CHANNEL_DONE);
-    done.set_token(token_);
-    done.set_fallback(fallback);
-    (void)send_collective_frame(*host, peer_, done.SerializeAsString(), {});
-  }
-
-  std::weak_ptr<proc::ProcHost> host_;
-  ProcId peer_;
-  std::string comm_;
-  uint32_t sender_, receiver_;
-  uint64_t token_;
-  int64_t pid_;
-  uint64_t address_;
-  size_t size_;
-  bool same_pids_;
+  const link::SingleCopyOffer offer_;
 };
 
 }  // namespace
@@ -292,7 +271,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
 
 void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header_bytes,
                         const char* body, size_t body_size, wire::Payload payload, proc::ProcHost* delivering) {
-  ThreadLoan<v1::CollectiveHeader> loan;  // its fields keep their memory: no allocation per frame
+  platform::ThreadLoan<v1::CollectiveHeader> loan;  // its fields keep their memory: no allocation per frame
   v1::CollectiveHeader& header = *loan;
   if (!wire::parse_message(header_bytes, header)) {
     CASTMESH_LOG_WARN("castmesh-collectives: dropping a malformed frame from {}", peer);
@@ -329,7 +308,7 @@ void Exchange::on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId&
   key.source = static_cast<int>(header.source());
   key.tag = header.tag();
   key.signature = header.signature();
-  if (header.token() != 0) key.remote = std::make_shared<SingleCopyBody>(host, peer, header);
+  if (header.token() != 0) key.remote = std::make_shared<SingleCopyBody>(link::SingleCopyOffer(host, peer, header));
   box->deliver(std::move(key), body, body_size, std::move(payload));
 }
 
@@ -350,13 +329,13 @@ std::shared_ptr<transport::PayloadSink> Exchange::sink_for_frame(const ProcId& p
 }
 
 void Exchange::on_peer_alive(const ProcId& peer) {
-  on_shm_peer_alive(peer);
+  link::on_shm_peer_alive(peer);
   detail::MutexLock lock(mu_);
   lost_.erase(peer);
 }
 
 void Exchange::on_peer_lost(const ProcId& peer, const absl::Status& why) {
-  on_shm_peer_lost(peer, why);  // first: what the peer wrote to its ring before it died is delivered
+  link::on_shm_peer_lost(peer, why);  // first: what the peer wrote to its ring before it died is delivered
   std::vector<std::tuple<std::shared_ptr<RankMailbox>, int, absl::Status>> failed;
   std::vector<std::shared_ptr<detail::CommGroup>> groups;
   std::vector<Parked> parked;

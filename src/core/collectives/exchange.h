@@ -22,6 +22,7 @@
 #include "castmesh/address.h"
 #include "castmesh/detail/mutex.h"
 #include "core/collectives/rank_mailbox.h"
+#include "core/link/receiver.h"
 #include "core/wire/payload.h"
 
 namespace castmesh::detail {
@@ -39,11 +40,10 @@ namespace castmesh::collectives {
 
 using CompactMessage = link::Envelope;
 
-// The ProcHost data message type of communicator frames.
-inline constexpr char kCollectiveDataType[] = "castmesh.collectives.v1";
-// The type of the shared-memory link handshake (CHANNEL_LINK_*), which only
-// the I/O thread handles: a waiter tells it from the frame header alone.
-inline constexpr char kCollectiveLinkDataType[] = "castmesh.collectives.link.v1";
+// The ProcHost data message types of communicator frames and of the
+// shared-memory link handshake (core/link/receiver.h).
+using link::kCollectiveDataType;
+using link::kCollectiveLinkDataType;
 
 class Exchange {
  public:
@@ -75,12 +75,12 @@ class Exchange {
                 wire::Payload payload, proc::ProcHost& delivering);
   // The same for a frame whose body is `body[0, size)`, owned by `owner`
   // when not empty (else read before this returns): a shared-memory ring
-  // record (core/collectives/shm_path.h), on a consumer thread.
+  // record (core/link/shm_ring_path.h), on a consumer thread.
   // `delivering`: the host whose I/O thread delivers a socket frame (link
   // handshake frames need it), or nullptr for a ring record.
   void on_frame(const std::weak_ptr<proc::ProcHost>& host, const ProcId& peer, std::string_view header,
                 const char* body, size_t size, wire::Payload owner, proc::ProcHost* delivering = nullptr);
-  // A compact ring record (core/collectives/shm_path.h): a data message whose
+  // A compact ring record (core/link/shm_ring_path.h): a data message whose
   // body `body[0, size)` is read before this returns. On a ring consumer.
   void on_compact(const CompactMessage& message, const char* body, size_t size);
   // A sink for the body of a frame whose header arrived from `peer`, when a

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
+#include "core/link/body_sink.h"
 
 namespace castmesh::collectives {
 
@@ -85,15 +86,14 @@ absl::Status RankMailbox::failure_for(const PostedRecv& recv) {
 namespace {
 
 // Reads a frame's body straight into the buffer of the receive it matched.
-class PostedRecvSink final : public transport::PayloadSink {
+class PostedRecvSink final : public link::BodySink {
  public:
   PostedRecvSink(PostedRecv recv, MessageKey key, size_t size)
       : recv_(std::move(recv)), key_(std::move(key)), size_(size), error_(fill_error(recv_, key_, size)) {}
 
-  size_t receive(size_t offset, size_t n, const std::function<size_t(char* into, size_t max)>& take) override {
-    if (error_.ok()) return take(static_cast<char*>(recv_.buffer) + offset, n);
-    scratch_.resize(std::min<size_t>(n, 64 * 1024));  // the receive fails: read past the body
-    return take(scratch_.data(), scratch_.size());
+  std::optional<size_t> receive_wanted(size_t offset, size_t n, const Take& take) override {
+    if (!error_.ok()) return std::nullopt;  // the receive fails: read past the body
+    return take(static_cast<char*>(recv_.buffer) + offset, n);
   }
 
   void finish(bool complete) override {
@@ -115,7 +115,6 @@ class PostedRecvSink final : public transport::PayloadSink {
   const MessageKey key_;
   const size_t size_;
   const absl::Status error_;
-  std::vector<char> scratch_;
 };
 
 }  // namespace

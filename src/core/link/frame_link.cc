@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/wire/v1/collectives.pb.h"
-#include "core/collectives/shm_path.h"
-#include "core/collectives/thread_cache.h"
+#include "core/link/shm_ring_path.h"
+#include "core/platform/thread_cache.h"
 #include "core/proc/proc_host.h"
 
 namespace castmesh::link {
@@ -13,7 +13,7 @@ namespace castmesh::link {
 namespace v1 = wire::v1;
 
 Path FrameLink::path(const ProcId& peer) const {
-  return collectives::shm_link_started(peer) ? Path::kShmRing : Path::kSocket;
+  return shm_link_started(peer) ? Path::kShmRing : Path::kSocket;
 }
 
 Capabilities FrameLink::capabilities() const {
@@ -37,9 +37,9 @@ absl::Status FrameLink::send_frame(const ProcId& peer, int dest, const v1::Colle
                                    size_t bytes, std::shared_ptr<const void> body_owner) {
   std::shared_ptr<proc::ProcHost> host = host_.lock();
   if (host == nullptr) return absl::UnavailableError("this proc's transport is shut down");
-  collectives::ThreadLoan<std::string> encoded;
+  platform::ThreadLoan<std::string> encoded;
   header.SerializeToString(&*encoded);
-  absl::Status sent = collectives::send_collective_frame(
+  absl::Status sent = send_collective_frame(
       *host, peer, *encoded, std::string_view(static_cast<const char*>(body), bytes), std::move(body_owner));
   if (!sent.ok()) {
     return absl::Status(sent.code(), absl::StrCat("sending to rank ", dest, " (proc ", peer, "): ", sent.message()));
@@ -51,13 +51,13 @@ std::optional<absl::Status> FrameLink::send_now(const ProcId& peer, const Envelo
                                                 size_t bytes) {
   if (bytes >= kInPlaceMinBytes) return std::nullopt;  // post_send: written in place
   std::optional<absl::Status> sent =
-      collectives::try_send_compact(peer, e, std::string_view(static_cast<const char*>(data), bytes));
+      try_send_compact(peer, e, std::string_view(static_cast<const char*>(data), bytes));
   if (sent) {
     if (sent->ok()) return sent;
     return absl::Status(sent->code(),
                         absl::StrCat("sending to rank ", e.dest, " (proc ", peer, "): ", sent->message()));
   }
-  collectives::ThreadLoan<v1::CollectiveHeader> header;  // no allocation per frame
+  platform::ThreadLoan<v1::CollectiveHeader> header;  // no allocation per frame
   fill_header(*header, e);
   return send_frame(peer, e.dest, *header, data, bytes);
 }
@@ -65,7 +65,7 @@ std::optional<absl::Status> FrameLink::send_now(const ProcId& peer, const Envelo
 std::shared_ptr<detail::RequestState> FrameLink::post_send(const ProcId& peer, const Envelope& e, const void* data,
                                                            size_t bytes) {
   const MessageStatus sent{e.source, static_cast<int>(e.tag), bytes};
-  collectives::ThreadLoan<v1::CollectiveHeader> header;
+  platform::ThreadLoan<v1::CollectiveHeader> header;
   fill_header(*header, e);
   auto request = std::make_shared<detail::RequestState>();
   std::shared_ptr<const void> owner(nullptr, [request, sent](const void*) { request->complete(sent); });

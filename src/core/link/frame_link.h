@@ -1,6 +1,6 @@
 // FrameLink: messages to a proc of another process as communicator frames
 // (a CollectiveHeader and a body) over the shared-memory ring to that proc
-// once it is up (collectives/shm_path.h: same host), else over the procs'
+// once it is up (link/shm_ring_path.h: same host), else over the procs'
 // transport connection. Which of the two carries a frame is not the
 // selector's choice: the ring takes over in band (LINK_OFFER/ACCEPT/START)
 // and then carries every later frame, so MPI's non-overtaking order holds.

@@ -1,7 +1,8 @@
 #include "core/link/in_process_link.h"
 
-#include "core/collectives/exchange.h"
-#include "core/collectives/shm_path.h"
+#include <string>
+
+#include "core/link/receiver.h"
 
 namespace castmesh::link {
 
@@ -12,7 +13,7 @@ InProcessLink& InProcessLink::instance() {
 
 std::optional<absl::Status> InProcessLink::send_now(const ProcId&, const Envelope& e, const void* data,
                                                     size_t bytes) {
-  collectives::Exchange::instance().on_compact(e, static_cast<const char*>(data), bytes);
+  receiver().on_compact(e, static_cast<const char*>(data), bytes);
   return absl::OkStatus();
 }
 
@@ -23,7 +24,7 @@ std::shared_ptr<detail::RequestState> InProcessLink::post_send(const ProcId& pee
 }
 
 absl::Status InProcessLink::send_abort(const ProcId&, const Envelope& e, const absl::Status& why) {
-  collectives::Exchange::instance().mailbox(std::string(e.comm), e.dest)->abort_collective(e.sequence, why);
+  receiver().abort_collective(e.comm, e.dest, e.sequence, why);
   return absl::OkStatus();
 }
 

@@ -1,6 +1,6 @@
 #include "core/link/selector.h"
 
-#include "core/collectives/shm_path.h"
+#include "core/link/shm_ring_path.h"
 #include "core/platform/process_memory.h"
 
 namespace castmesh::link {
@@ -65,7 +65,7 @@ void Selector::peer_lost(const ProcId& proc, const absl::Status& why) {
 }
 
 struct PollScope::Held {
-  collectives::ShmPollScope rings;
+  ShmPollScope rings;
 };
 
 PollScope::PollScope() : held_(std::make_unique<Held>()) {}

@@ -8,8 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/wire/v1/collectives.pb.h"
+#include "core/link/shm_ring_path.h"
 #include "core/link/single_copy.h"
+#include "core/log/log.h"
 #include "core/platform/process_memory.h"
+#include "core/proc/proc_host.h"
 
 namespace castmesh::link {
 namespace {
@@ -159,6 +162,51 @@ absl::Status SingleCopyLink::write(const Region& remote, uint64_t offset, const 
                                      const_cast<char*>(static_cast<const char*>(in)), bytes, true);
   if (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied)) note_single_copy_refused(copied);
   return copied;
+}
+
+SingleCopyOffer::SingleCopyOffer(std::weak_ptr<proc::ProcHost> host, ProcId peer, const v1::CollectiveHeader& header)
+    : host_(std::move(host)),
+      peer_(std::move(peer)),
+      comm_(header.comm()),
+      sender_(header.source()),
+      receiver_(header.dest()),
+      token_(header.token()),
+      pid_(header.body_pid()),
+      address_(header.body_address()),
+      size_(header.body_size()),
+      same_pids_(header.host_identity() == platform::host_identity()) {}
+
+absl::Status SingleCopyOffer::read_into(void* buffer) const {
+  if (!same_pids_) return absl::FailedPreconditionError("another pid namespace");
+  if (!pid_is_the_peers()) return absl::PermissionDeniedError("the offer names another process");
+  return read_process_memory(pid_, address_, buffer, size_);
+}
+
+// The offer's pid is the sending process itself where the kernel tells
+// the connection's peer (Unix sockets): a peer cannot point this process
+// at another process's memory. Over TCP the authenticated peer is trusted.
+bool SingleCopyOffer::pid_is_the_peers() const {
+  std::shared_ptr<proc::ProcHost> host = host_.lock();
+  if (host == nullptr) return false;
+  std::optional<long> peer_pid = host->peer_pid(peer_);
+  if (!peer_pid || *peer_pid == pid_) return true;
+  CASTMESH_LOG_WARN("castmesh-collectives: {} offered a single copy from pid {}, but its connection is pid {}; "
+                    "asking for the bytes over the transport instead",
+                    peer_, pid_, *peer_pid);
+  return false;
+}
+
+void SingleCopyOffer::answer(bool fallback) const {
+  std::shared_ptr<proc::ProcHost> host = host_.lock();
+  if (host == nullptr) return;
+  v1::CollectiveHeader done;
+  done.set_comm(comm_);
+  done.set_source(receiver_);
+  done.set_dest(sender_);
+  done.set_channel(v1::CollectiveHeader::CHANNEL_DONE);
+  done.set_token(token_);
+  done.set_fallback(fallback);
+  (void)send_collective_frame(*host, peer_, done.SerializeAsString(), {});
 }
 
 }  // namespace castmesh::link

@@ -7,6 +7,8 @@
 // receiver cannot read (another pid namespace, the kernel refuses), its
 // answer asks for the bytes, which then go as a frame.
 //
+// SingleCopyOffer is the receiving side of one offer: the read and the answer.
+//
 // Also one-sided: read()/write() copy into a peer's registered Region with
 // process_vm_readv/writev.
 #pragma once
@@ -70,6 +72,43 @@ class SingleCopyLink final : public Link {
   detail::Mutex mu_;
   // Node map: Pending's envelope points into its own strings.
   absl::flat_hash_map<uint64_t, std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+// The receiving side of one single-copy offer (a frame with a token from
+// proc `peer`): reads the sender's buffer straight into a receive and
+// answers the sender. Made by the matching layer from the offer's header on
+// the thread that delivered it; read_into/answer from any thread, once each.
+class SingleCopyOffer {
+ public:
+  SingleCopyOffer(std::weak_ptr<proc::ProcHost> host, ProcId peer, const wire::v1::CollectiveHeader& header);
+  // The body's size.
+  size_t size() const { return size_; }
+  // The sending rank, the proc and the token that name the offer.
+  uint32_t sender() const { return sender_; }
+  const ProcId& peer() const { return peer_; }
+  uint64_t token() const { return token_; }
+  // Reads the body into `buffer` (at least size() bytes). kUnavailable: the
+  // sender is gone; any other error: this process may not read it (another
+  // pid namespace, an offer naming another process, the kernel refused), so
+  // the bytes must come as a frame (answer(true)).
+  absl::Status read_into(void* buffer) const;
+  // Tells the sender its buffer is free, or (`fallback`) to send the bytes
+  // as a frame instead.
+  void answer(bool fallback) const;
+
+ private:
+  // Whether the offer's pid is the connection's peer (see the .cc).
+  bool pid_is_the_peers() const;
+
+  std::weak_ptr<proc::ProcHost> host_;
+  ProcId peer_;
+  std::string comm_;
+  uint32_t sender_, receiver_;
+  uint64_t token_;
+  int64_t pid_;
+  uint64_t address_;
+  size_t size_;
+  bool same_pids_;
 };
 
 }  // namespace castmesh::link

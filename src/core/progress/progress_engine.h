@@ -49,7 +49,7 @@ class WaitDeadline;
 namespace castmesh::progress {
 
 // A place where a waiting caller can move bytes itself. Implemented by the
-// data paths (collectives/shm_path.cc, collectives/socket_wait.cc) and
+// data paths (link/shm_ring_waits.cc, collectives/socket_wait.cc) and
 // registered once with add_wait_source(). A wait calls begin_wait() on the
 // calling thread, then look()/spin/sleep, then end_wait() on the same
 // thread; the source keeps what it needs between them per thread.

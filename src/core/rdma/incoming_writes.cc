@@ -1,9 +1,10 @@
 #include "core/rdma/incoming_writes.h"
 
-#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/link/body_sink.h"
 #include "core/rdma/device_staging.h"
 #include "core/rdma/service.h"
 
@@ -14,7 +15,7 @@ namespace v1 = wire::v1;
 // Receives one chunk's body: into the registered memory itself (host
 // memory), into a buffer copied in when complete (device memory), or past
 // it (a failed chunk: its failure is reported once the body is read).
-class IncomingWrites::Sink final : public transport::PayloadSink {
+class IncomingWrites::Sink final : public link::BodySink {
  public:
   Sink(std::shared_ptr<IncomingWrites> writes, ProcId peer, uint64_t op, uint64_t offset, uint64_t size, Chunk chunk,
        Answer answer)
@@ -28,14 +29,13 @@ class IncomingWrites::Sink final : public transport::PayloadSink {
         in_place_(!chunk_.failure && chunk_.registration != nullptr &&
                   !is_device_memory(chunk_.registration->view)) {}
 
-  size_t receive(size_t at, size_t n, const std::function<size_t(char* into, size_t max)>& take) override {
+  std::optional<size_t> receive_wanted(size_t at, size_t n, const Take& take) override {
     if (in_place_) return take(chunk_.registration->base + offset_ + at, n);
     if (!chunk_.failure && chunk_.registration != nullptr) {  // device memory: staged
       staged_.resize(size_);
       return take(staged_.data() + at, n);
     }
-    staged_.resize(std::min<size_t>(n, 64 * 1024));  // not wanted: read past it
-    return take(staged_.data(), staged_.size());
+    return std::nullopt;  // a failed chunk
   }
 
   void finish(bool complete) override {

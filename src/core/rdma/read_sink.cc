@@ -1,15 +1,15 @@
 #include "core/rdma/read_sink.h"
 
-#include <algorithm>
-#include <vector>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
+#include "core/link/body_sink.h"
 
 namespace castmesh::rdma {
 namespace {
 
-class ReadSink final : public transport::PayloadSink {
+class ReadSink final : public link::BodySink {
  public:
   ReadSink(std::shared_ptr<Transfer> transfer, uint64_t offset, uint64_t size)
       : transfer_(std::move(transfer)),
@@ -18,17 +18,12 @@ class ReadSink final : public transport::PayloadSink {
         inside_(offset >= transfer_->offset && size <= transfer_->length &&
                 offset - transfer_->offset <= transfer_->length - size) {}
 
-  size_t receive(size_t at, size_t n, const std::function<size_t(char* into, size_t max)>& take) override {
-    {
-      detail::MutexLock lock(transfer_->mu);
-      if (inside_ && !transfer_->finished) {
-        const size_t got = take(transfer_->bytes + (offset_ - transfer_->offset) + at, n);
-        transfer_->moved += got;
-        return got;
-      }
-    }
-    scratch_.resize(std::min<size_t>(n, 64 * 1024));  // not wanted: read past it
-    return take(scratch_.data(), scratch_.size());
+  std::optional<size_t> receive_wanted(size_t at, size_t n, const Take& take) override {
+    detail::MutexLock lock(transfer_->mu);
+    if (!inside_ || transfer_->finished) return std::nullopt;
+    const size_t got = take(transfer_->bytes + (offset_ - transfer_->offset) + at, n);
+    transfer_->moved += got;
+    return got;
   }
 
   void finish(bool complete) override {
@@ -52,7 +47,6 @@ class ReadSink final : public transport::PayloadSink {
   const uint64_t offset_;
   const uint64_t size_;
   const bool inside_;
-  std::vector<char> scratch_;
 };
 
 }  // namespace

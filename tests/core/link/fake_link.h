@@ -16,7 +16,6 @@
 #include "absl/base/thread_annotations.h"
 #include "castmesh/detail/mutex.h"
 #include "core/collectives/exchange.h"
-#include "core/collectives/shm_path.h"
 #include "core/link/link.h"
 
 namespace castmesh::testing {

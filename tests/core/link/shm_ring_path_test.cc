@@ -1,4 +1,4 @@
-// The same-host shared-memory path (core/collectives/shm_path.h) across real
+// The same-host shared-memory path (core/link/shm_ring_path.h) across real
 // worker procs (this binary re-executed): once the links are up, collectives
 // and point-to-point messages (any-source, several tags, non-overtaking)
 // travel through the rings (the path's counters say so), a mismatched
@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "castmesh/communicator.h"
-#include "core/collectives/shm_path.h"
+#include "core/link/shm_ring_path.h"
 #include "core/scheduler/futex.h"
 #include "core/testing/worker_procs.h"
 
@@ -32,7 +32,7 @@ using castmesh::Communicator;
 using castmesh::DType;
 using castmesh::ReduceOp;
 using castmesh::TensorView;
-using castmesh::collectives::shm_path_stats;
+using castmesh::link::shm_path_stats;
 
 TensorView view(std::vector<int64_t>& v) {
   return TensorView::Contiguous(v.data(), DType::kInt64, {static_cast<int64_t>(v.size())});

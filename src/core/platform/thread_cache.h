@@ -6,7 +6,7 @@
 
 #include <optional>
 
-namespace castmesh::collectives {
+namespace castmesh::platform {
 
 template <typename T>
 class ThreadCache {
@@ -60,4 +60,4 @@ class ThreadLoan {
   T* value_ = nullptr;
 };
 
-}  // namespace castmesh::collectives
+}  // namespace castmesh::platform

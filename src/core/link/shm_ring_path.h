@@ -1,4 +1,4 @@
-// ShmPath: communicator frames between two procs of one host through a
+// The shared-memory ring path: communicator frames between two procs of one host through a
 // shared-memory ring (core/shm_link/shm_ring.h) instead of their socket:
 // one ring per ordered pair of procs, made by the sender on its first frame
 // to that peer.
@@ -20,8 +20,8 @@
 // doorbell and reads a ring only while no thread waits on it (unexpected
 // messages, ranks busy elsewhere); where futex_waitv is missing the waiter
 // sleeps on its request after its spin and the progress thread serves it. Consumers take a
-// per-ring try-lock. Records go to Exchange::on_frame like socket frames:
-// one matching path.
+// per-ring try-lock. Records go to the receiver (receiver.h: the
+// collectives' Exchange) like socket frames: one matching path.
 //
 // Back-pressure: a caller's send waits for ring space (checking the peer is
 // alive); a send from a progress context (an I/O thread, the progress thread, a
@@ -52,7 +52,7 @@ namespace castmesh::wire::v1 {
 class CollectiveHeader;
 }
 
-namespace castmesh::collectives {
+namespace castmesh::link {
 
 // Each ring's capacity (per direction, per pair of procs).
 inline constexpr size_t kShmRingBytes = size_t{1} << 20;
@@ -65,19 +65,16 @@ inline constexpr size_t kShmRingBytes = size_t{1} << 20;
 absl::Status send_collective_frame(proc::ProcHost& host, const ProcId& peer, std::string_view header,
                                    std::string_view body, std::shared_ptr<const void> body_owner = nullptr);
 
-// A data message (a point-to-point message or a collective step without
-// single copy) as a compact ring record carries it: its envelope's ranks,
-// channel, tag and sequence in a fixed binary header, then `comm` and
-// `signature`, then the body.
-using CompactMessage = link::Envelope;
-
-// Sends `message` + `body` to proc `peer` as one compact ring record, from a
+// Sends `message` + `body` to proc `peer` as one compact ring record (a data
+// message: a point-to-point message or a collective step without single
+// copy; its envelope's ranks, channel, tag and sequence in a fixed binary
+// header, then `comm` and `signature`, then the body), from a
 // caller thread: no protobuf header, nothing allocated. nullopt when it did
 // not (no started link to `peer` yet, a receiver that reads only frames, a
 // progress context, a record larger than a ring chunk): the caller then
 // sends it as a frame (send_collective_frame), which keeps the order since a
 // started link carries every later frame too.
-std::optional<absl::Status> try_send_compact(const ProcId& peer, const CompactMessage& message,
+std::optional<absl::Status> try_send_compact(const ProcId& peer, const Envelope& message,
                                              std::string_view body);
 
 // Marks the calling thread, for its lifetime, as a progress context (an I/O
@@ -94,8 +91,8 @@ class ShmProgressScope {
   bool saved_;
 };
 
-// Held by a thread for the whole of a large collective (core/collectives/
-// algorithms.cc) that alternates between waiting on this process's inbound
+// Held by a thread for the whole of a large collective (through
+// link::PollScope) that alternates between waiting on this process's inbound
 // rings and computing: the rings count as polled for its lifetime, so
 // producers do not wake the progress thread for records that arrive while it
 // computes, and the progress thread leaves those records to it (its next wait
@@ -112,7 +109,7 @@ class ShmPollScope {
   std::shared_ptr<const void> rings_;  // the inbound rings marked polled
 };
 
-// Link handshake frames from `peer` (Exchange::on_frame, on `host`'s I/O thread).
+// Link handshake frames from `peer` (kCollectiveLinkDataType, on `host`'s I/O thread).
 void on_shm_link_frame(proc::ProcHost& host, const ProcId& peer,
                        const wire::v1::CollectiveHeader& header);
 // Proc `peer` is lost: whatever it wrote to its ring is handed on first,
@@ -144,4 +141,4 @@ struct ShmPathStats {
 };
 ShmPathStats shm_path_stats();
 
-}  // namespace castmesh::collectives
+}  // namespace castmesh::link
