@@ -44,6 +44,12 @@ LocalAllocatorOptions quick() {
 }
 
 TEST(StackService, EveryProcAnswersWithItsThreads) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer runs a thread's asynchronous signal handlers only when the
+  // thread next reaches one of its interceptors: idle threads parked in the
+  // kernel do not answer the dump's signal within the bound.
+  GTEST_SKIP() << "ThreadSanitizer defers asynchronous signals to its own safe points";
+#endif
   Runtime runtime;
   absl::StatusOr<ProcMesh> mesh = LocalAllocator(quick()).allocate(runtime, 2);
   ASSERT_TRUE(mesh.ok()) << mesh.status();
