@@ -76,12 +76,19 @@ file "${BUILD_DIR}/lib/libcastmesh_core.so."*.*.* | head -1
 #    private futexes), the scheduler and mailbox suites (the lock-free queues).
 #    The one-sided RDMA tables need process_vm_readv between two procs and
 #    stay untested on aarch64.
-WORKER_PROCS='^(ProcMesh|ProcActorMesh|ProcCastTree|RemoteMonitor|LocalAllocator|RendezvousAllocator|ProcCommunicator|ShmPath|World|PipelinedAllreduceProcs|DeviceCollectivesAcrossProcsFake|RdmaDeviceMissingBackendFake)\.|^Transports/RdmaAcrossProcs\.|^Transports/RdmaDeviceAcrossProcsFake\.'
+WORKER_PROCS='^(ProcMesh|ProcActorMesh|ProcCastTree|RemoteMonitor|LocalAllocator|RendezvousAllocator|ProcCommunicator|ShmPath|World|PipelinedAllreduceProcs|DeviceCollectivesAcrossProcsFake|RdmaDeviceMissingBackendFake|StackService)\.|^Transports/RdmaAcrossProcs\.|^Transports/RdmaDeviceAcrossProcsFake\.'
 # 2. Process.ExecutablePathIsThisProgram stats /proc/self/exe, which qemu-user
 #    does not redirect (it does for readlink and open): the emulator. Always.
 # 3. HostMesh.* exec the aarch64 castmesh-host agent, which starts its procs
 #    like case 1. Always.
-ALWAYS="${WORKER_PROCS}|^Process\.ExecutablePathIsThisProgram$|^HostMesh\."
+# 5. The stack-dump captures that need a signal handled when it arrives:
+#    qemu-user runs a guest thread's signal handler only when the thread next
+#    leaves translated code or its host system call, so a thread in a busy
+#    loop or parked in the kernel is neither held nor captured in time (the
+#    same as under ThreadSanitizer; the capture itself runs here in
+#    NativeStacks.AParkedThreadAnswers...). Always.
+SIGNAL_TIMING='^NativeStacks\.(AThreadSilentInOneCaptureAnswersTheNextOnce|WhileStoppedRunsWithTheAnsweredThreadsHeld)$'
+ALWAYS="${WORKER_PROCS}|^Process\.ExecutablePathIsThisProgram$|^HostMesh\.|${SIGNAL_TIMING}"
 # 4. Log.LoggingDuringStaticDestructionIsSafe starts a separate aarch64 probe
 #    program, and TensorViewDeathTest's "threadsafe" death tests exec the test
 #    binary by its argv[0] path (not /proc/self/exe): both run where
