@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "castmesh/config.h"
-#include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
@@ -20,15 +19,6 @@ namespace {
 
 // How long start() waits for each connected proc to say it records.
 constexpr absl::Duration kControlTimeout = absl::Seconds(5);
-
-struct State {
-  detail::Mutex mu;
-  std::string path ABSL_GUARDED_BY(mu);  // set by start(); empty: the setting's (CASTMESH_TRACE)
-};
-State& state() {
-  static State& s = *new State();
-  return s;
-}
 
 // The runtime layer of the settings without `trace` (stop(): procs started
 // later do not record).
@@ -45,11 +35,8 @@ absl::Status start_in(Runtime* runtime, std::string path) {
     std::ofstream probe(path, std::ios::out | std::ios::app);
     if (!probe) return absl::InvalidArgumentError(absl::StrCat("cannot write the trace to ", path));
   }
+  // The settings table carries the path: to procs started from now on, and to stop().
   if (absl::Status st = config::configure({{"trace", path}}); !st.ok()) return st;
-  {
-    detail::MutexLock lock(state().mu);
-    state().path = path;
-  }
   const uint64_t ring_records = config::global().trace_buffer_records;
   set_recording(true, ring_records);
   if (std::shared_ptr<proc::ProcHost> host = runtime != nullptr ? proc::ProcHost::of(*runtime) : nullptr) {
@@ -63,12 +50,8 @@ absl::Status start_in(Runtime* runtime, std::string path) {
 }
 
 absl::StatusOr<TraceSummary> stop_in(Runtime* runtime, absl::Duration timeout) {
-  std::string path;
-  {
-    detail::MutexLock lock(state().mu);
-    path = std::exchange(state().path, "");
-  }
-  if (path.empty()) path = config::global().trace;
+  // start()'s path, or CASTMESH_TRACE's for a process that recorded from its start.
+  const std::string path = config::global().trace;
   if (!on()) return absl::FailedPreconditionError("no trace is recording in this process (trace::start)");
   if (path.empty()) return absl::FailedPreconditionError("the trace has no file to go to (trace::start's path)");
   set_recording(false, 0);
