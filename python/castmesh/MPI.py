@@ -48,10 +48,12 @@ def Wtime() -> float:  # noqa: N802
 
 
 def Wtick() -> float:  # noqa: N802
+    """The resolution of ``Wtime()`` in seconds (MPI_Wtick)."""
     return time.get_clock_info("perf_counter").resolution
 
 
 def Get_processor_name() -> str:  # noqa: N802
+    """This machine's host name (MPI_Get_processor_name)."""
     return socket.gethostname()
 
 
@@ -61,6 +63,7 @@ def Get_version() -> Tuple[int, int]:  # noqa: N802
 
 
 def Get_library_version() -> str:  # noqa: N802
+    """castmesh's version, naming castmesh.MPI as the library (MPI_Get_library_version)."""
     return f"castmesh {_castmesh_version} (castmesh.MPI, mpi4py-compatible)"
 
 
@@ -69,6 +72,7 @@ def Init() -> None:  # noqa: N802
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:  # noqa: N802
+    """Nothing to start; returns the thread level provided, always THREAD_MULTIPLE."""
     del required
     return THREAD_MULTIPLE
 
@@ -78,10 +82,12 @@ def Finalize() -> None:  # noqa: N802
 
 
 def Is_initialized() -> bool:  # noqa: N802
+    """Always True: there is nothing to initialise."""
     return True
 
 
 def Is_finalized() -> bool:  # noqa: N802
+    """Always False: Finalize() ends nothing."""
     return False
 
 
@@ -91,6 +97,7 @@ def Query_thread() -> int:  # noqa: N802
 
 
 def Is_thread_main() -> bool:  # noqa: N802
+    """True on the Python main thread."""
     import threading  # noqa: PLC0415
     return threading.current_thread() is threading.main_thread()
 
@@ -106,6 +113,7 @@ def Detach_buffer() -> Any:  # noqa: N802
 
 
 def Pcontrol(level: int) -> None:  # noqa: N802
+    """Profiling control (MPI_Pcontrol): accepted and ignored; castmesh.trace records traces."""
     del level
 
 

@@ -127,6 +127,10 @@ class Request:
         self._receive = receive
 
     def wait(self, timeout: Optional[float] = None) -> Optional[Status]:
+        """Blocks until the operation completes; a receive returns its Status, others None.
+
+        After ``timeout`` seconds (default: none) raises CommunicatorTimeoutError; the operation stays pending.
+        """
         try:
             status = self._impl.wait(timeout)
         except CommunicatorTimeoutError:
@@ -244,9 +248,11 @@ class Communicator:
 
     # mpi4py spellings
     def Get_rank(self) -> int:  # noqa: N802
+        """mpi4py's spelling of ``rank``."""
         return self.rank
 
     def Get_size(self) -> int:  # noqa: N802
+        """mpi4py's spelling of ``size``."""
         return self.size
 
     # ---- failure handling ----
@@ -364,6 +370,7 @@ class Communicator:
         return None if sub is None else self._child(sub)
 
     def dup(self) -> "Communicator":
+        """MPI_Comm_dup: the same ranks in a new communicator whose messages never match this one's. Collective."""
         self._check_usable()
         return self._child(self._impl.dup())
 
@@ -373,11 +380,13 @@ class Communicator:
             raise ValueError(f"tag {tag} is reserved (castmesh.collectives.ROLL_CALL_TAG)")
 
     def send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Sends ``buf`` to rank ``dest`` with ``tag``; returns once ``buf`` may be reused."""
         self._check_usable()
         self._check_tag(tag)
         self._impl.send(buf, dest, tag)
 
     def isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """Starts a send and returns its Request at once; ``buf`` must stay untouched until it completes."""
         self._check_usable()
         self._check_tag(tag)
         return Request(self._impl.isend(buf, dest, tag))
@@ -407,6 +416,7 @@ class Communicator:
         return self._received(status)
 
     def irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """Starts a receive into ``buf`` and returns its Request; ``wait()`` gives the Status."""
         self._check_usable()
         return Request(self._impl.irecv(buf, source, tag), receive=True)
 
@@ -421,11 +431,13 @@ class Communicator:
             raise self._recv_timed_out(f"probe(source={source}, tag={tag})", source, limit) from None
 
     def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Optional[Status]:
+        """The Status of a matching message that has arrived (not received), or None. Never blocks."""
         self._check_usable()
         return self._impl.iprobe(source, tag)
 
     # ---- collectives (timeout: seconds, default self.timeout; see the module's docstring) ----
     def barrier(self, async_op: bool = False, timeout: Optional[float] = None) -> Optional[Request]:
+        """Returns once every rank has entered it (``async_op``: a Request at once). Collective."""
         return self._run("barrier", timeout, async_op, self._impl.barrier)
 
     def _done(self, result: Any, out: Any) -> Any:

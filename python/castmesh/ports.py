@@ -83,9 +83,11 @@ class DroppingPort(Port[Any]):
         super().__init__("", None)
 
     def send(self, value: Any) -> None:
+        """Drops ``value``: nobody asked for a reply."""
         del value
 
     def exception(self, error: BaseException) -> None:
+        """Drops ``error``: nobody asked for a reply."""
         del error
 
 
@@ -149,6 +151,7 @@ class RankedPortReceiver(PortReceiver[R]):
     __slots__ = ()
 
     def recv(self) -> "Future[Tuple[Optional[int], R]]":  # type: ignore[override]
+        """The next value with the rank of the mesh member that sent it: a Future of ``(rank, value)``."""
         return self.recv_ranked()
 
 

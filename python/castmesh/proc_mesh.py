@@ -475,6 +475,7 @@ class _Controllers(Actor):
 
 
 def registry_address(controller: str) -> str:
+    """The address of the controller-singleton registry actor of the controller at ``controller``."""
     return f"{controller}/{REGISTRY_NAME}[{REGISTRY_INDEX}]"
 
 

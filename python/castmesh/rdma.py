@@ -190,4 +190,6 @@ class RdmaBatch:
 
 # Monarch-compatible names.
 RDMABuffer = RdmaBuffer
+"""Monarch's name for :class:`RdmaBuffer`."""
 RDMAAction = RdmaBatch
+"""Monarch's name for :class:`RdmaBatch`."""
