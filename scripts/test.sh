@@ -215,6 +215,15 @@ probe_built() {
   [ -f build/dev/CMakeCache.txt ] || { echo "no dev build"; return 2; }
   need_tools cmake ninja && echo "dev build and cmake, ninja found"
 }
+probe_docs() {
+  [ -d build/dev/python/castmesh ] || { echo "no dev build with Python (build/dev/python): the code blocks need it"; return 2; }
+  python3 -c "import venv, ensurepip" 2> /dev/null || { echo "python3 cannot make venvs (python3-venv)"; return 2; }
+  if cmp -s docs/requirements.txt build/venv-docs/requirements.txt; then
+    echo "docs tools already in build/venv-docs"; return 0
+  fi
+  network_ok || { echo "docs tools missing from build/venv-docs and $(index_host) unreachable"; return 2; }
+  echo "$(index_host) reachable: docs/requirements.txt into build/venv-docs"
+}
 probe_gcc() { need_tools cmake ninja g++ ccache ld.lld && echo "cmake, ninja, g++, ccache, ld.lld found"; }
 probe_wheels() {
   [ -x "${TOOLS_VENV}/bin/python" ] || { echo "no tools venv"; return 2; }
@@ -280,7 +289,8 @@ stage_dev_ctest() {
   # As root (CI) the namespace-host and Slurm tests must run: a machine that
   # cannot start them fails here instead of skipping quietly.
   if [ "$(id -u)" -eq 0 ]; then export CASTMESH_REQUIRE_NETNS=1 CASTMESH_REQUIRE_SLURM=1; fi
-  ctest_logged dev --preset dev -j"${JOBS}"
+  # The docs' code blocks (label docs) run in the docs stage, with the site build.
+  ctest_logged dev --preset dev -j"${JOBS}" -LE '^docs$'
 }
 
 # cmake --install, move the tree (relocatable), build examples/cpp-consumer
@@ -453,6 +463,13 @@ stage_hip() {
   [[ "${out}" == *"build/hip/lib/castmesh/backends/libcastmesh_tensor_engine.so"* ]]
 }
 
+# The docs site (mkdocs build --strict into build/docs) and every Python block
+# of the docs, against the dev build (scripts/docs.sh; ctest label docs).
+stage_docs() {
+  bash scripts/docs.sh --site-only
+  ctest_logged docs --preset dev -L '^docs$' --output-on-failure
+}
+
 # Every harness under tests/fuzz for a bounded time (2 x 30 s + the clang build).
 stage_fuzz() { CASTMESH_FUZZ_SECONDS=30 bash scripts/fuzz.sh; }
 stage_aarch64() {
@@ -468,6 +485,7 @@ add_stage venv             30 probe_venv      "Python tools venv"
 add_stage dev_build       280 probe_dev_build "dev build (-Werror, rdma, tensor_engine, python)"
 add_stage dev_ctest       200 probe_dev_ctest "dev ctest (C++ + pytest)"
 add_stage consumer         10 probe_built     "install tree + find_package consumer"
+add_stage docs            180 probe_docs      "docs site (mkdocs --strict) + code blocks"
 add_stage asan            310 probe_gcc       "ASan/UBSan build + ctest (Linux paths, C++ + pytest)"
 add_stage fallbacks       200 probe_gcc       "POSIX-fallbacks build + C++ ctest"
 add_stage tsan            270 probe_gcc       "TSan build + C++ ctest"
