@@ -26,23 +26,27 @@ bool check(bool ok, const char* what, int rank) {
 }  // namespace
 
 int main() {
+  // --8<-- [start:world]
   absl::StatusOr<castmesh::Communicator> world = castmesh::Communicator::world();
   if (!world.ok()) {
     std::fprintf(stderr, "%s\n", world.status().ToString().c_str());
     return 2;
   }
   castmesh::Communicator& comm = *world;
+  // --8<-- [end:world]
   const int rank = comm.rank(), size = comm.size();
   using castmesh::DType;
   using castmesh::TensorView;
   bool ok = true;
 
+  // --8<-- [start:allreduce]
   // Average a 1M-element gradient (the ring algorithm; single copy between
   // processes of this host).
   std::vector<float> grad(1 << 20, static_cast<float>(rank));
   TensorView g = TensorView::Contiguous(grad.data(), DType::kFloat32, {static_cast<int64_t>(grad.size())});
   absl::Status st = comm.allreduce(g, g, castmesh::ReduceOp::kAvg);
   ok &= check(st.ok() && grad.front() == (size - 1) / 2.0f && grad.back() == grad.front(), "allreduce(avg) of 4 MiB", rank);
+  // --8<-- [end:allreduce]
 
   int64_t step = rank == 0 ? 1234 : 0;
   st = comm.broadcast(TensorView::Contiguous(&step, DType::kInt64, {1}), 0);

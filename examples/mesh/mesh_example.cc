@@ -68,6 +68,7 @@ CASTMESH_REGISTER_MESSAGE(Exit, "castmesh.example.Exit", encode_empty<Exit>, dec
 
 namespace {
 
+// --8<-- [start:actor]
 // One member: a counter in its own worker proc.
 class Trainer : public castmesh::Actor {
  public:
@@ -87,6 +88,7 @@ class Trainer : public castmesh::Actor {
 
 // Worker procs spawn Trainers by this registered name.
 CASTMESH_REGISTER_ACTOR(Trainer);
+// --8<-- [end:actor]
 
 namespace {
 
@@ -121,6 +123,7 @@ absl::StatusOr<castmesh::ProcMesh> allocate(castmesh::Runtime& runtime, const ca
 }
 
 int run(castmesh::Runtime& runtime, const char* rendezvous) {
+  // --8<-- [start:spawn]
   const castmesh::Shape shape = *castmesh::Shape::Create({{"hosts", 2}, {"gpus", 4}});
   auto procs = allocate(runtime, shape, rendezvous);
   if (!procs.ok()) return std::fprintf(stderr, "allocate failed: %s\n", procs.status().ToString().c_str()), 1;
@@ -135,6 +138,7 @@ int run(castmesh::Runtime& runtime, const char* rendezvous) {
   auto spawned = castmesh::ActorMesh<Trainer>::Spawn(*procs, options);
   if (!spawned.ok()) return std::fprintf(stderr, "spawn failed: %s\n", spawned.status().ToString().c_str()), 1;
   castmesh::ActorMesh<Trainer> mesh = *spawned;
+  // --8<-- [end:spawn]
   std::printf("spawned %zu Trainers as %s (cast fan-out %zu procs)\n", mesh.size(),
               mesh.shape().to_string().c_str(), mesh.fanout());
   bool all_ok = true;
@@ -143,6 +147,7 @@ int run(castmesh::Runtime& runtime, const char* rendezvous) {
   if (!pids.ok()) return std::fprintf(stderr, "call failed: %s\n", pids.status().ToString().c_str()), 1;
   print_mesh("\neach member's process id", *pids);
 
+  // --8<-- [start:cast]
   std::printf("\ncast Add{1} to every actor\n");
   all_ok &= check(mesh.cast(Add{1}).ok(), "cast accepted");
   auto gpu1 = *mesh.slice("gpus", 1);
@@ -160,6 +165,7 @@ int run(castmesh::Runtime& runtime, const char* rendezvous) {
   print_mesh("call Get{}", *values);
   all_ok &= check(*values->at({{"hosts", 1}, {"gpus", 2}}) == 101, "value at {hosts=1, gpus=2} is 1 + 100");
   all_ok &= check(*values->at({{"hosts", 0}, {"gpus", 1}}) == 11, "value at {hosts=0, gpus=1} is 1 + 10");
+  // --8<-- [end:cast]
 
   auto total = mesh.call(Get{}, castmesh::reducers::sum<int>()).get(absl::Seconds(20));
   auto largest = mesh.call(Get{}, castmesh::reducers::max<int>()).get(absl::Seconds(20));
@@ -203,6 +209,7 @@ int run(castmesh::Runtime& runtime, const char* rendezvous) {
 
 }  // namespace
 
+// --8<-- [start:main]
 int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // in a worker proc this serves and never returns
   const char* rendezvous = nullptr;
@@ -215,3 +222,4 @@ int main(int argc, char** argv) {
   castmesh::Runtime runtime;
   return run(runtime, rendezvous);
 }
+// --8<-- [end:main]
