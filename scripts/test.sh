@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine and runs every castmesh test (what CI runs,
 # through .ci/run). The stages, in order, each with its time budget on CI's
-# 2 cores (the table in README.md, "Testing and CI"):
+# 2 cores (the table in docs/reference/testing.md):
 #   Debian packages -> Python tools venv -> dev build (-Werror) + ctest (C++ and
-#   pytest) -> install tree + find_package consumer -> ASan/UBSan build + ctest
+#   pytest) -> install tree + find_package consumer -> docs site + its code
+#   blocks -> ASan/UBSan build + ctest
 #   (the Linux paths; C++ and pytest) -> POSIX-fallbacks build + C++ ctest (the
 #   code paths macOS/BSD use, forced on Linux; not sanitised) -> TSan build +
 #   ctest -> wheels (build, auditwheel, fresh-venv installs) -> CUDA plugin and
@@ -47,7 +48,7 @@ LOGS=${BUILD}/ci-logs
 # limit (85 min: a run over it fails, inside CI's own 90). The target is the
 # issue-32 goal; a cold clean-clone run measured 46 min on the 2-core machine
 # and CI machines have run up to 1.6x slower, so failing at 60 would drop
-# whole submissions on a slow machine (README, Testing and CI).
+# whole submissions on a slow machine (docs/reference/testing.md).
 RUN_TARGET_S=3600
 RUN_LIMIT_S=5100
 # Never bundled into wheels: drivers and system network/GPU libraries.
@@ -62,7 +63,7 @@ LAUNCHER=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccach
 # info's compile directory is then the first build's: the same sources.
 export CCACHE_BASEDIR=${ROOT} CCACHE_NOHASHDIR=1
 # lld links the CI builds: about 6x faster than GNU ld on the core library
-# and 4x on a test (README, Testing and CI); the wheels keep the default linker
+# and 4x on a test (docs/reference/testing.md); the wheels keep the default linker
 # (what users' builds use).
 LLD=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld -DCMAKE_SHARED_LINKER_FLAGS=-fuse-ld=lld
      -DCMAKE_MODULE_LINKER_FLAGS=-fuse-ld=lld)
@@ -105,7 +106,7 @@ run_stages() {
     if [ "${rc}" = 0 ]; then RESULT[$key]=passed; else RESULT[$key]="failed (exit ${rc})"; failed=1; fi
     say "${key}: ${RESULT[$key]} in ${TOOK[$key]}s"
     if [ "${TOOK[$key]}" -gt "${BUDGET[$key]}" ]; then
-      say "WARNING: ${key} took ${TOOK[$key]}s, over its budget of ${BUDGET[$key]}s (README.md, Testing and CI)"
+      say "WARNING: ${key} took ${TOOK[$key]}s, over its budget of ${BUDGET[$key]}s (docs/reference/testing.md)"
     fi
   done
 }
@@ -134,7 +135,7 @@ summary() {
   if [ "${SECONDS}" -gt "${RUN_LIMIT_S}" ]; then
     say "FAILED: the run took ${SECONDS}s, over the ${RUN_LIMIT_S}s limit"; failed=1
   elif [ "${SECONDS}" -gt "${RUN_TARGET_S}" ]; then
-    say "WARNING: the run took ${SECONDS}s, over its ${RUN_TARGET_S}s target (README.md, Testing and CI)"
+    say "WARNING: the run took ${SECONDS}s, over its ${RUN_TARGET_S}s target (docs/reference/testing.md)"
   fi
   if [ "${failed}" = 1 ]; then say "FAILED"; return 1; fi
   if [ "${#skipped[@]}" -gt 0 ]; then

@@ -1,7 +1,7 @@
 """mkdocs hook: Reference > C++ API, generated from the contract comments of include/castmesh/*.h.
 
 Every public header carries a leading comment (what it is for, an example) and a one-line contract above each
-public type and method (docs: README "Standards"). This hook turns each header into one page: the leading comment,
+public type and method (the project's rule). This hook turns each header into one page: the leading comment,
 then every commented declaration at namespace or public class scope, in file order. ``namespace detail``,
 private sections and function bodies are left out. The pages are generated in memory (nothing is written under
 docs/) and added to the nav under the ``reference/cpp/index.md`` entry.
