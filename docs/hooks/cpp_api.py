@@ -190,7 +190,11 @@ def _entries(text: str) -> Tuple[List[str], List[Tuple[str, List[str], bool]]]:
 
 def _page(header: Path) -> str:
     name = f"castmesh/{header.name}"
-    intro, entries = _entries(header.read_text(encoding="utf-8"))
+    text = header.read_text(encoding="utf-8")
+    intro, entries = _entries(text)
+    if not intro and not entries:  # a plain-C header with /* */ comments (backend_abi.h): the header is the page
+        return "\n".join([f"# `{name}`", "", f"`#include \"{name}\"`: the header as it is.", "", "```c", text.rstrip(),
+                          "```", ""])
     out = [f"# `{name}`", "", f"`#include \"{name}\"` — generated from the header's comments.", ""]
     if intro:
         out += [_prose(intro), ""]
@@ -214,7 +218,10 @@ def _index(headers: List[Path]) -> str:
         "|--------|----------------|",
     ]
     for header in headers:
-        intro, _ = _entries(header.read_text(encoding="utf-8"))
+        text = header.read_text(encoding="utf-8")
+        intro, _ = _entries(text)
+        if not intro and text.startswith("/*"):
+            intro = [text[2:].split("\n", 1)[0].strip()]
         first = _escape(intro[0]).replace("|", r"\|") if intro else ""
         out.append(f"| [`castmesh/{header.name}`]({header.stem}.md) | {first} |")
     return "\n".join(out) + "\n"
