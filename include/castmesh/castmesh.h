@@ -40,8 +40,9 @@
 #include "castmesh/tensor.h"
 #include "castmesh/tensor_engine.h"
 
-// Settings, backends, traces and the version.
+// Settings, backends, traces, metrics and the version.
 #include "castmesh/backend.h"
 #include "castmesh/config.h"
+#include "castmesh/metrics.h"
 #include "castmesh/trace.h"
 #include "castmesh/version.h"

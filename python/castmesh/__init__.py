@@ -47,6 +47,8 @@ from .supervision import MeshFailure, unhandled_fault_hook
 # Traces and user spans (docs/observability.md).
 from . import trace
 from .trace import span, traced
+# Built-in metrics and user meters (docs/observability.md).
+from .meters import get_meter, metrics, observer_target
 # Arrays for the data plane (docs/tensors.md).
 from .tensor import Tensor, empty, from_dlpack, zeros
 
@@ -63,6 +65,7 @@ __all__ = [
     "Extent", "Endpoint", "Accumulator", "as_endpoint",
     "Tensor", "from_dlpack", "empty", "zeros",
     "trace", "span", "traced",
+    "metrics", "get_meter", "observer_target",
 ]
 
 _BACKEND_ENTRY_POINT_GROUP = "castmesh.backends"

@@ -47,6 +47,8 @@ void bind_output(pybind11::module_& module);
 void bind_trace(pybind11::module_& module);
 // Stack dumps of procs, castmesh.debug (debug_binding.cc).
 void bind_debug(pybind11::module_& module);
+// metrics_binding.cc: castmesh.metrics snapshots, user meters, observers.
+void bind_metrics(pybind11::module_& module);
 // Channel, open_channel, port_send: castmesh.Channel's ports (channel_binding.cc).
 void bind_channels(pybind11::module_& module);
 // watch_failures, next_failure, watch_stopped: castmesh.supervision's monitors (supervision_binding.cc).

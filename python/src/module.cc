@@ -43,6 +43,7 @@ PYBIND11_MODULE(_castmesh, module) {
   castmesh::python::bind_output(module);
   castmesh::python::bind_trace(module);
   castmesh::python::bind_debug(module);
+  castmesh::python::bind_metrics(module);
   castmesh::python::bind_channels(module);
   castmesh::python::bind_supervision(module);
   castmesh::python::bind_config(module);

@@ -118,6 +118,10 @@ void ActorCell::schedule() {
 }
 
 void ActorCell::deliver(Envelope* env) {
+  if (env->kind == EnvelopeKind::kUser) {
+    counters_.on_delivered();
+    if (ActorCell* sender = current()) sender->counters_.on_sent();
+  }
   if (trace::on()) {
     env->trace_queued_ns = trace::now_ns();
     // A message caused by a frame from another proc ends that frame's arrow.
@@ -224,6 +228,7 @@ void trace_handler_run(const Envelope& env, std::string_view class_name, int64_t
 }  // namespace
 
 void ActorCell::dispatch_user(Envelope* env) {
+  counters_.on_taken();
   if (env->reply && env->reply.get()->cancelled()) return;  // cancelled before it started
   HandlerFn fn = env->handler;
   if (fn == nullptr || env->handler_class != table_.class_id) {
@@ -241,7 +246,8 @@ void ActorCell::dispatch_user(Envelope* env) {
     }
     return;
   }
-  const int64_t trace_start_ns = trace::on() ? trace::now_ns() : 0;
+  const int64_t start_ns = trace::now_ns();  // the handler's metrics, and its trace slice while one records
+  const int64_t trace_start_ns = trace::on() ? start_ns : 0;
   try {
     fn(actor_.get(), env);
   } catch (...) {
@@ -252,6 +258,7 @@ void ActorCell::dispatch_user(Envelope* env) {
         absl::AbortedError(str_cat("actor ", address().to_string(), " failed: ", reason.message())));
     fail(std::move(reason), std::string(mtype), address());
   }
+  counters_.on_handled(trace::now_ns() - start_ns);
   if (trace_start_ns != 0) trace_handler_run(*env, table_.class_name, trace_start_ns);
 }
 

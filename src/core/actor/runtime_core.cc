@@ -580,7 +580,10 @@ void RuntimeCore::fail_reply_port(const PortAddress& port, absl::Status error) {
 void RemoteDestination::deliver(Envelope* env) {
   WireMessage m;
   m.destination = address();
-  if (ActorCell* me = ActorCell::current()) m.sender = me->address();
+  if (ActorCell* me = ActorCell::current()) {
+    m.sender = me->address();
+    if (env->kind == EnvelopeKind::kUser) me->counters().on_sent();
+  }
   if (env->kind == EnvelopeKind::kStop) {
     m.type_name = std::string(kStopWireName);
   } else if (env->kind != EnvelopeKind::kUser) {

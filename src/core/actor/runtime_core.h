@@ -17,6 +17,7 @@
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/runtime.h"
 #include "core/mailbox/mailbox.h"
+#include "core/metrics/counters.h"
 #include "core/scheduler/scheduler.h"
 #include "core/scheduler/timer_queue.h"
 
@@ -81,6 +82,8 @@ class ActorCell final : public Destination, public Schedulable, public std::enab
 
   // The cell whose turn runs on this thread, or nullptr.
   static ActorCell* current();
+  // Its built-in metrics (core/metrics/counters.h). Any thread reads them.
+  metrics::ActorCounters& counters() { return counters_; }
 
  private:
   void schedule();
@@ -94,6 +97,7 @@ class ActorCell final : public Destination, public Schedulable, public std::enab
 
   RuntimeCore* const rt_;
   Mailbox mailbox_;
+  metrics::ActorCounters counters_;
   std::unique_ptr<Actor> actor_;
   const HandlerTable& table_;
   DedicatedThread* thread_ = nullptr;
@@ -144,6 +148,9 @@ class RuntimeCore {
                                                   const HandlerTable& table, SpawnOptions options);
   // Local cell at `address` or nullptr.
   std::shared_ptr<ActorCell> find_local(const Address& address);
+  // Every local actor that has not stopped (a snapshot; locks each
+  // directory shard in turn). Any thread.
+  std::vector<std::shared_ptr<ActorCell>> local_cells() { return live_cells(); }
   std::shared_ptr<Destination> resolve(const Address& address);
   void on_cell_stopped(ActorCell* cell);
   void report_unhandled(const SupervisionEvent& ev);

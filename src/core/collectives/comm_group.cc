@@ -33,7 +33,8 @@ std::shared_ptr<CommGroup> CommGroup::Get(Layout layout, bool pin) {
 CommGroup::CommGroup(Layout layout)
     : layout_(std::move(layout)),
       strand_(std::make_shared<progress::Strand>(layout_.description)),
-      links_(layout_.procs, layout_.self_proc, layout_.host, layout_.description, layout_.test_link) {
+      links_(layout_.procs, layout_.self_proc, layout_.host, layout_.description, layout_.test_link),
+      counters_(layout_.description, layout_.rank, static_cast<int>(layout_.procs.size())) {
   mailbox_ = Exchange::instance().mailbox(layout_.id, layout_.rank);
   Exchange::instance().watch(layout_.id, layout_.rank, layout_.procs, layout_.description);
 }
@@ -66,6 +67,11 @@ void CommGroup::log_step(const link::Envelope& e, size_t bytes) {
                      link::path_name(links_.path(e.dest, bytes)));
 }
 
+void CommGroup::count_path(const link::Link& link, const ProcId& proc, size_t bytes) {
+  const link::Path path = link.path(proc);
+  metrics::count_path(static_cast<unsigned>(path), link::path_name(path), /*outbound=*/true, bytes);
+}
+
 absl::Status CommGroup::send(Channel channel, int dest, int64_t tag, const void* data, size_t bytes,
                              const std::string& signature, uint64_t sequence) {
   if (absl::Status bad = check_dest(dest); !bad.ok()) return bad;
@@ -73,6 +79,7 @@ absl::Status CommGroup::send(Channel channel, int dest, int64_t tag, const void*
   log_step(e, bytes);
   link::Link& link = *links_.route(dest, bytes).link;
   const ProcId& proc = layout_.procs[dest];
+  count_path(link, proc, bytes);
   if (std::optional<absl::Status> sent = link.send_now(proc, e, data, bytes)) return *sent;
   return link.post_send(proc, e, data, bytes)->wait(absl::InfiniteDuration()).status();
 }
@@ -84,6 +91,7 @@ std::shared_ptr<RequestState> CommGroup::start_send(Channel channel, int dest, i
   log_step(e, bytes);
   link::Link& link = *links_.route(dest, bytes).link;
   const ProcId& proc = layout_.procs[dest];
+  count_path(link, proc, bytes);
   if (std::optional<absl::Status> sent = link.send_now(proc, e, data, bytes)) {
     if (!sent->ok()) return RequestState::Done(*std::move(sent));
     return RequestState::Done(MessageStatus{rank(), static_cast<int>(tag), bytes});

@@ -25,6 +25,7 @@
 #include "core/collectives/rank_mailbox.h"
 #include "core/collectives/scratch_pool.h"
 #include "core/link/selector.h"
+#include "core/metrics/counters.h"
 #include "core/progress/request_state.h"
 
 namespace castmesh::proc {
@@ -96,6 +97,8 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   // A fresh collective sequence number (the same on every rank for the
   // n-th collective it calls).
   uint64_t next_sequence() { return next_sequence_.fetch_add(1, std::memory_order_relaxed); }
+  // Calls and bytes per collective kind (core/metrics/counters.h). Any thread.
+  metrics::CommunicatorCounters& counters() { return counters_; }
   // Collective `sequence` failed here: fail it on every rank.
   void abort(uint64_t sequence, const absl::Status& why);
   // Runs `op` on the progress engine's workers after the group's earlier
@@ -121,6 +124,8 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   link::Envelope envelope(collectives::Channel channel, int dest, int64_t tag, std::string_view signature,
                           uint64_t sequence) const;
   void log_step(const link::Envelope& envelope, size_t bytes);
+  // Counts `bytes` on the data-plane path `link` takes to `proc` (metrics).
+  static void count_path(const link::Link& link, const ProcId& proc, size_t bytes);
 
   struct UserHandle;
   // The last user handle went (UserHandle's destructor).
@@ -135,6 +140,7 @@ class CommGroup : public std::enable_shared_from_this<CommGroup> {
   std::atomic<uint64_t> next_sequence_{1};
   collectives::ScratchPool scratch_;
   link::Selector links_;
+  metrics::CommunicatorCounters counters_;
 };
 
 }  // namespace castmesh::detail

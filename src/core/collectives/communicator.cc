@@ -266,7 +266,49 @@ CallSignature signature(absl::string_view name, absl::string_view op, DType dtyp
 // then run. A failure on any rank fails it on every rank.
 using Body = std::function<absl::Status(const CollectiveCall&)>;
 
+// A signature's collective kind (metrics::collective_kind) and the bytes of
+// user data it names (count x the element's size), parsed once per
+// signature object: a loop of the same call shares one (signature() above).
+struct SignatureShape {
+  CallSignature sig;  // held: its address is not reused while it is the key
+  size_t kind = 0;
+  uint64_t bytes = 0;
+};
+
+void parse_shape(const CallSignature& sig, SignatureShape& last) {
+  last.sig = sig;
+  const std::string_view text = *sig;
+  const size_t open = text.find('(');
+  last.kind = metrics::collective_kind(text.substr(0, open));
+  last.bytes = 0;
+  // "name([op, ]dtype, count=N[, root=R])": the element type is the part before "count=".
+  const size_t count_at = text.find("count=");
+  if (open != std::string_view::npos && count_at != std::string_view::npos && count_at >= open + 3) {
+    const std::string_view before = text.substr(open + 1, count_at - 2 - (open + 1));  // without ", "
+    const size_t comma = before.rfind(", ");
+    const std::string_view type = comma == std::string_view::npos ? before : before.substr(comma + 2);
+    uint64_t count = 0;
+    for (size_t i = count_at + 6; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+      count = count * 10 + static_cast<uint64_t>(text[i] - '0');
+    }
+    if (std::optional<DType> dtype = dtype_from_name(type)) last.bytes = count * dtype_size(*dtype);
+  }
+}
+
+void count_call(CommGroup& group, const CallSignature& sig) {
+  SignatureShape* last = platform::ThreadCache<SignatureShape>::get();
+  if (last == nullptr) {  // this thread's caches are gone (the exit barrier)
+    SignatureShape once;
+    parse_shape(sig, once);
+    group.counters().on_call(once.kind, once.bytes);
+    return;
+  }
+  if (last->sig != sig) parse_shape(sig, *last);
+  group.counters().on_call(last->kind, last->bytes);
+}
+
 CollectiveCall begin(CommGroup& group, CallSignature sig) {
+  count_call(group, sig);
   return CollectiveCall{&group, group.next_sequence(), std::move(sig)};
 }
 

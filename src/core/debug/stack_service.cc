@@ -31,6 +31,7 @@ absl::Duration clamp(int64_t ms, absl::Duration max) {
 }  // namespace
 
 StackService::StackService(proc::ProcHost& host) : host_(host) {
+  host.allow_observers(v1::StackDumpRequest().GetTypeName());  // read-only
   host.on_control(v1::StackDumpRequest().GetTypeName(),
                   [this](const ProcId& peer, uint64_t correlation, const std::string& payload) {
                     on_request(peer, correlation, payload);

@@ -10,6 +10,7 @@
 #include "core/debug/python_stacks.h"
 #include "core/debug/stack_dump.h"
 #include "core/proc/proc_host.h"
+#include "core/proc/typed_request.h"
 
 namespace castmesh::debug {
 namespace {
@@ -25,17 +26,13 @@ ProcStacks ask(proc::ProcHost& host, const ProcInfo& info, const StackOptions& o
   request.set_thread_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
   const absl::Duration budget = options.file_lines ? options.symbol_budget : absl::ZeroDuration();
   request.set_symbol_budget_ms(absl::ToInt64Milliseconds(budget));
-  absl::StatusOr<std::string> payload =
-      host.request(info.id, request, 2 * options.timeout + budget + kTransitAllowance);
+  absl::StatusOr<v1::StackDumpReply> reply = proc::request_reply<v1::StackDumpReply>(
+      host, info.id, request, 2 * options.timeout + budget + kTransitAllowance, "stack dump");
   ProcStacks out;
-  v1::StackDumpReply reply;
-  if (!payload.ok()) {
-    out.status = absl::Status(payload.status().code(),
-                              absl::StrCat("no stack dump from ", host.describe(info.id), ": ", payload.status().message()));
-  } else if (!reply.ParseFromString(*payload)) {
-    out.status = absl::InternalError(absl::StrCat("malformed stack dump from ", host.describe(info.id)));
+  if (!reply.ok()) {
+    out.status = reply.status();
   } else {
-    out = from_wire(reply);
+    out = from_wire(*reply);
   }
   out.proc = info;
   if (out.pid == 0) out.pid = info.pid;

@@ -14,6 +14,7 @@
 #include "castmesh/config.h"
 #include "castmesh/wire/v1/trace.pb.h"
 #include "core/proc/proc_host.h"
+#include "core/proc/typed_request.h"
 #include "core/trace/recorder.h"
 #include "core/wire/status_code.h"
 
@@ -36,18 +37,6 @@ constexpr int kClockProbes = 5;
 
 uint64_t ring_records_or_setting(uint64_t ring_records) {
   return ring_records != 0 ? ring_records : config::global().trace_buffer_records;
-}
-
-template <typename Reply>
-absl::StatusOr<Reply> ask(proc::ProcHost& host, const ProcId& peer, const google::protobuf::MessageLite& request,
-                          absl::Duration timeout) {
-  absl::StatusOr<std::string> payload = host.request(peer, request, timeout);
-  if (!payload.ok()) return payload.status();
-  Reply reply;
-  if (!reply.ParseFromString(*payload)) {
-    return absl::DataLossError(absl::StrCat("malformed ", reply.GetTypeName(), " from ", host.describe(peer)));
-  }
-  return reply;
 }
 
 }  // namespace
@@ -155,7 +144,7 @@ absl::Status control_peer(proc::ProcHost& host, const ProcId& peer, bool record,
   v1::TraceControl request;
   request.set_record(record);
   request.set_ring_records(ring_records);
-  absl::StatusOr<v1::TraceReply> reply = ask<v1::TraceReply>(host, peer, request, timeout);
+  absl::StatusOr<v1::TraceReply> reply = proc::request_reply<v1::TraceReply>(host, peer, request, timeout);
   if (!reply.ok()) return reply.status();
   return wire::status_from_wire(*reply);
 }
@@ -165,7 +154,7 @@ absl::StatusOr<ProcTrace> collect_peer(proc::ProcHost& host, const ProcId& peer,
   int64_t best_delay = std::numeric_limits<int64_t>::max();
   for (int i = 0; i < kClockProbes; ++i) {
     const int64_t sent = now_ns();
-    absl::StatusOr<v1::TraceClock> clock = ask<v1::TraceClock>(host, peer, v1::TraceClockProbe(), timeout);
+    absl::StatusOr<v1::TraceClock> clock = proc::request_reply<v1::TraceClock>(host, peer, v1::TraceClockProbe(), timeout);
     const int64_t back = now_ns();
     if (!clock.ok()) return clock.status();
     if (back - sent < best_delay) {
@@ -173,7 +162,7 @@ absl::StatusOr<ProcTrace> collect_peer(proc::ProcHost& host, const ProcId& peer,
       out.clock_offset_ns = clock->now_ns() - (sent + (back - sent) / 2);
     }
   }
-  absl::StatusOr<v1::TraceRecords> records = ask<v1::TraceRecords>(host, peer, v1::TraceCollect(), timeout);
+  absl::StatusOr<v1::TraceRecords> records = proc::request_reply<v1::TraceRecords>(host, peer, v1::TraceCollect(), timeout);
   if (!records.ok()) return records.status();
   if (absl::Status st = wire::status_from_wire(*records); !st.ok()) return st;
   out.label = records->label();

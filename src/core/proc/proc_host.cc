@@ -5,7 +5,9 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/detail/runtime_transport.h"
 #include "castmesh/wire/v1/control.pb.h"
+#include "castmesh/wire/v1/metrics.pb.h"
 #include "core/log/log.h"
+#include "core/metrics/counters.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/join.h"
 #include "core/proc/remote_monitors.h"
@@ -113,7 +115,10 @@ class ProcHost::Router : public detail::RemoteRouter {
     absl::Status sent =
         host->endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(std::move(msg.payload)));
     if (trace_start_ns != 0) trace_sent(msg.type_name, peer, trace_flow, trace_start_ns, payload_bytes);
-    if (sent.ok()) host->messages_sent_.fetch_add(1, std::memory_order_relaxed);
+    if (sent.ok()) {
+      host->messages_sent_.fetch_add(1, std::memory_order_relaxed);
+      metrics::transport(metrics::transport_of(peer)).out(payload_bytes);
+    }
     if (!sent.ok()) {
       const std::string who = host->describe(peer);
       lock.unlock();
@@ -275,7 +280,10 @@ absl::Status ProcHost::send_control(const ProcId& peer, const google::protobuf::
   std::string payload = message.SerializeAsString();
   const size_t payload_bytes = payload.size();
   absl::Status sent = endpoint_->send(peer, std::move(frame_header), wire::Payload::adopt(std::move(payload)));
-  if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
+  if (sent.ok()) {
+    messages_sent_.fetch_add(1, std::memory_order_relaxed);
+    metrics::transport(metrics::transport_of(peer)).out(payload_bytes);
+  }
   if (sent.ok() && trace_flow != 0) trace_sent(message.GetTypeName(), peer, trace_flow, trace_start_ns, payload_bytes);
   return sent;
 }
@@ -312,9 +320,13 @@ absl::Status ProcHost::send_data(const ProcId& peer, std::string_view type_name,
                                  wire::Payload payload) {
   // Data messages are latency-bound (a collective step, an RDMA handshake):
   // a small one is written by this thread when the connection is idle.
+  const size_t bytes = header.size() + payload.size();
   absl::Status sent =
       endpoint_->send_data(peer, type_name, header, std::move(payload), transport::SendUrgency::kNow);
-  if (sent.ok()) messages_sent_.fetch_add(1, std::memory_order_relaxed);
+  if (sent.ok()) {
+    messages_sent_.fetch_add(1, std::memory_order_relaxed);
+    metrics::transport(metrics::transport_of(peer)).out(bytes);
+  }
   return sent;
 }
 
@@ -375,6 +387,8 @@ std::string ProcHost::describe(const ProcId& peer) const {
 
 void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame_header, wire::Payload payload) {
   if (!ready_.load(std::memory_order_acquire)) return;
+  metrics::transport(metrics::transport_of(peer)).in(payload.size());
+  if (observer_count_.load(std::memory_order_relaxed) != 0 && refuse_from_observer(peer, frame_header)) return;
   if (frame_header.kind() == v1::FrameHeader::KIND_CONTROL) {
     if (frame_header.flags() & wire::kControlReplyFlag) {
       std::shared_ptr<PendingRequest> pending;
@@ -384,8 +398,18 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
         if (it != pending_.end()) pending = it->second;
       }
       handle_traced(frame_header, payload.size(), [&] {
-        if (pending) pending->complete(std::string(payload.view()));
+        if (!pending) return;
+        // A request the peer refused as a whole (an observer's, above).
+        if (frame_header.error_code() != 0) {
+          pending->complete(wire::status_from_wire(frame_header));
+        } else {
+          pending->complete(std::string(payload.view()));
+        }
       });
+      return;
+    }
+    if (frame_header.message_type() == v1::ObserverAttach().GetTypeName()) {
+      on_observer_attach(peer, frame_header.correlation(), payload.view());
       return;
     }
     ControlHandler handler;
@@ -444,6 +468,12 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
 void ProcHost::deliver_data(const std::string& peer, std::string_view type_name, std::string_view header,
                             wire::Payload payload) {
   if (!ready_.load(std::memory_order_acquire)) return;  // after it, the table is read-only
+  metrics::transport(metrics::transport_of(peer)).in(header.size() + payload.size());
+  if (observer_count_.load(std::memory_order_relaxed) != 0 && is_observer(peer)) {
+    CASTMESH_LOG_WARN("castmesh-proc {}: refused data message '{}' from observer {}", id(), log::printable(type_name),
+                      peer);
+    return;
+  }
   auto it = data_handlers_.find(absl::string_view(type_name.data(), type_name.size()));
   if (it != data_handlers_.end()) {
     it->second(peer, header, std::move(payload));
@@ -466,7 +496,81 @@ void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
     }
   }
   for (auto& pending : failed) pending->complete(gone);
+  {
+    detail::MutexLock lock(mu_);
+    if (observers_.erase(peer) != 0) observer_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
   peer_lost_observers_.notify(peer, gone);
+}
+
+// ---- the observer role (docs/security.md) ----
+
+void ProcHost::allow_observers(const std::string& type_name) {
+  detail::MutexLock lock(mu_);
+  observer_requests_.insert(type_name);
+}
+
+bool ProcHost::is_observer(const ProcId& peer) const {
+  detail::MutexLock lock(mu_);
+  return observers_.contains(peer);
+}
+
+void ProcHost::on_observer_attach(const ProcId& peer, uint64_t correlation, std::string_view payload) {
+  v1::ObserverAttach request;
+  v1::ObserverReply reply;
+  if (!request.ParseFromString(std::string(payload))) {
+    wire::status_to_wire(absl::InvalidArgumentError("malformed ObserverAttach"), &reply);
+  } else {
+    {
+      detail::MutexLock lock(mu_);
+      if (observers_.insert(peer).second) observer_count_.fetch_add(1, std::memory_order_relaxed);
+    }
+    reply.set_label(id());
+    CASTMESH_LOG_INFO("castmesh-proc {}: {} is attached as a read-only observer{}", id(), peer,
+                      request.name().empty() ? std::string() : absl::StrCat(" (", request.name(), ")"));
+  }
+  (void)send_control(peer, reply, correlation, /*is_reply=*/true);
+}
+
+bool ProcHost::refuse_from_observer(const ProcId& peer, const wire::v1::FrameHeader& frame_header) {
+  const bool control = frame_header.kind() == v1::FrameHeader::KIND_CONTROL;
+  if (control && (frame_header.flags() & wire::kControlReplyFlag)) return false;  // answers to our requests
+  {
+    detail::MutexLock lock(mu_);
+    if (!observers_.contains(peer)) return false;
+    if (control && observer_requests_.contains(frame_header.message_type())) return false;
+  }
+  if (control && frame_header.message_type() == v1::ObserverAttach().GetTypeName()) return false;
+  const absl::Status refused = absl::FailedPreconditionError(
+      absl::StrCat("proc ", id(), " refuses ", control ? "control request " : "actor message ",
+                   frame_header.message_type(), " from ", peer,
+                   ": that connection is a read-only observer (it may read metrics and stack dumps; it may neither "
+                   "spawn nor send to actors)"));
+  CASTMESH_LOG_WARN("castmesh-proc {}: {}", id(), std::string(refused.message()));
+  if (control) {
+    if (frame_header.correlation() == 0) return true;  // a one-way message: nobody waits
+    v1::FrameHeader reply;
+    reply.set_kind(v1::FrameHeader::KIND_CONTROL);
+    reply.set_message_type(frame_header.message_type());
+    reply.set_correlation(frame_header.correlation());
+    reply.set_flags(wire::kControlReplyFlag);
+    wire::status_to_wire(refused, &reply);
+    (void)endpoint_->send(peer, std::move(reply), wire::Payload());
+    return true;
+  }
+  // An actor request: its answer port fails with the refusal.
+  if (frame_header.port() == 0 && !frame_header.reply_to().empty()) {
+    if (absl::StatusOr<PortAddress> port = PortAddress::parse(frame_header.reply_to()); port.ok()) {
+      v1::FrameHeader answer;
+      answer.set_kind(v1::FrameHeader::KIND_MESSAGE);
+      answer.set_destination(port->owner.to_string());
+      answer.set_port(port->port);
+      answer.set_message_type(frame_header.message_type());
+      wire::status_to_wire(refused, &answer);
+      (void)endpoint_->send(peer, std::move(answer), wire::Payload());
+    }
+  }
+  return true;
 }
 
 }  // namespace castmesh::proc

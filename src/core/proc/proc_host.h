@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/runtime.h"
@@ -157,6 +158,15 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   // control messages; not heartbeats). Statistics, e.g. the fan-out of casts.
   uint64_t messages_sent() const { return messages_sent_.load(std::memory_order_relaxed); }
 
+  // Observers (docs/security.md): a peer that sent ObserverAttach
+  // (metrics.proto) is a read-only observer until it goes; its actor
+  // messages, data messages and control requests are refused with
+  // FAILED_PRECONDITION, except the control types a service allowed here
+  // (read-only requests: metrics, stack dumps). Any thread.
+  void allow_observers(const std::string& type_name);
+  // Whether `peer` attached as an observer. Any thread.
+  bool is_observer(const ProcId& peer) const;
+
  private:
   class Router;
   struct PendingRequest;
@@ -170,6 +180,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
                                                        std::string_view header, uint64_t size);
   // Installs the proc's own services, then the registered ones.
   void install_services();
+  void on_observer_attach(const ProcId& peer, uint64_t correlation, std::string_view payload);
+  // True (and the refusal answered) when `frame_header` comes from an
+  // observer and is not one of the requests it may make.
+  bool refuse_from_observer(const ProcId& peer, const wire::v1::FrameHeader& frame_header);
 
   Runtime& runtime_;
   std::string secret_;
@@ -197,6 +211,10 @@ class ProcHost : public std::enable_shared_from_this<ProcHost> {
   absl::flat_hash_map<uint64_t, std::shared_ptr<PendingRequest>> pending_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<ProcId, std::string> descriptions_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_set<ProcId> observers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::string> observer_requests_ ABSL_GUARDED_BY(mu_);
+  // observers_.size(), read without mu_ on every frame (zero: no lookup).
+  std::atomic<size_t> observer_count_{0};
 };
 
 }  // namespace castmesh::proc
