@@ -57,6 +57,18 @@ const metrics::ActorMetrics* find_actor(const metrics::ProcMetrics& p, const std
   return nullptr;
 }
 
+// A handler's run is counted after it returns, and its answer may reach the
+// asker first: waits (bounded) until `name` has `runs` counted runs.
+metrics::ProcMetrics snapshot_after_runs(const Runtime& runtime, const std::string& name, uint64_t runs) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (;;) {
+    metrics::ProcMetrics snapshot = metrics::this_process(&runtime);
+    const metrics::ActorMetrics* a = find_actor(snapshot, name);
+    if ((a != nullptr && a->handler_count >= runs) || absl::Now() > deadline) return snapshot;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
 const metrics::FlowMetrics* find_flow(const std::vector<metrics::FlowMetrics>& flows, const std::string& name) {
   for (const metrics::FlowMetrics& f : flows) {
     if (f.name == name) return &f;
@@ -84,7 +96,7 @@ TEST(Metrics, ActorCountsMatchTheMessagesInThisProcess) {
   ASSERT_TRUE(total.ok()) << total.status();
   EXPECT_EQ(*total, 15);
 
-  const metrics::ProcMetrics snapshot = metrics::this_process(&runtime);
+  const metrics::ProcMetrics snapshot = snapshot_after_runs(runtime, "adder", 16);
   ASSERT_TRUE(snapshot.status.ok()) << snapshot.status;
   const metrics::ActorMetrics* a = find_actor(snapshot, "adder");
   ASSERT_NE(a, nullptr);
@@ -153,9 +165,16 @@ TEST(Metrics, CollectCountsCallsToAnActorInAWorkerProc) {
   ASSERT_TRUE(adders.ok()) << adders.status();
   for (int i = 0; i < 10; ++i) ASSERT_TRUE((*adders)[1].ask(Bump{1}).get(absl::Seconds(10)).ok());
 
-  absl::StatusOr<std::vector<metrics::ProcMetrics>> got = metrics::collect(*mesh, absl::Seconds(10));
-  ASSERT_TRUE(got.ok()) << got.status();
-  ASSERT_EQ(got->size(), 2u);
+  absl::StatusOr<std::vector<metrics::ProcMetrics>> got;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  do {  // the last run is counted after its answer left (see snapshot_after_runs)
+    got = metrics::collect(*mesh, absl::Seconds(10));
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 2u);
+    const metrics::ActorMetrics* a = find_actor((*got)[1], "adders");
+    if (a != nullptr && a->handler_count >= 10) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  } while (absl::Now() < deadline);
   for (size_t rank = 0; rank < 2; ++rank) {
     const metrics::ProcMetrics& p = (*got)[rank];
     ASSERT_TRUE(p.status.ok()) << p.status;
@@ -171,7 +190,9 @@ TEST(Metrics, CollectCountsCallsToAnActorInAWorkerProc) {
     ASSERT_NE(unix_flow, nullptr);
     EXPECT_GT(unix_flow->messages_in, 0u);
     EXPECT_GT(unix_flow->bytes_out, 0u);
-    if (rank == 1) EXPECT_GE(unix_flow->messages_in, 10u);
+    if (rank == 1) {
+      EXPECT_GE(unix_flow->messages_in, 10u);
+    }
   }
   EXPECT_EQ(metrics::collect(*mesh, absl::ZeroDuration()).status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(mesh->stop().ok());
@@ -213,16 +234,19 @@ TEST(Metrics, AnObserverReadsEveryProcAndIsRefusedSpawnsAndSends) {
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->messages_in, 0u);
 
-  // A spawn request from the observer: refused the same way.
-  std::shared_ptr<proc::ProcHost> observer_host = proc::ProcHost::of((*observer)->runtime());
-  ASSERT_NE(observer_host, nullptr);
-  wire::v1::SpawnRequest spawn;
-  spawn.set_actor_type("castmesh::test_metrics::Adder");
-  spawn.set_name("sneaky");
-  absl::StatusOr<std::string> spawned = observer_host->request(target->address, spawn, absl::Seconds(10));
-  ASSERT_FALSE(spawned.ok());
-  EXPECT_EQ(spawned.status().code(), absl::StatusCode::kFailedPrecondition) << spawned.status();
-  EXPECT_NE(spawned.status().message().find("read-only observer"), std::string::npos) << spawned.status();
+  {
+    // A spawn request from the observer: refused the same way. (The host
+    // must go before the observer, which owns its runtime.)
+    std::shared_ptr<proc::ProcHost> observer_host = proc::ProcHost::of((*observer)->runtime());
+    ASSERT_NE(observer_host, nullptr);
+    wire::v1::SpawnRequest spawn;
+    spawn.set_actor_type("castmesh::test_metrics::Adder");
+    spawn.set_name("sneaky");
+    absl::StatusOr<std::string> spawned = observer_host->request(target->address, spawn, absl::Seconds(10));
+    ASSERT_FALSE(spawned.ok());
+    EXPECT_EQ(spawned.status().code(), absl::StatusCode::kFailedPrecondition) << spawned.status();
+    EXPECT_NE(spawned.status().message().find("read-only observer"), std::string::npos) << spawned.status();
+  }
 
   // The controller still serves its own procs.
   auto adders = mesh->spawn<Adder>("adders");
