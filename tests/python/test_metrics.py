@@ -54,6 +54,19 @@ def counted(procs: castmesh.ProcMesh) -> castmesh.ActorMesh[Counted]:
     return procs.spawn("counted", Counted)
 
 
+def _settled(mesh: castmesh.ActorMesh[Counted]) -> Any:
+    """The mesh's metrics once every delivered message's run is counted (a
+    run is counted when its handler returns, which may be after its answer
+    arrived): bounded wait."""
+    deadline = time.monotonic() + 10
+    while True:
+        got = castmesh.metrics(mesh)
+        if all(got[i]["meshes"]["counted"]["handler_count"] == got[i]["meshes"]["counted"]["messages_in"]
+               for i in range(len(got))) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.01)
+
+
 def _allreduce_calls(proc: Dict[str, Any]) -> Dict[str, int]:
     calls = bytes_ = 0
     for c in proc["communicators"]:
@@ -66,17 +79,10 @@ def _allreduce_calls(proc: Dict[str, Any]) -> Dict[str, int]:
 
 def test_ten_calls_to_one_actor_are_ten_messages_in_and_ten_handler_runs(
         counted: castmesh.ActorMesh[Counted]) -> None:
-    before = castmesh.metrics(counted)
+    before = _settled(counted)
     for _ in range(10):
         counted.slice(gpus=1).bump.call_one().get(timeout=30)
-    # A run is counted when its handler returns, which may be after its answer arrived.
-    deadline = time.monotonic() + 10
-    while True:
-        after = castmesh.metrics(counted)
-        ran = after[1]["meshes"]["counted"]["handler_count"] - before[1]["meshes"]["counted"]["handler_count"]
-        if ran >= 10 or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
+    after = _settled(counted)
     assert len(after) == 2
     for position in range(2):
         assert after[position]["error"] is None
