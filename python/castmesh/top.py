@@ -33,10 +33,14 @@ def _rate(now: float, before: Optional[float], seconds: Optional[float]) -> str:
     return f" ({(now - before) / seconds:.0f}/s)"
 
 
-def _table(header: Sequence[str], rows: List[Sequence[str]]) -> List[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 2) -> List[str]:
+    """Columns padded to their widest cell: the first `text_columns` to the left, numbers to the right."""
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    line = lambda cells: "  ".join(str(c).rjust(w) if i else str(c).ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(str(c).ljust(w) if i < text_columns else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
     return [line(header), line(["-" * w for w in widths])] + [line(r) for r in rows]
 
 
@@ -91,7 +95,7 @@ def render(procs: List[Dict[str, Any]], previous: Optional[List[Dict[str, Any]]]
     if coll_rows:
         out.append("")
         out.append("collectives")
-        out += _table(["communicator", "proc", "rank", "kind", "calls", "bytes"], coll_rows)
+        out += _table(["communicator", "proc", "rank", "kind", "calls", "bytes"], coll_rows, text_columns=4)
     meter_rows = []
     for p in procs:
         if p.get("error"):
@@ -105,7 +109,7 @@ def render(procs: List[Dict[str, Any]], previous: Optional[List[Dict[str, Any]]]
     if meter_rows:
         out.append("")
         out.append("user meters")
-        out += _table(["instrument", "proc", "kind", "value"], meter_rows)
+        out += _table(["instrument", "proc", "kind", "value"], meter_rows, text_columns=4)
     return "\n".join(out) + "\n"
 
 
