@@ -351,9 +351,14 @@ void ProcHost::on_data_sink(const std::string& type_name, DataSinkProvider provi
 std::shared_ptr<transport::PayloadSink> ProcHost::payload_sink(const std::string& peer, std::string_view type_name,
                                                                std::string_view header, uint64_t size) {
   if (!ready_.load(std::memory_order_acquire)) return nullptr;  // after it, the table is read-only
+  // An observer's data message goes to deliver_data, which refuses it.
+  if (observer_count_.load(std::memory_order_relaxed) != 0 && is_observer(peer)) return nullptr;
   auto it = data_sinks_.find(absl::string_view(type_name.data(), type_name.size()));
   if (it == data_sinks_.end()) return nullptr;
-  return it->second(peer, header, size);
+  std::shared_ptr<transport::PayloadSink> sink = it->second(peer, header, size);
+  // A message received into a sink skips deliver_data, which counts the others.
+  if (sink != nullptr) metrics::transport(metrics::transport_of(peer)).in(header.size() + size);
+  return sink;
 }
 
 std::shared_ptr<ProcService> ProcHost::service(const std::string& name) const {
