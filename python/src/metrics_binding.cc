@@ -104,7 +104,8 @@ void bind_metrics(py::module_& module) {
       .def(
           "record",
           [](const metrics::Histogram& h, double value, const std::string& attributes) {
-            if (absl::Status st = h.record(value, attributes); !st.ok()) throw py::value_error(std::string(st.message()));
+            absl::Status st = h.record(value, attributes);
+            if (!st.ok()) throw py::value_error(std::string(st.message()));
           },
           py::arg("value"), py::arg("attributes") = "");
   module.def(

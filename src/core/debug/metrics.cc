@@ -71,7 +71,9 @@ absl::Status Counter::add(double value, std::string_view attributes) const {
 }
 
 absl::Status Histogram::record(double value, std::string_view attributes) const {
-  if (!std::isfinite(value)) return absl::InvalidArgumentError(absl::StrCat("a histogram records finite values, not ", value));
+  if (!std::isfinite(value)) {
+    return absl::InvalidArgumentError(absl::StrCat("a histogram records finite values, not ", value));
+  }
   instrument_of(instrument_)->add(value, attributes);
   return absl::OkStatus();
 }
@@ -97,7 +99,8 @@ absl::StatusOr<Histogram> histogram(std::string_view meter, std::string_view nam
 absl::StatusOr<ObserverTarget> observer_target(const Runtime& runtime) {
   std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(runtime);
   if (host == nullptr) {
-    return absl::FailedPreconditionError("this runtime is not a proc yet (no proc mesh was started): nothing to observe");
+    return absl::FailedPreconditionError(
+        "this runtime is not a proc yet (no proc mesh was started): nothing to observe");
   }
   return ObserverTarget{host->id(), host->secret()};
 }

@@ -154,7 +154,8 @@ absl::StatusOr<ProcTrace> collect_peer(proc::ProcHost& host, const ProcId& peer,
   int64_t best_delay = std::numeric_limits<int64_t>::max();
   for (int i = 0; i < kClockProbes; ++i) {
     const int64_t sent = now_ns();
-    absl::StatusOr<v1::TraceClock> clock = proc::request_reply<v1::TraceClock>(host, peer, v1::TraceClockProbe(), timeout);
+    absl::StatusOr<v1::TraceClock> clock =
+        proc::request_reply<v1::TraceClock>(host, peer, v1::TraceClockProbe(), timeout);
     const int64_t back = now_ns();
     if (!clock.ok()) return clock.status();
     if (back - sent < best_delay) {
@@ -162,7 +163,8 @@ absl::StatusOr<ProcTrace> collect_peer(proc::ProcHost& host, const ProcId& peer,
       out.clock_offset_ns = clock->now_ns() - (sent + (back - sent) / 2);
     }
   }
-  absl::StatusOr<v1::TraceRecords> records = proc::request_reply<v1::TraceRecords>(host, peer, v1::TraceCollect(), timeout);
+  absl::StatusOr<v1::TraceRecords> records =
+      proc::request_reply<v1::TraceRecords>(host, peer, v1::TraceCollect(), timeout);
   if (!records.ok()) return records.status();
   if (absl::Status st = wire::status_from_wire(*records); !st.ok()) return st;
   out.label = records->label();

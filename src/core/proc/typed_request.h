@@ -20,18 +20,19 @@ namespace castmesh::proc {
 // <peer>: ..." when `what` names the reply. A reply that does not parse is
 // DATA_LOSS: "malformed <what, or the reply's type name> from <peer>".
 template <typename Reply>
-absl::StatusOr<Reply> request_reply(ProcHost& host, const ProcId& peer, const google::protobuf::MessageLite& request,
-                                    absl::Duration timeout, std::string_view what = {}) {
+absl::StatusOr<Reply> request_reply(ProcHost& host, const ProcId& peer,
+                                    const google::protobuf::MessageLite& request, absl::Duration timeout,
+                                    std::string_view what = {}) {
   absl::StatusOr<std::string> payload = host.request(peer, request, timeout);
   if (!payload.ok()) {
     if (what.empty()) return payload.status();
-    return absl::Status(payload.status().code(),
-                        absl::StrCat("no ", std::string(what), " from ", host.describe(peer), ": ", payload.status().message()));
+    return absl::Status(payload.status().code(), absl::StrCat("no ", std::string(what), " from ", host.describe(peer),
+                                                              ": ", payload.status().message()));
   }
   Reply reply;
   if (!reply.ParseFromString(*payload)) {
-    return absl::DataLossError(
-        absl::StrCat("malformed ", what.empty() ? reply.GetTypeName() : std::string(what), " from ", host.describe(peer)));
+    const std::string name = what.empty() ? reply.GetTypeName() : std::string(what);
+    return absl::DataLossError(absl::StrCat("malformed ", name, " from ", host.describe(peer)));
   }
   return reply;
 }
