@@ -18,6 +18,7 @@
 #include "castmesh/actor.h"
 #include "castmesh/actor_mesh.h"
 #include "castmesh/host_mesh.h"
+#include "castmesh/metrics.h"
 #include "castmesh/proc_mesh.h"
 #include "castmesh/runtime.h"
 #include "core/host/host_address.h"
@@ -216,6 +217,17 @@ TEST(HostMesh, AttachSpawnAskAndShutdownOverLoopback) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(refused.status().message().find("is attached to controller 'host_mesh_test'"), std::string::npos)
       << refused.status();
+  // A read-only observer is accepted beside the controller and reads the
+  // agent's metrics and its peers' (docs/observability.md, "castmesh top").
+  {
+    auto observer = castmesh::metrics::Observer::connect(first.address(), kSecret, "host_mesh_test observer",
+                                                         absl::Seconds(10));
+    ASSERT_TRUE(observer.ok()) << observer.status();
+    auto seen = (*observer)->metrics(absl::Seconds(10));
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    ASSERT_GE(seen->size(), 2u);  // the agent, then at least its controller
+    for (const auto& p : *seen) EXPECT_TRUE(p.status.ok()) << p.proc_id << ": " << p.status;
+  }
   // A wrong secret never gets an answer.
   castmesh::Runtime stranger;
   castmesh::HostMeshOptions wrong = options;
