@@ -169,7 +169,57 @@ absl::Duration duration(std::optional<double> seconds) {
   return seconds ? absl::Seconds(*seconds) : absl::InfiniteDuration();
 }
 
+// Bytes [offset, offset + nbytes) of a buffer-protocol object's C-contiguous
+// buffer, held for a blocking call (castmesh.MPI's Send/Recv): a Py_buffer on
+// the stack and a one-dimensional byte view, with no owner, shape or copy
+// (tensor_from_python's general import costs an allocation and a shared
+// owner per call, a measurable part of a small message's time from Python).
+// nbytes -1: to the buffer's end. A buffer that is not C-contiguous, or
+// read-only for a receive, raises BufferError before anything moves (the
+// caller then takes its general path, which says why). Needs the GIL.
+class HeldBytes {
+ public:
+  HeldBytes(py::handle obj, Py_ssize_t offset, Py_ssize_t nbytes, bool writable) {
+    if (PyObject_GetBuffer(obj.ptr(), &buffer_, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) != 0) {
+      PyErr_Clear();  // whatever the exporter said, the general path says it mpi4py's way
+      throw py::buffer_error("no C-contiguous" + std::string(writable ? " writable" : "") + " buffer");
+    }
+    held_ = true;
+    if (nbytes < 0) nbytes = buffer_.len - offset;
+    if (offset < 0 || nbytes < 0 || offset > buffer_.len || nbytes > buffer_.len - offset) {
+      throw py::value_error(absl::StrCat("message: buffer too small: bytes ", offset, "..", offset + nbytes,
+                                         " of a buffer of ", buffer_.len));
+    }
+    view_ = TensorView::Contiguous(static_cast<char*>(buffer_.buf) + offset, DType::kUInt8, {nbytes});
+  }
+  ~HeldBytes() {
+    if (held_) PyBuffer_Release(&buffer_);
+  }
+  HeldBytes(const HeldBytes&) = delete;
+  HeldBytes& operator=(const HeldBytes&) = delete;
+  const TensorView& view() const { return view_; }
+
+ private:
+  Py_buffer buffer_{};
+  bool held_ = false;
+  TensorView view_;
+};
+
 void bind_point_to_point(py::class_<Communicator>& c) {
+  // castmesh.MPI's blocking Send/Recv (python/castmesh/_mpi/p2p.py): a byte
+  // range of a buffer-protocol object, positional arguments only; recv_bytes
+  // returns (source, tag, bytes) as a plain tuple.
+  c.def("send_bytes", [](const Communicator& comm, py::handle buf, Py_ssize_t offset, Py_ssize_t nbytes, int dest,
+                         int tag) {
+     HeldBytes bytes(buf, offset, nbytes, false);
+     check(unlocked([&] { return comm.send(bytes.view(), dest, tag); }));
+   })
+      .def("recv_bytes", [](const Communicator& comm, py::handle buf, Py_ssize_t offset, Py_ssize_t nbytes,
+                            int source, int tag) {
+        HeldBytes bytes(buf, offset, nbytes, true);
+        const MessageStatus s = value(unlocked([&] { return comm.recv(bytes.view(), source, tag); }));
+        return py::make_tuple(s.source, s.tag, s.bytes);
+      });
   c.def("send", [](const Communicator& comm, const py::object& buf, int dest, int tag) {
      TensorView v = tensor_from_python(buf, false);
      check(unlocked([&] { return comm.send(v, dest, tag); }));

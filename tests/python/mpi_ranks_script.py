@@ -220,6 +220,53 @@ except ValueError as e:
 comm.Barrier()
 ok("errors")
 
+# Blocking Send/Recv take a fast path for plain buffers and [buf, count, contiguous type] (p2p.py: _span);
+# every other spec the general one. Both keep MPI's order per source and tag, match any-source/any-tag
+# receives of either kind, and give the general path's errors.
+ints = np.arange(6, dtype="i") + 10 * rank
+vector = MPI.INT.Create_vector(3, 1, 2).Commit()  # every other int: not contiguous, packed
+fortran = np.asfortranarray(np.arange(6, dtype="d").reshape(2, 3) + rank)  # no C-contiguous export
+comm.Send([ints, 2, MPI.INT], peer, 18)              # fast
+comm.Send([ints, 1, vector], peer, 18)               # general (packed)
+comm.Send(bytearray(b"abc") + bytes([rank]), peer, 18)  # fast, plain bytes
+comm.Send(fortran, peer, 18)                         # general (Fortran order)
+comm.Send(ints[::2].copy(), peer, 18)                # fast
+first = np.zeros(2, dtype="i")
+st = MPI.Status()
+comm.Recv([first, 2, MPI.INT], MPI.ANY_SOURCE, MPI.ANY_TAG, st)
+assert first.tolist() == [10 * left, 10 * left + 1] and st.Get_source() == left and st.Get_tag() == 18
+assert st.Get_count(MPI.INT) == 2
+packed = np.full(6, -1, dtype="i")
+comm.Recv([packed, 1, vector], left, 18)
+assert packed.tolist() == [10 * left, -1, 10 * left + 2, -1, 10 * left + 4, -1], packed
+raw = bytearray(4)
+comm.Recv(raw, MPI.ANY_SOURCE, 18, st)
+assert bytes(raw) == b"abc" + bytes([left]) and st.Get_count(MPI.BYTE) == 4
+back_f = np.zeros((2, 3), dtype="d", order="F")
+comm.Recv(back_f, left, MPI.ANY_TAG)
+assert (back_f == np.arange(6, dtype="d").reshape(2, 3) + left).all(), back_f
+strided = np.zeros(3, dtype="i")
+comm.Recv([strided, MPI.INT], left, 18)
+assert strided.tolist() == [10 * left, 10 * left + 2, 10 * left + 4]
+vector.Free()
+try:
+    comm.Send(ints[::2], peer, 19)  # strided: the general path's error
+    raise AssertionError("a strided view was sent")
+except BufferError as e:
+    assert "not contiguous" in str(e), e
+try:
+    comm.Recv(bytes(4), left, 19)  # read-only: refused before anything is received
+    raise AssertionError("a receive into bytes did not fail")
+except BufferError as e:
+    assert "read-only" in str(e), e
+try:
+    comm.Send(np.array([object()] * 2), peer, 19)
+    raise AssertionError("an object array was sent")
+except TypeError:
+    pass  # the general path's error (NumPy's: an array of references has no bytes to send)
+comm.Barrier()
+ok("fast_path")
+
 # Split / Dup and COMM_SELF.
 half = comm.Split(rank % 2, key=-rank)
 assert half.Get_size() == len(range(rank % 2, size, 2)) and half.Get_rank() == (half.Get_size() - 1 - rank // 2)

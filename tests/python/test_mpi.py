@@ -146,7 +146,7 @@ def test_between_processes_under_mpirun(ranks):
                            str(HERE / "mpi_ranks_script.py")], env=_env(), capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     checks = ["buffer_specs", "derived_datatypes", "objects", "maxloc_minloc", "ops", "vector_collectives",
-              "persistent_requests", "bsend", "probe", "requests", "errors", "communicators"]
+              "persistent_requests", "bsend", "probe", "requests", "errors", "fast_path", "communicators"]
     for name in checks:
         for r in range(ranks):
             assert f"OK {name} rank={r}" in proc.stdout, f"{name} on rank {r}:\n{proc.stdout}\n{proc.stderr}"

@@ -11,13 +11,15 @@ caller's buffer, within the attached buffer's capacity.
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import mmap
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from . import errors
 from .buffers import byte_view, message
 from .constants import ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL
+from .datatypes import Datatype, from_format
 from .requests import Prequest, Request
 from .status import Status
 
@@ -56,6 +58,47 @@ class _AttachedBuffer:
 attached = _AttachedBuffer()
 
 
+# Buffers whose bytes the fast path takes through the buffer protocol (a
+# C-contiguous export; anything else raises BufferError there and takes the
+# general path).
+_BYTE_BUFFERS = frozenset((bytearray, bytes, mmap.mmap))
+_WHOLE_BUFFERS = _BYTE_BUFFERS | {np.ndarray}
+# Per NumPy dtype: whether a plain array of it has a predefined datatype
+# (else the general path raises mpi4py's error for it).
+_typed: Dict[np.dtype, bool] = {}
+
+
+def _has_datatype(dtype: np.dtype) -> bool:
+    known = _typed.get(dtype)
+    if known is None:
+        try:
+            from_format(dtype.char, dtype.itemsize)
+            known = not dtype.hasobject
+        except TypeError:
+            known = False
+        _typed[dtype] = known
+    return known
+
+
+def _span(spec: Any) -> Optional[Tuple[Any, int, int]]:
+    """(buffer, byte offset, byte count; -1: to the end) of the specs a blocking Send/Recv meets most --
+    a plain buffer, or ``[buf, count, datatype]`` with a contiguous datatype -- or None for every other
+    spec (``message`` handles those, and every error). Parsing the spec was most of castmesh.MPI's own
+    time per small message (NumPy views per call)."""
+    tp = type(spec)
+    if tp is list or tp is tuple:
+        n = len(spec)
+        if n == 3:
+            buf, count, t = spec
+            if type(count) is int and count >= 0 and type(t) is Datatype and t._contig and not t._freed \
+                    and type(buf) in _WHOLE_BUFFERS:
+                return buf, 0, count * t._size
+        return None
+    if tp in _BYTE_BUFFERS or (tp is np.ndarray and _has_datatype(spec.dtype)):
+        return spec, 0, -1
+    return None
+
+
 def _check_tag(tag: int, receive: bool) -> int:
     tag = int(tag)
     if tag < 0 and not (receive and tag == ANY_TAG):
@@ -69,6 +112,15 @@ class PointToPoint:
     __slots__ = ()
 
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802
+        span = _span(buf)
+        if span is not None and dest != PROC_NULL:
+            try:
+                self._get().send_bytes(span[0], span[1], span[2], dest, tag)
+                return
+            except BufferError:
+                pass  # not C-contiguous: the general path below says so, or copes (Fortran order)
+            except ValueError as error:
+                raise errors.translate(error) from error
         m = message(buf, False)
         if dest == PROC_NULL:
             return
@@ -82,6 +134,18 @@ class PointToPoint:
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG,  # noqa: N802
              status: Optional[Status] = None) -> None:
+        span = _span(buf)
+        if span is not None and source != PROC_NULL:
+            try:
+                got = self._get().recv_bytes(span[0], span[1], span[2], source, tag)
+            except BufferError:
+                got = None  # not C-contiguous, or read-only: the general path below says so, or copes
+            except ValueError as error:
+                raise errors.translate(error) from error
+            if got is not None:
+                if status is not None:
+                    status.set(got[0], got[1], got[2])
+                return
         m = message(buf, True)
         if source == PROC_NULL:
             if status is not None:
