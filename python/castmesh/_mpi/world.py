@@ -26,7 +26,15 @@ _RANK_VARIABLES = ("CASTMESH_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_P
 
 _lock = threading.Lock()
 _spmd: Optional[Any] = None
-_local = threading.local()
+
+
+class _Cached(threading.local):
+    # Class defaults: reading them on a thread that set none raises nothing.
+    ctx: Any = None
+    impl: Any = None
+
+
+_local = _Cached()
 _selves: Dict[int, Any] = {}
 _aux: Dict[int, Any] = {}
 
@@ -55,7 +63,7 @@ def world_impl() -> Any:
     """The castmesh communicator COMM_WORLD stands for on the calling thread."""
     ctx = _context.current()
     if ctx is not None:
-        if getattr(_local, "ctx", None) is ctx:
+        if _local.ctx is ctx:
             return _local.impl
         impl = _castmesh.current_communicator()
         _local.ctx, _local.impl = ctx, impl
