@@ -228,7 +228,7 @@ vector = MPI.INT.Create_vector(3, 1, 2).Commit()  # every other int: not contigu
 fortran = np.asfortranarray(np.arange(6, dtype="d").reshape(2, 3) + rank)  # no C-contiguous export
 comm.Send([ints, 2, MPI.INT], peer, 18)              # fast
 comm.Send([ints, 1, vector], peer, 18)               # general (packed)
-comm.Send(bytearray(b"abc") + bytes([rank]), peer, 18)  # fast, plain bytes
+comm.Send(bytearray(b"abc") + bytes([rank]), float(peer), 18)  # fast, plain bytes; a float rank as int()
 comm.Send(fortran, peer, 18)                         # general (Fortran order)
 comm.Send(ints[::2].copy(), peer, 18)                # fast
 first = np.zeros(2, dtype="i")

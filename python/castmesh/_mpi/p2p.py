@@ -115,7 +115,7 @@ class PointToPoint:
         span = _span(buf)
         if span is not None and dest != PROC_NULL:
             try:
-                self._get().send_bytes(span[0], span[1], span[2], dest, tag)
+                self._get().send_bytes(span[0], span[1], span[2], int(dest), int(tag))  # int(): 1.0 works (osu_multi_lat)
                 return
             except BufferError:
                 pass  # not C-contiguous: the general path below says so, or copes (Fortran order)
@@ -137,7 +137,7 @@ class PointToPoint:
         span = _span(buf)
         if span is not None and source != PROC_NULL:
             try:
-                got = self._get().recv_bytes(span[0], span[1], span[2], source, tag)
+                got = self._get().recv_bytes(span[0], span[1], span[2], int(source), int(tag))
             except BufferError:
                 got = None  # not C-contiguous, or read-only: the general path below says so, or copes
             except ValueError as error:
