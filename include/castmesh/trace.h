@@ -67,6 +67,15 @@ int64_t clock_ns();
 // nothing while no trace is on.
 void record_span(std::string_view name, int64_t start_ns, int64_t end_ns);
 
+// The id under which `name` appears in this process's trace (interned
+// once: the same text always gets the same id; takes a lock the first time).
+uint32_t name_id(std::string_view name);
+// Names the handler slice of the handler the calling thread runs now by
+// `name_id` instead of its message type: for a handler that serves many
+// endpoints (the Python actor server names "Class.endpoint"). Call it from
+// inside the handler while recording(); the slice's end takes it.
+void name_current_handler(uint32_t name_id);
+
 // A user span: records [construction, destruction) on the calling thread as
 // a slice named `name` (nested inside the handler that runs it). Does
 // nothing while no trace is on. Not movable; one thread.

@@ -79,8 +79,11 @@ class ActorServer:
         # once it watches this actor, so that a failing constructor is seen
         # by its supervisor with its reason.
         self._pending: Optional[Tuple[Any, tuple, dict]] = None
+        # The actor's class, as its handler slices in a trace name it ("Worker.ping"); read by the C++ server.
+        self.trace_class = ""
         try:
             cls, args, kwargs, name, shape, base_rank_to_position, extra = _serial.loads(spec)
+            self.trace_class = str(getattr(cls, "__qualname__", cls))
             # A one-point mesh (this_proc().spawn) has its point whatever index
             # the runtime gave the actor.
             position = 0 if len(shape) == 1 else base_rank_to_position.get(index, index)

@@ -4,9 +4,11 @@
 
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
 #include "castmesh/proc_mesh.h"
+#include "castmesh/trace.h"
 #include "status_binding.h"
 
 namespace castmesh::python {
@@ -35,6 +37,7 @@ std::string PyActorServer::call(const PyCall& call) {
   if (!python_usable()) return {};
   py::gil_scoped_acquire gil;
   if (!server_) return {};
+  if (trace::recording()) name_trace_slice(call.endpoint);
   py::object reply = server_.attr("handle")(
       call.endpoint, py::memoryview::from_memory(call.payload.data(), call.payload.size()), call.oneway);
   char* data = nullptr;
@@ -43,6 +46,18 @@ std::string PyActorServer::call(const PyCall& call) {
   std::string out(data, static_cast<size_t>(size));
   fail_if_python_failed();
   return out;
+}
+
+void PyActorServer::name_trace_slice(const std::string& endpoint) {
+  auto it = trace_names_.find(endpoint);
+  if (it == trace_names_.end()) {
+    if (!trace_class_) trace_class_ = py::str(server_.attr("trace_class")).cast<std::string>();
+    // An Accumulator's call ("castmesh.reduce:<op>:<endpoint>") runs its endpoint.
+    std::string_view name = endpoint;
+    if (absl::StartsWith(name, "castmesh.reduce:")) name = name.substr(name.rfind(':') + 1);
+    it = trace_names_.emplace(endpoint, trace::name_id(absl::StrCat(*trace_class_, ".", name))).first;
+  }
+  trace::name_current_handler(it->second);
 }
 
 void PyActorServer::fail_if_python_failed() {

@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "call_slot.h"
 #include "castmesh/actor.h"
 #include "castmesh/runtime.h"
@@ -51,9 +52,15 @@ class PyActorServer : public Actor {
   // monitors see a failed member. Called with the GIL held.
   void fail_if_python_failed();
   void release_server();
+  // While a trace records: names this call's handler slice "Class.endpoint"
+  // (interned once per endpoint). Called with the GIL held.
+  void name_trace_slice(const std::string& endpoint);
 
   std::string spec_;
   pybind11::object server_;
+  // Interned "Class.endpoint" by endpoint, and the Python class's name (read once): only while tracing.
+  absl::flat_hash_map<std::string, uint32_t> trace_names_;
+  std::optional<std::string> trace_class_;
 };
 
 // Spawns a server in `runtime`'s own proc on a dedicated thread (an `index`

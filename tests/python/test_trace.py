@@ -117,6 +117,27 @@ def check_trace(trace: Dict[str, Any]) -> None:
         assert any(h["pid"] == span["pid"] and h["tid"] == span["tid"] and h["ts"] <= span["ts"]
                    and span["ts"] + span["dur"] <= h["ts"] + h["dur"] + 0.001 for h in handlers), span
     assert {e["pid"] for e in inside} == set(names) - {p for p, n in names.items() if n.startswith("controller")}
+    # Python handlers are named by their endpoint ("Class.endpoint"), not by
+    # the one C++ message that carries them; the user span sits in work's.
+    assert sum(1 for h in handlers if h["name"] == "Worker.work") == 20
+    assert not any(h["name"] == "castmesh::python::PyCall" for h in handlers)
+    for span in inside:
+        assert any(h["name"] == "Worker.work" and h["pid"] == span["pid"] and h["tid"] == span["tid"]
+                   and h["ts"] <= span["ts"] for h in handlers), span
+    assert {h["name"] for h in handlers} >= {"Worker.other", "Worker.reduce", "Worker.weights", "Worker.read"}
+    # Spawns, in the controller: a slice per actor spawned (its mesh's name,
+    # the registered class, the rank) and an async slice per proc, from the
+    # allocation's start to the proc's join.
+    controller = next(p for p, n in names.items() if n.startswith("controller"))
+    spawns = [e for e in slices if e["cat"] == "spawn" and e["name"] == "spawn workers"]
+    assert len(spawns) == 4 and {e["pid"] for e in spawns} == {controller}, spawns
+    assert sorted(e["args"]["value"] for e in spawns) == [0, 1, 2, 3]
+    assert all(e["args"]["detail"] == "castmesh.PyActorHost" for e in spawns)
+    proc_begins = [e for e in events(trace, "b") if e["cat"] == "spawn" and e["name"] == "spawn proc"]
+    proc_ends = [e for e in events(trace, "e") if e["cat"] == "spawn" and e["name"] == "spawn proc"]
+    assert len(proc_begins) == 4 and {e["pid"] for e in proc_begins} == {controller}, proc_begins
+    assert {e["id"] for e in proc_begins} == {e["id"] for e in proc_ends}
+    assert sorted(e["args"]["value"] for e in proc_ends) == [0, 1, 2, 3]
     decorated = [e for e in slices if e["name"] == "decorated"]
     assert len(decorated) == 5  # a broadcast to 4, a call to 1
     assert any(e["name"] == "controller side" for e in slices)
@@ -153,6 +174,70 @@ def test_a_trace_started_and_stopped_from_the_api(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_a_trace_from_the_environment_is_written_at_exit(tmp_path: Path) -> None:
     check_trace(run(tmp_path, "env"))
+
+
+SUPERVISION = textwrap.dedent("""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+    import castmesh
+    from castmesh import Actor, endpoint, this_host
+
+    class Doomed(Actor):
+        @endpoint
+        def die(self) -> None:
+            raise SystemExit(3)
+
+        @endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
+    failed = threading.Event()
+    castmesh.unhandled_fault_hook = lambda failure: failed.set()
+    castmesh.trace.start(sys.argv[1])
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    doomed = procs.spawn("doomed", Doomed)
+    try:
+        doomed.slice(gpus=0).die.call_one().get(timeout=30)
+    except Exception:
+        pass
+    assert failed.wait(60)
+    victim = doomed.slice(gpus=1)
+    os.kill(victim.pid.call_one().get(timeout=30), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:   # until the controller saw the proc go
+        try:
+            victim.pid.call_one().get(timeout=5)
+        except Exception:
+            break
+        time.sleep(0.1)
+    print(castmesh.trace.stop())
+""")
+
+
+@pytest.mark.timeout(120)
+def test_supervision_events_are_instants_where_they_are_observed(tmp_path: Path) -> None:
+    script = tmp_path / "supervision.py"
+    script.write_text(SUPERVISION)
+    path = tmp_path / "trace.json"
+    proc = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    with open(path) as f:
+        trace = json.load(f)
+    names = process_names(trace)
+    controller = next(p for p, n in names.items() if n.startswith("controller"))
+    instants = [e for e in events(trace, "i") if e["cat"] == "supervision"]
+    failed = [e for e in instants if e["name"] == "actor failed"]
+    # The actor's failure, in its own proc and in the controller its report reached.
+    assert any(e["pid"] == controller for e in failed), instants
+    assert any(e["pid"] != controller for e in failed), instants
+    assert all("doomed" in e["args"]["detail"] for e in failed), failed
+    # The killed proc, lost where the controller noticed.
+    assert any(e["name"] == "proc lost" and e["pid"] == controller for e in instants), instants
+    handlers = {e["name"] for e in events(trace, "X") if e["cat"] == "handler"}
+    assert {"Doomed.die", "Doomed.pid"} <= handlers, handlers
 
 
 def test_misuse_gets_clear_errors(tmp_path: Path) -> None:

@@ -226,12 +226,21 @@ void trace_handler_run(const Envelope& env, std::string_view class_name, int64_t
   auto type = type_names.find(env.type_id);
   if (type == type_names.end()) type = type_names.emplace(env.type_id, trace::intern(type_name_of(env.type_id))).first;
   const uint32_t cls = trace::intern_cached(class_name);
+  // A handler that serves many endpoints (Python's) names the one it ran.
+  const uint32_t named = trace::take_handler_name();
+  const uint32_t name = named != 0 ? named : type->second;
   if (env.trace_flow != 0) {
-    trace::flow(trace::Category::kSend, trace::RecordKind::kFlowIn, type->second, env.trace_flow, start_ns);
+    trace::flow(trace::Category::kSend, trace::RecordKind::kFlowIn, name, env.trace_flow, start_ns);
   }
   const uint64_t queued =
       env.trace_queued_ns != 0 && env.trace_queued_ns < start_ns ? static_cast<uint64_t>(start_ns - env.trace_queued_ns) : 0;
-  trace::slice(trace::Category::kHandler, type->second, start_ns, end_ns, queued, cls);
+  trace::slice(trace::Category::kHandler, name, start_ns, end_ns, queued, cls);
+}
+
+// A failure as an instant in the failed actor's proc: the actor and its class as detail.
+void trace_actor_failed(const Address& actor, std::string_view class_name) {
+  trace::instant(trace::Category::kSupervision, trace::intern_cached("actor failed"), trace::now_ns(), 0,
+                 trace::intern(str_cat(actor.to_string(), " (", class_name, ")")));
 }
 
 }  // namespace
@@ -381,6 +390,7 @@ void ActorCell::finish() {
   for (const auto& w : watchers) notify_down(w, down);
 
   if (failed_) {
+    if (trace::on()) trace_actor_failed(address(), table_.class_name);
     SupervisionEvent ev{address(), reason, failure_message_type_, failure_origin_};
     bool delivered = false;
     if (parent) {

@@ -96,6 +96,8 @@ bool recording() { return on(); }
 
 int64_t clock_ns() { return now_ns(); }
 
+uint32_t name_id(std::string_view name) { return intern(name); }
+
 void record_span(std::string_view name, int64_t start_ns, int64_t end_ns) {
   if (!on()) return;
   slice(Category::kUser, intern_cached(name), start_ns, end_ns);

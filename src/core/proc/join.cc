@@ -11,6 +11,7 @@
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
+#include "core/trace/recorder.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh::proc {
@@ -85,6 +86,7 @@ struct JoinBoard::Shared {
       cv.notify_all();
       return verdict;
     }
+    if (trace::on()) proc.joined_ns = trace::now_ns();
     joined[proc.rank] = std::move(proc);
     ++count;
     cv.notify_all();
@@ -93,7 +95,7 @@ struct JoinBoard::Shared {
 };
 
 JoinBoard::JoinBoard(std::shared_ptr<ProcHost> host, int world_size, Check check)
-    : host_(std::move(host)), shared_(std::make_shared<Shared>()) {
+    : host_(std::move(host)), shared_(std::make_shared<Shared>()), trace_start_ns_(trace::on() ? trace::now_ns() : 0) {
   shared_->world_size = world_size;
   shared_->check = std::move(check);
   shared_->joined.resize(static_cast<size_t>(world_size));
@@ -143,12 +145,31 @@ absl::Status JoinBoard::wait(absl::Time deadline, const std::function<absl::Stat
         return shared_->count == shared_->world_size || !shared_->failure.ok();
       });
       if (!shared_->failure.ok()) return shared_->failure;
-      if (shared_->count == shared_->world_size) return absl::OkStatus();
+      if (shared_->count == shared_->world_size) break;
     }
     if (poll) {
       if (absl::Status st = poll(); !st.ok()) return st;
     }
     if (absl::Now() >= deadline) return absl::DeadlineExceededError("not every proc joined");
+  }
+  if (trace_start_ns_ != 0 && trace::on()) trace_spawned_procs();
+  return absl::OkStatus();
+}
+
+// Each proc's spawn as an async slice (they overlap) on this process's track,
+// from the board's creation (the allocation's start) to its join: named
+// "spawn proc", the proc as detail, its rank as value.
+void JoinBoard::trace_spawned_procs() const {
+  const uint32_t name = trace::intern("spawn proc");
+  for (const auto& proc : joined()) {
+    if (!proc || proc->joined_ns == 0) continue;
+    const uint64_t id = trace::new_flow_id();
+    const uint32_t detail = trace::intern(absl::StrCat(proc->id, " (", describe_joined(*proc), ")"));
+    const auto rank = static_cast<uint64_t>(proc->rank);
+    trace::record(trace::Record{trace_start_ns_, 0, id, rank, name, detail, trace::Category::kSpawn,
+                                trace::RecordKind::kAsyncBegin});
+    trace::record(trace::Record{proc->joined_ns, 0, id, rank, name, detail, trace::Category::kSpawn,
+                                trace::RecordKind::kAsyncEnd});
   }
 }
 

@@ -26,6 +26,7 @@ struct JoinedProc {
   int rank = 0;
   int64_t pid = 0;       // in its own host
   std::string hostname;  // its host's name ("" if it did not say)
+  int64_t joined_ns = 0;  // when it joined (trace clock), while a trace records; else 0
 };
 
 // "rank 2, pid 1234 on node7": how errors name a proc.
@@ -76,9 +77,13 @@ class JoinBoard {
 
  private:
   struct Shared;
+  // Records each joined proc's spawn while a trace records (wait(), when complete).
+  void trace_spawned_procs() const;
+
   std::shared_ptr<ProcHost> host_;
   std::shared_ptr<Shared> shared_;  // also held by the handler and observer
   uint64_t observer_id_ = 0;
+  int64_t trace_start_ns_ = 0;  // the board's creation while a trace records, else 0
 };
 
 // Installs the Join handler that answers "no allocation is waiting"

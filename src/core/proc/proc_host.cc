@@ -491,6 +491,10 @@ void ProcHost::on_peer_lost(const std::string& peer, const absl::Status& why) {
   if (!ready_.load(std::memory_order_acquire)) return;
   const absl::Status gone = absl::UnavailableError(absl::StrCat("proc ", describe(peer), " is gone: ", why.message()));
   CASTMESH_LOG_DEBUG("castmesh-proc {}: {}", id(), std::string(gone.message()));
+  if (trace::on()) {  // an instant where the loss is observed: the lost proc as detail
+    trace::instant(trace::Category::kSupervision, trace::intern_cached("proc lost"), trace::now_ns(), 0,
+                   trace::intern(describe(peer)));
+  }
   monitors_->forget_peer(peer);  // before the runtime is told: a monitor started after that is kept
   Seam::report_proc_down(runtime_, peer, gone);  // every monitor of an actor there is down
   std::vector<std::shared_ptr<PendingRequest>> failed;

@@ -15,6 +15,7 @@
 #include "core/log/log.h"
 #include "core/proc/proc_mesh_state.h"
 #include "core/proc/remote_supervision.h"
+#include "core/trace/recorder.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh {
@@ -273,7 +274,13 @@ absl::StatusOr<std::vector<Address>> ProcMesh::spawn_encoded(uint32_t class_id, 
   std::vector<Address> addresses;
   for (const ProcInfo& p : procs()) {
     request.set_index(static_cast<uint64_t>(p.rank));
+    const int64_t trace_start_ns = trace::on() ? trace::now_ns() : 0;
     auto answer = state_->host()->request(p.id, request, absl::Seconds(30));
+    // A slice per actor spawned: "spawn <name>", its class as detail, the proc's rank as value.
+    if (trace_start_ns != 0) {
+      trace::slice(trace::Category::kSpawn, trace::intern(absl::StrCat("spawn ", name)), trace_start_ns,
+                   trace::now_ns(), static_cast<uint64_t>(p.rank), trace::intern(actor_type));
+    }
     if (!answer.ok()) return answer.status();
     wire::v1::SpawnReply reply;
     if (!reply.ParseFromString(*answer)) return absl::InternalError("malformed SpawnReply");

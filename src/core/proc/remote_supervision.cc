@@ -7,6 +7,7 @@
 #include "castmesh/wire/v1/control.pb.h"
 #include "core/log/log.h"
 #include "core/proc/proc_host.h"
+#include "core/trace/recorder.h"
 #include "core/wire/status_code.h"
 
 namespace castmesh::proc {
@@ -92,6 +93,10 @@ void RemoteSupervision::handle_supervision(const ProcId& peer, const std::string
   event.reason = wire::status_from_wire(message.reason_code(), message.reason_message());
   if (event.reason.ok()) event.reason = absl::UnknownError("remote actor failed");
   event.message_type = message.message_type();
+  if (trace::on()) {  // an instant where the failure is observed: the failed actor as detail
+    trace::instant(trace::Category::kSupervision, trace::intern_cached("actor failed"), trace::now_ns(), 0,
+                   trace::intern(message.child()));
+  }
   failure_observers_.notify(peer, event);
   deliver_failure(message.parent(), std::move(event));
 }

@@ -257,6 +257,13 @@ thread_local uint64_t t_inbound_flow = 0;
 void set_inbound_flow(uint64_t flow) { t_inbound_flow = flow; }
 uint64_t take_inbound_flow() { return std::exchange(t_inbound_flow, 0); }
 
+namespace {
+thread_local uint32_t t_handler_name = 0;
+}  // namespace
+
+void name_current_handler(uint32_t name) { t_handler_name = name; }
+uint32_t take_handler_name() { return std::exchange(t_handler_name, 0); }
+
 std::vector<ThreadRecords> take_records() { return Registry::get().take(); }
 
 std::vector<std::string> interned_texts() { return Registry::get().texts(); }

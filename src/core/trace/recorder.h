@@ -93,6 +93,13 @@ uint64_t new_flow_id();
 void set_inbound_flow(uint64_t flow);
 uint64_t take_inbound_flow();
 
+// The name of the handler the calling thread runs now, for its handler
+// slice, when the message type does not say it: a handler that serves many
+// endpoints (the Python actor server) sets it while recording; the actor
+// layer takes it (and clears it) when the handler returns. 0: none.
+void name_current_handler(uint32_t name);
+uint32_t take_handler_name();
+
 // Records one record on the calling thread (nothing when not on()).
 void record(const Record& record);
 
@@ -100,6 +107,9 @@ void record(const Record& record);
 inline void slice(Category category, uint32_t name, int64_t start_ns, int64_t end_ns, uint64_t value = 0,
                   uint32_t detail = 0) {
   record(Record{start_ns, end_ns - start_ns, 0, value, name, detail, category, RecordKind::kSlice});
+}
+inline void instant(Category category, uint32_t name, int64_t at_ns, uint64_t value = 0, uint32_t detail = 0) {
+  record(Record{at_ns, 0, 0, value, name, detail, category, RecordKind::kInstant});
 }
 inline void flow(Category category, RecordKind kind, uint32_t name, uint64_t flow_id, int64_t at_ns) {
   record(Record{at_ns, 0, flow_id, 0, name, 0, category, kind});

@@ -138,5 +138,28 @@ TEST_F(RecorderTest, FlowIdsAreUniqueAndNonZero) {
   EXPECT_NE(a, b);
 }
 
+TEST_F(RecorderTest, AHandlerNameIsTakenOnceAndOnlyByItsThread) {
+  EXPECT_EQ(take_handler_name(), 0u);
+  const uint32_t name = intern("Worker.ping");
+  name_current_handler(name);
+  uint32_t other_thread_saw = 1;
+  std::thread([&] { other_thread_saw = take_handler_name(); }).join();
+  EXPECT_EQ(other_thread_saw, 0u);
+  EXPECT_EQ(take_handler_name(), name);
+  EXPECT_EQ(take_handler_name(), 0u);  // cleared: the next handler is named by its message type
+}
+
+TEST_F(RecorderTest, AnInstantIsAPointWithItsDetail) {
+  set_recording(true, 1024);
+  instant(Category::kSupervision, intern("proc lost"), 500, 0, intern("proc p1"));
+  ThreadRecords got = mine(take_records(), my_tid());
+  ASSERT_EQ(got.records.size(), 1u);
+  EXPECT_EQ(got.records[0].kind, RecordKind::kInstant);
+  EXPECT_EQ(got.records[0].start_ns, 500);
+  EXPECT_EQ(got.records[0].duration_ns, 0);
+  EXPECT_EQ(got.records[0].category, Category::kSupervision);
+  EXPECT_EQ(got.records[0].detail, intern("proc p1"));
+}
+
 }  // namespace
 }  // namespace castmesh::trace
