@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "bindings.h"
 #include "castmesh/proc_mesh.h"
@@ -52,9 +53,14 @@ void PyActorServer::name_trace_slice(const std::string& endpoint) {
   auto it = trace_names_.find(endpoint);
   if (it == trace_names_.end()) {
     if (!trace_class_) trace_class_ = py::str(server_.attr("trace_class")).cast<std::string>();
-    // An Accumulator's call ("castmesh.reduce:<op>:<endpoint>") runs its endpoint.
-    std::string_view name = endpoint;
-    if (absl::StartsWith(name, "castmesh.reduce:")) name = name.substr(name.rfind(':') + 1);
+    // An Accumulator's call ("castmesh.reduce:<op>:<endpoint>") runs its
+    // endpoint; castmesh's own ("castmesh.__init__": the constructor) read as methods.
+    absl::string_view name = endpoint;
+    if (absl::StartsWith(name, "castmesh.reduce:")) {
+      name = name.substr(name.rfind(':') + 1);
+    } else {
+      absl::ConsumePrefix(&name, "castmesh.");
+    }
     it = trace_names_.emplace(endpoint, trace::name_id(absl::StrCat(*trace_class_, ".", name))).first;
   }
   trace::name_current_handler(it->second);

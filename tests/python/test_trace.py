@@ -131,13 +131,13 @@ def check_trace(trace: Dict[str, Any]) -> None:
     controller = next(p for p, n in names.items() if n.startswith("controller"))
     spawns = [e for e in slices if e["cat"] == "spawn" and e["name"] == "spawn workers"]
     assert len(spawns) == 4 and {e["pid"] for e in spawns} == {controller}, spawns
-    assert sorted(e["args"]["value"] for e in spawns) == [0, 1, 2, 3]
+    assert sorted(e["args"].get("value", 0) for e in spawns) == [0, 1, 2, 3]
     assert all(e["args"]["detail"] == "castmesh.PyActorHost" for e in spawns)
     proc_begins = [e for e in events(trace, "b") if e["cat"] == "spawn" and e["name"] == "spawn proc"]
     proc_ends = [e for e in events(trace, "e") if e["cat"] == "spawn" and e["name"] == "spawn proc"]
     assert len(proc_begins) == 4 and {e["pid"] for e in proc_begins} == {controller}, proc_begins
     assert {e["id"] for e in proc_begins} == {e["id"] for e in proc_ends}
-    assert sorted(e["args"]["value"] for e in proc_ends) == [0, 1, 2, 3]
+    assert sorted(e["args"].get("value", 0) for e in proc_ends) == [0, 1, 2, 3]
     decorated = [e for e in slices if e["name"] == "decorated"]
     assert len(decorated) == 5  # a broadcast to 4, a call to 1
     assert any(e["name"] == "controller side" for e in slices)
@@ -236,8 +236,10 @@ def test_supervision_events_are_instants_where_they_are_observed(tmp_path: Path)
     assert all("doomed" in e["args"]["detail"] for e in failed), failed
     # The killed proc, lost where the controller noticed.
     assert any(e["name"] == "proc lost" and e["pid"] == controller for e in instants), instants
+    # The killed proc's records went with it; the survivor's handlers name
+    # their endpoints, castmesh's own without its prefix (the constructor's call).
     handlers = {e["name"] for e in events(trace, "X") if e["cat"] == "handler"}
-    assert {"Doomed.die", "Doomed.pid"} <= handlers, handlers
+    assert {"Doomed.die", "Doomed.__init__"} <= handlers, handlers
 
 
 def test_misuse_gets_clear_errors(tmp_path: Path) -> None:
