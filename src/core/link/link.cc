@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include "core/link/transfers.h"
 #include "core/platform/process_memory.h"
 
 namespace castmesh::link {
@@ -21,8 +22,12 @@ std::string_view path_name(Path path) {
 }
 
 Region local_region(const void* data, size_t bytes) {
-  return Region{static_cast<int64_t>(::getpid()), platform::host_identity(), reinterpret_cast<uint64_t>(data),
-                bytes};
+  Region region;
+  region.pid = static_cast<int64_t>(::getpid());
+  region.host_identity = platform::host_identity();
+  region.address = reinterpret_cast<uint64_t>(data);
+  region.bytes = bytes;
+  return region;
 }
 
 absl::Status Link::read(const Region& remote, uint64_t offset, void* out, size_t bytes) {
@@ -34,5 +39,18 @@ absl::Status Link::write(const Region& remote, uint64_t offset, const void* in, 
   (void)remote, (void)offset, (void)in, (void)bytes;
   return absl::UnimplementedError("this link has no one-sided writes");
 }
+
+std::shared_ptr<detail::RequestState> Link::post_send(const ProcId& peer, const Envelope& envelope, const void* data,
+                                                      size_t bytes) {
+  (void)peer, (void)envelope, (void)data, (void)bytes;
+  return detail::RequestState::Done(absl::UnimplementedError("this link has no two-sided sends"));
+}
+
+absl::Status Link::send_abort(const ProcId& peer, const Envelope& envelope, const absl::Status& why) {
+  (void)peer, (void)envelope, (void)why;
+  return absl::UnimplementedError("this link has no two-sided sends");
+}
+
+void Link::start(const std::shared_ptr<Transfer>& transfer) { start_next(transfer); }
 
 }  // namespace castmesh::link

@@ -84,20 +84,31 @@ struct Envelope {
 // Memory registered for one-sided access: what a peer needs to read or
 // write it (the owner's process and host, and the range). The single
 // registration both collectives' single-copy offers and RDMA buffers
-// describe their memory with.
+// describe their memory with; each link reads the fields of its path.
 struct Region {
   int64_t pid = 0;
   std::string host_identity;  // platform::host_identity() of the owner
-  uint64_t address = 0;
+  uint64_t address = 0;       // in the owner's address space (0: known to the owner only)
   size_t bytes = 0;
+  ProcId owner;               // the owner proc (RDMA buffers; empty for an offer)
+  uint64_t id = 0;            // the owner's registration id (RDMA buffers)
+  uint64_t nic_address = 0;   // ibverbs: the NIC address of the first byte (0: no NIC range)
+  uint32_t rkey = 0;          // ibverbs: the remote key
+  // Same-host one-sided copies: the region's slot in the owner's
+  // registration tables (rdma/one_sided.h); generation 0: none.
+  uint32_t table_slot = 0;
+  uint64_t table_generation = 0;
   // [offset, offset + length) lies inside the region.
   bool contains(uint64_t offset, size_t length) const { return offset <= bytes && length <= bytes - offset; }
 };
 // This process's memory [data, data + bytes) as a Region. Any thread.
 Region local_region(const void* data, size_t bytes);
 
+struct Transfer;  // transfers.h
+
 // One way of moving bytes to peer procs. Implementations: in_process_link.h,
-// frame_link.h (shared-memory ring, else the socket), single_copy_link.h.
+// frame_link.h (shared-memory ring, else the socket), single_copy_link.h;
+// RDMA buffers' one-sided links (start()) in rdma/*_link.h.
 // Thread-safe: every method may be called from any thread unless it says.
 class Link {
  public:
@@ -119,13 +130,14 @@ class Link {
   // Starts sending; the request completes with {source, tag, bytes} or the
   // failure. With send_holds_buffer, `data` is read until it completes.
   // Caller's thread.
+  // A link without two-sided sends (one-sided only) fails it with kUnimplemented.
   virtual std::shared_ptr<detail::RequestState> post_send(const ProcId& peer, const Envelope& envelope,
-                                                          const void* data, size_t bytes) = 0;
+                                                          const void* data, size_t bytes);
   // Tells rank envelope.dest of proc `peer` that collective
   // envelope.sequence failed here (`why`): its receives of that collective
   // fail. Ahead of nothing: an abort may overtake the collective's data.
   // Any thread.
-  virtual absl::Status send_abort(const ProcId& peer, const Envelope& envelope, const absl::Status& why) = 0;
+  virtual absl::Status send_abort(const ProcId& peer, const Envelope& envelope, const absl::Status& why);
   // A send of a failed operation that may still be in flight: when this
   // returns the link reads its buffer no more (no late bytes), and the
   // request is complete. The sending thread, before its buffers go.
@@ -141,6 +153,21 @@ class Link {
   // kUnavailable when the owner is gone. Caller's thread.
   virtual absl::Status read(const Region& remote, uint64_t offset, void* out, size_t bytes);
   virtual absl::Status write(const Region& remote, uint64_t offset, const void* in, size_t bytes);
+
+  // One-sided, asynchronous: carries `transfer` (a read, write or release of
+  // transfer->remote, tracked by Transfers) and completes it through
+  // Transfers; where this link finds its path refused it hands the transfer
+  // on (start_next). The default hands it on. Caller's thread (it may
+  // move the work to the progress engine).
+  virtual void start(const std::shared_ptr<Transfer>& transfer);
+  // One-sided, now: `transfer`'s outcome when it completes on the caller's
+  // thread before returning (small same-host copies; OK: all of it moved,
+  // by the path now in transfer.transport); nullopt when it must go through
+  // Transfers and start(). `transfer` is not tracked yet. Caller's thread.
+  virtual std::optional<absl::Status> start_now(Transfer& transfer) {
+    (void)transfer;
+    return std::nullopt;
+  }
 };
 
 }  // namespace castmesh::link

@@ -5,13 +5,29 @@
 
 namespace castmesh::link {
 
+namespace {
+
+bool applies(const CostRow& row, Placement placement, size_t bytes, const Available& available) {
+  const bool serves =
+      row.reach == placement || (row.reach == Placement::kOtherHost && placement != Placement::kSameProcess);
+  return serves && bytes >= row.min_bytes && available.has(row.path);
+}
+
+}  // namespace
+
 std::optional<Path> choose(Placement placement, size_t bytes, const Available& available) {
   for (const CostRow& row : kCostTable) {
-    const bool serves = row.reach == placement ||
-                        (row.reach == Placement::kOtherHost && placement != Placement::kSameProcess);
-    if (serves && bytes >= row.min_bytes && available.has(row.path)) return row.path;
+    if (applies(row, placement, bytes, available)) return row.path;
   }
   return std::nullopt;
+}
+
+size_t choose_in_order(Placement placement, size_t bytes, const Available& available, Path* out) {
+  size_t n = 0;
+  for (const CostRow& row : kCostTable) {
+    if (applies(row, placement, bytes, available)) out[n++] = row.path;
+  }
+  return n;
 }
 
 Selector::Selector(std::vector<ProcId> procs, ProcId self, std::weak_ptr<proc::ProcHost> host,

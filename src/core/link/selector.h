@@ -78,6 +78,11 @@ class Available {
 // The first row of kCostTable that serves a peer at `placement` for
 // `bytes` and whose path is in `available`; nullopt when none does.
 std::optional<Path> choose(Placement placement, size_t bytes, const Available& available);
+// Every row of kCostTable that serves a peer at `placement` for `bytes` and
+// whose path is in `available`, in the table's order (the first is
+// choose()'s, the others where an operation goes when a path refuses it),
+// written to `out` (room for std::size(kCostTable)); returns how many.
+size_t choose_in_order(Placement placement, size_t bytes, const Available& available, Path* out);
 
 // Where one operation goes: the link, its capabilities, and the path.
 struct Route {

@@ -148,7 +148,7 @@ namespace {
 
 // A waiting operation whose connection failed while others were posted.
 Outcome connection_gone(std::shared_ptr<Transfer> transfer) {
-  std::string owner = transfer->owner;
+  std::string owner = transfer->remote.owner;
   return Outcome{std::move(transfer),
                  absl::AbortedError(absl::StrCat("the ibverbs connection to proc ", owner, " failed")), nullptr};
 }
@@ -182,7 +182,7 @@ namespace {
 
 // Whether an operation on `buffer` waits in `pair` or is on the NIC.
 bool uses_buffer(const Pair& pair, uint64_t buffer) {
-  auto on = [buffer](const InFlight& op) { return op.transfer != nullptr && op.transfer->buffer == buffer; };
+  auto on = [buffer](const InFlight& op) { return op.transfer != nullptr && op.transfer->remote.id == buffer; };
   return std::any_of(pair.waiting.begin(), pair.waiting.end(), on) ||
          std::any_of(pair.in_flight.begin(), pair.in_flight.end(), [&](const auto& entry) { return on(entry.second); });
 }
@@ -340,10 +340,10 @@ void IbverbsPath::State::post(Pair& pair, const ProcId& peer, InFlight op, std::
     wr.wr_id = wr_id;
     wr.opcode = transfer.write ? CASTMESH_RDMA_OP_WRITE : CASTMESH_RDMA_OP_READ;
     wr.local_addr = reinterpret_cast<uint64_t>(op.local) + at;
-    wr.remote_addr = transfer.remote_address + transfer.offset + at;
+    wr.remote_addr = transfer.remote.nic_address + transfer.offset + at;
     wr.length = n;
     wr.lkey = op.lkey;
-    wr.rkey = transfer.rkey;
+    wr.rkey = transfer.remote.rkey;
     ops.push_back(wr);
     at += n;
   } while (at < transfer.length);
@@ -536,13 +536,13 @@ namespace {
 
 absl::Status released_error(const Transfer& transfer) {
   return absl::FailedPreconditionError(
-      absl::StrCat("RDMA buffer ", transfer.buffer, " of proc ", transfer.owner, " was released"));
+      absl::StrCat("RDMA buffer ", transfer.remote.id, " of proc ", transfer.remote.owner, " was released"));
 }
 
 }  // namespace
 
 void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
-  const auto key = std::make_pair(transfer->owner, transfer->buffer);
+  const auto key = std::make_pair(transfer->remote.owner, transfer->remote.id);
   {
     detail::MutexLock lock(state_->mu);
     if (state_->released.contains(key)) {
@@ -569,7 +569,7 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
       return report(outcomes);
     }
     state_->ensure_poller();
-    auto [it, fresh] = state_->pairs.try_emplace(transfer->owner);
+    auto [it, fresh] = state_->pairs.try_emplace(transfer->remote.owner);
     if (fresh) {
       it->second = std::make_unique<Pair>();
       Pair& pair = *it->second;
@@ -580,9 +580,9 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
       pair.waiting.push_back(*std::move(prepared));
       if (status != CASTMESH_STATUS_OK) {
         pair.endpoint = 0;
-        state_->fail_pair(transfer->owner,
+        state_->fail_pair(transfer->remote.owner,
                           absl::UnavailableError(absl::StrCat("creating an ibverbs endpoint for proc ",
-                                                              transfer->owner, " failed: ", error.message)),
+                                                              transfer->remote.owner, " failed: ", error.message)),
                           true, &outcomes);
       } else {
         pair.connect_id = Transfers::instance().next_id();
@@ -597,15 +597,15 @@ void IbverbsPath::start(const std::shared_ptr<Transfer>& transfer) {
     } else if (it->second->phase == Pair::Phase::kConnecting) {
       it->second->waiting.push_back(*std::move(prepared));
     } else {
-      state_->post(*it->second, transfer->owner, *std::move(prepared), &outcomes);
+      state_->post(*it->second, transfer->remote.owner, *std::move(prepared), &outcomes);
     }
   }
   if (connect.kind() == v1::RdmaHeader::CONNECT) {
     absl::Status sent;
-    send_header(host, transfer->owner, connect, &sent);
+    send_header(host, transfer->remote.owner, connect, &sent);
     if (!sent.ok()) {
       detail::MutexLock lock(state_->mu);
-      state_->fail_pair(transfer->owner, sent, false, &outcomes);
+      state_->fail_pair(transfer->remote.owner, sent, false, &outcomes);
     }
   }
   report(outcomes);
@@ -773,6 +773,33 @@ void IbverbsPath::on_drained(const ProcId& peer, const v1::RdmaHeader& header) {
   std::shared_ptr<const Registration> done;  // dropped after the lock
   detail::MutexLock lock(state_->mu);
   done = state_->stop_waiting(header.buffer(), peer);
+}
+
+namespace {
+
+class IbverbsLink final : public link::Link {
+ public:
+  link::Path path(const ProcId&) const override { return link::Path::kIbverbs; }
+  link::Capabilities capabilities() const override {
+    link::Capabilities caps;
+    caps.one_sided = true;  // the NIC reaches the owner's memory without its threads
+    return caps;
+  }
+  void start(const std::shared_ptr<link::Transfer>& transfer) override {
+    if (transfer->release) return link::start_next(transfer);  // a request: the socket's
+    if (transfer->host.expired()) {
+      return Transfers::instance().finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
+    }
+    transfer->transport = RdmaTransport::kIbverbs;
+    IbverbsPath::instance().start(transfer);
+  }
+};
+
+}  // namespace
+
+link::Link& ibverbs_link() {
+  static auto* ibverbs = new IbverbsLink;
+  return *ibverbs;
 }
 
 }  // namespace castmesh::rdma

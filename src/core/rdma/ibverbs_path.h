@@ -27,7 +27,8 @@
 #include "castmesh/address.h"
 #include "castmesh/rdma.h"
 #include "core/rdma/registry.h"
-#include "core/rdma/transfers.h"
+#include "core/link/link.h"
+#include "core/link/transfers.h"
 
 namespace castmesh::wire::v1 {
 class RdmaHeader;
@@ -38,6 +39,9 @@ class ProcHost;
 }
 
 namespace castmesh::rdma {
+
+using link::Transfer;
+using link::Transfers;
 
 // A NIC registration of an owner's buffer.
 struct NicRange {
@@ -91,5 +95,9 @@ class IbverbsPath {
   IbverbsPath();
   State* state_;
 };
+
+// The process's ibverbs link: start() posts the transfer through
+// IbverbsPath (leaked, as the path).
+link::Link& ibverbs_link();
 
 }  // namespace castmesh::rdma

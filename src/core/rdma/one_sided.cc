@@ -308,7 +308,7 @@ class Requester {
     uint32_t slots = 0;
     {
       detail::MutexLock lock(mu_);
-      auto [it, fresh] = remotes_.try_emplace(transfer->owner);
+      auto [it, fresh] = remotes_.try_emplace(transfer->remote.owner);
       Remote& remote = it->second;
       if (fresh) {
         remote.phase = Phase::kOpening;
@@ -317,7 +317,7 @@ class Requester {
       if (remote.phase == Phase::kOpening) {
         remote.waiting.push_back(transfer);  // on_table (or a failed send) takes it from here
         queued = true;
-      } else if (remote.phase == Phase::kReady && remote.pid == transfer->owner_pid) {
+      } else if (remote.phase == Phase::kReady && remote.pid == transfer->remote.pid) {
         map = remote.map;
         slots = remote.slots;
       }
@@ -359,7 +359,7 @@ class Requester {
                                 owner, std::string(map.status().message()));
     }
     for (const std::shared_ptr<Transfer>& transfer : waiting) {
-      if (map.ok() && transfer->owner_pid == header.pid()) {
+      if (map.ok() && transfer->remote.pid == header.pid()) {
         run(transfer, *map, slots);
       } else {
         fall_back(transfer);
@@ -415,13 +415,13 @@ class Requester {
       v1::RdmaHeader open;
       open.set_kind(v1::RdmaHeader::TABLE_OPEN);
       open.set_op(transfer->id);
-      sent = send(*host, transfer->owner, open);
+      sent = send(*host, transfer->remote.owner, open);
     }
     if (sent.ok()) return;
     std::vector<std::shared_ptr<Transfer>> waiting;
     {
       detail::MutexLock lock(mu_);
-      auto it = remotes_.find(transfer->owner);
+      auto it = remotes_.find(transfer->remote.owner);
       if (it != remotes_.end() && it->second.phase == Phase::kOpening) {
         waiting.swap(it->second.waiting);
         remotes_.erase(it);  // the next operation asks again
@@ -438,8 +438,8 @@ class Requester {
       const bool ran = Transfers::instance().copy_if_live(
           transfer,
           [&] {
-            attempt = copy_one_sided(*map, slots, transfer->owner, transfer->owner_pid, transfer->buffer,
-                                     OneSidedRef{transfer->one_sided_slot, transfer->one_sided_generation},
+            attempt = copy_one_sided(*map, slots, transfer->remote.owner, transfer->remote.pid, transfer->remote.id,
+                                     OneSidedRef{transfer->remote.table_slot, transfer->remote.table_generation},
                                      transfer->bytes, transfer->write, transfer->offset, transfer->length);
             return attempt.status;
           },
@@ -451,17 +451,8 @@ class Requester {
     });
   }
 
-  // The transport choose_transport() picked besides the one-sided copy.
-  static void fall_back(const std::shared_ptr<Transfer>& transfer) {
-    transfer->one_sided = false;  // read by nothing else until begin() sends
-    if (transfer->transport == RdmaTransport::kSingleCopy && !link::single_copy_usable()) {
-      // The kernel refused meanwhile: as copy_leased does.
-      transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
-                                ? RdmaTransport::kSharedSegment
-                                : RdmaTransport::kSocket;
-    }
-    rdma::begin(transfer);
-  }
+  // Where a one-sided copy is not possible: the transfer's next route.
+  static void fall_back(const std::shared_ptr<Transfer>& transfer) { link::start_next(transfer); }
 
   detail::Mutex mu_;
   absl::flat_hash_map<ProcId, Remote> remotes_ ABSL_GUARDED_BY(mu_);
@@ -489,19 +480,50 @@ void one_sided_on_table(proc::ProcHost& host, const ProcId& owner, const v1::Rdm
   Requester::instance().on_table(host, owner, header);
 }
 
-std::optional<absl::StatusOr<RdmaResult>> one_sided_now(const ProcId& owner, int64_t owner_pid, uint64_t buffer,
-                                                        OneSidedRef ref, char* local, bool write, uint64_t offset,
-                                                        size_t length) {
-  uint32_t slots = 0;
-  std::shared_ptr<const SegmentMapping> map = Requester::instance().ready(owner, owner_pid, &slots);
-  if (map == nullptr) return std::nullopt;
-  Attempt attempt = copy_one_sided(*map, slots, owner, owner_pid, buffer, ref, local, write, offset, length);
-  if (attempt.fall_back) return std::nullopt;
-  if (!attempt.status.ok()) return absl::StatusOr<RdmaResult>(attempt.status);
-  return absl::StatusOr<RdmaResult>(RdmaResult{length, RdmaTransport::kSingleCopy});
-}
+namespace {
 
-void one_sided_begin(const std::shared_ptr<Transfer>& transfer) { Requester::instance().begin(transfer); }
+// One-sided copies below this size run on the calling thread (larger ones
+// on a thread of their own, under a timeout, as every transfer): a 4 MiB
+// copy takes a few hundred microseconds, less than what handing it to a
+// thread and waking the caller costs at 1 MiB on a loaded machine.
+constexpr size_t kOneSidedInCallerBytes = size_t{4} << 20;
+
+class TableLink final : public link::Link {
+ public:
+  link::Path path(const ProcId&) const override { return link::Path::kSingleCopy; }
+  link::Capabilities capabilities() const override {
+    link::Capabilities caps;
+    caps.one_sided = true;
+    caps.zero_copy = true;
+    return caps;
+  }
+  void start(const std::shared_ptr<link::Transfer>& transfer) override {
+    // Re-read: a refusal since the route was chosen turns it off.
+    if (transfer->release || !one_sided_enabled()) return link::start_next(transfer);
+    transfer->transport = RdmaTransport::kSingleCopy;  // nothing else reads it before the first message goes
+    Requester::instance().begin(transfer);
+  }
+  std::optional<absl::Status> start_now(link::Transfer& transfer) override {
+    if (transfer.length >= kOneSidedInCallerBytes) return std::nullopt;
+    const link::Region& remote = transfer.remote;
+    uint32_t slots = 0;
+    std::shared_ptr<const SegmentMapping> map = Requester::instance().ready(remote.owner, remote.pid, &slots);
+    if (map == nullptr) return std::nullopt;
+    Attempt attempt = copy_one_sided(*map, slots, remote.owner, remote.pid, remote.id,
+                                     OneSidedRef{remote.table_slot, remote.table_generation}, transfer.bytes,
+                                     transfer.write, transfer.offset, transfer.length);
+    if (attempt.fall_back) return std::nullopt;
+    transfer.transport = RdmaTransport::kSingleCopy;
+    return attempt.status;
+  }
+};
+
+}  // namespace
+
+link::Link& table_link() {
+  static auto* table = new TableLink;
+  return *table;
+}
 
 void one_sided_peer_lost(const ProcId& peer) {
   Owner::instance().peer_lost(peer);

@@ -34,7 +34,8 @@
 #include "castmesh/address.h"
 #include "castmesh/rdma.h"
 #include "core/rdma/registry.h"
-#include "core/rdma/transfers.h"
+#include "core/link/link.h"
+#include "core/link/transfers.h"
 
 namespace castmesh::wire::v1 {
 class RdmaHeader;
@@ -45,6 +46,9 @@ class ProcHost;
 }
 
 namespace castmesh::rdma {
+
+using link::Transfer;
+using link::Transfers;
 
 // Entries per table (a table is 64 KiB: a 64-byte header and 64-byte entries).
 inline constexpr uint32_t kOneSidedSlots = 1023;
@@ -71,16 +75,12 @@ void one_sided_on_table_open(proc::ProcHost& host, const ProcId& peer, const wir
 
 // Requester side: TABLE from `owner`: maps the table and starts what waited for it.
 void one_sided_on_table(proc::ProcHost& host, const ProcId& owner, const wire::v1::RdmaHeader& header);
-// Requester side: copies [offset, offset+length) now if `owner`'s table is
-// mapped here. nullopt: it is not (yet), or this copy must take another
-// transport; start a Transfer then.
-std::optional<absl::StatusOr<RdmaResult>> one_sided_now(const ProcId& owner, int64_t owner_pid, uint64_t buffer,
-                                                        OneSidedRef ref, char* local, bool write, uint64_t offset,
-                                                        size_t length);
-// Requester side: starts `transfer` (one_sided set, tracked by Transfers):
-// opens the owner's table first when needed; falls back to its transport
-// (begin()) where a one-sided copy is not possible.
-void one_sided_begin(const std::shared_ptr<Transfer>& transfer);
+// Requester side: the process's link of one-sided copies (the first route
+// of a same-host operation whose handle has a slot): start_now() copies at
+// once while the owner's table is mapped here (below 4 MiB); start() opens
+// the table first when needed and hands the transfer on (link::start_next)
+// where a one-sided copy is not possible.
+link::Link& table_link();
 
 // Proc `peer` is gone: as an owner, its tables no longer count; as a
 // requester, the owner's table is dropped.

@@ -1,6 +1,6 @@
-// The public RdmaBuffer / RdmaBatch API: checks, transport choice, and the
-// same-process path. Cross-proc operations run through Transfers and the
-// "rdma" proc service (service.h).
+// The public RdmaBuffer / RdmaBatch API: checks, the same-process copy, and
+// cross-proc operations as link::Transfers on the routes the RDMA selector
+// chooses (routes.h); the operations see only link::Link.
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,138 +14,30 @@
 #include "castmesh/rdma.h"
 #include "castmesh/runtime.h"
 #include "castmesh/wire/v1/rdma.pb.h"
-#include "core/link/selector.h"
-#include "core/link/single_copy.h"
-#include "core/log/log.h"
+#include "core/link/transfers.h"
 #include "core/platform/platform.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/rdma/device_staging.h"
-#include "core/rdma/ibverbs_path.h"
-#include "core/rdma/one_sided.h"
+#include "core/rdma/handle.h"
+#include "core/rdma/registration.h"
 #include "core/rdma/registry.h"
-#include "core/rdma/segment_path.h"
-#include "core/rdma/service.h"
-#include "core/rdma/transfers.h"
-#include "core/tensor/device_engine.h"
+#include "core/rdma/routes.h"
 #include "core/trace/recorder.h"
 #include "core/wire/frame.h"
 
 namespace castmesh {
 
-namespace detail {
-// What an RdmaBuffer handle knows of its buffer (RdmaHandle on the wire).
-struct RdmaHandle {
-  uint64_t id = 0;
-  ProcId owner;
-  size_t size = 0;
-  RdmaAccess access = RdmaAccess::kReadWrite;
-  int64_t pid = 0;
-  std::string host_identity;
-  std::vector<RdmaTransport> transports;
-  uint64_t nic_address = 0;  // ibverbs: 0 when the owner registered no NIC range
-  uint32_t rkey = 0;
-  rdma::OneSidedRef one_sided;  // same-host one-sided copies (generation 0: none)
-  Device device;                // the owner's memory: CUDA/ROCm memory is staged by the owner
-};
-}  // namespace detail
-
 namespace {
 
-using rdma::Transfer;
+using link::Transfer;
+using link::Transfers;
 
-// One-sided copies below this size run on the calling thread (larger ones
-// on a thread of their own, under a timeout, as every transfer): a 4 MiB
-// copy takes a few hundred microseconds, less than what handing it to a
-// thread and waking the caller costs at 1 MiB on a loaded machine.
-constexpr size_t kOneSidedInCallerBytes = size_t{4} << 20;
-
-bool offers(const detail::RdmaHandle& handle, RdmaTransport transport) {
-  return std::find(handle.transports.begin(), handle.transports.end(), transport) != handle.transports.end();
-}
-
-// Whether the owner's memory is CUDA/ROCm memory (it stages every operation).
-bool owner_on_device(const detail::RdmaHandle& handle) {
-  return castmesh::detail::is_engine_device(handle.device);
-}
+using rdma::offers;
+using rdma::owner_on_device;
 
 bool same_process(const detail::RdmaHandle& handle) {
   return handle.pid == ::getpid() && handle.host_identity == platform::host_identity();
-}
-
-// CASTMESH_RDMA_FALLBACK (or the operation's own, `chosen`): OK(true) =
-// "error" (no fallback), OK(false) = "auto"; the environment's error when a
-// setting there is unknown or malformed.
-absl::StatusOr<bool> fallback_forbidden(std::optional<config::RdmaFallback> chosen) {
-  if (absl::Status settings = config::check_environment(); !settings.ok()) return settings;
-  return chosen.value_or(config::global().rdma_fallback) == config::RdmaFallback::kError;
-}
-
-// Whether ibverbs can carry operations on `handle` (of any size: a 0-byte
-// READ/WRITE is a legal work request).
-bool ibverbs_reaches(const detail::RdmaHandle& handle) {
-  return offers(handle, RdmaTransport::kIbverbs) && handle.nic_address != 0 &&
-         rdma::IbverbsPath::instance().reachable(handle.owner);
-}
-
-// Why ibverbs does not carry operations on `handle`, for the log and errors.
-std::string why_no_ibverbs(const detail::RdmaHandle& handle) {
-  rdma::IbverbsPath& path = rdma::IbverbsPath::instance();
-  if (!path.usable()) return path.why_not();
-  if (owner_on_device(handle)) {
-    return absl::StrCat("proc ", handle.owner, "'s buffer is ", handle.device.to_string(),
-                        " memory, which castmesh never registers with a NIC (GPUDirect RDMA is not implemented)");
-  }
-  if (!offers(handle, RdmaTransport::kIbverbs) || handle.nic_address == 0) {
-    return absl::StrCat("proc ", handle.owner, " registered its buffer without an RDMA NIC");
-  }
-  return path.why_unreachable(handle.owner);
-}
-
-// The transport for an operation of `length` bytes on `handle` (`fallback`:
-// the operation's own setting, if any), or why none: the link layer's cost
-// table (core/link/selector.h) over the paths the owner offers and this
-// process can use.
-absl::StatusOr<RdmaTransport> choose_transport(const detail::RdmaHandle& handle, size_t length,
-                                               std::optional<config::RdmaFallback> fallback) {
-  absl::StatusOr<bool> forbidden = fallback_forbidden(fallback);
-  if (!forbidden.ok()) return forbidden.status();
-  const link::Placement placement = handle.host_identity == platform::host_identity() ? link::Placement::kSameHost
-                                                                                      : link::Placement::kOtherHost;
-  link::Available available;
-  if (ibverbs_reaches(handle)) available.add(link::Path::kIbverbs);
-  if (!available.has(link::Path::kIbverbs)) {
-    if (*forbidden) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "CASTMESH_RDMA_FALLBACK=error and no ibverbs path to proc ", handle.owner, " (", why_no_ibverbs(handle),
-          "); set CASTMESH_RDMA_FALLBACK=auto to use same-host single copy or the socket transport"));
-    }
-    static std::once_flag logged;
-    std::call_once(logged, [&handle] {
-      CASTMESH_LOG_INFO("castmesh-rdma: {}; RDMA buffers between procs use same-host single copy (or a shared "
-                        "segment) and the socket transport (CASTMESH_RDMA_FALLBACK=error forbids that)",
-                        why_no_ibverbs(handle));
-    });
-    if (CASTMESH_LINUX_FACILITIES && config::global().rdma_single_copy &&
-        offers(handle, RdmaTransport::kSingleCopy) && link::single_copy_usable()) {
-      available.add(link::Path::kSingleCopy);
-    }
-    // Where the kernel refuses (or the switch forbids) single copy.
-    if (placement == link::Placement::kSameHost && offers(handle, RdmaTransport::kSharedSegment) &&
-        rdma::shared_segment_reaches(handle.owner)) {
-      available.add(link::Path::kSharedSegment);
-    }
-    if (offers(handle, RdmaTransport::kSocket)) available.add(link::Path::kSocket);
-  }
-  switch (link::choose(placement, length, available).value_or(link::Path::kFake)) {
-    case link::Path::kIbverbs: return RdmaTransport::kIbverbs;
-    case link::Path::kSingleCopy: return RdmaTransport::kSingleCopy;
-    case link::Path::kSharedSegment: return RdmaTransport::kSharedSegment;
-    case link::Path::kSocket: return RdmaTransport::kSocket;
-    default:
-      return absl::FailedPreconditionError(
-          absl::StrCat("proc ", handle.owner, " offers no transport this proc has for its RDMA buffer"));
-  }
 }
 
 // The local side of an operation: host (or device memory, staged), contiguous,
@@ -198,19 +90,19 @@ Future<RdmaResult> start_transfer(std::shared_ptr<Transfer> transfer, Runtime* r
   std::shared_ptr<proc::ProcHost> host = proc::ProcHost::of(*runtime);
   if (host == nullptr) {
     return make_failed_future<RdmaResult>(absl::FailedPreconditionError(absl::StrCat(
-        "runtime ", runtime->proc_id(), " is not a proc of a mesh, so it cannot reach proc ", transfer->owner)));
+        "runtime ", runtime->proc_id(), " is not a proc of a mesh, so it cannot reach proc ", transfer->remote.owner)));
   }
   auto* state = new detail::FutureState<RdmaResult>();
   state->ref();  // the transfer's reference, dropped when it completes
   Future<RdmaResult> future(state);
-  transfer->id = rdma::Transfers::instance().next_id();
+  transfer->id = Transfers::instance().next_id();
   transfer->host = host;
   transfer->done = [state](absl::StatusOr<RdmaResult> result) {
     state->set(std::move(result));
     state->unref();
   };
-  rdma::Transfers::instance().start(transfer, timeout);
-  rdma::begin(transfer);
+  Transfers::instance().start(transfer, timeout);
+  link::start_next(transfer);
   return future;
 }
 
@@ -235,51 +127,26 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   }
   char* bytes = static_cast<char*>(local.data());
   if (same_process(*handle)) return same_process_copy(*handle, bytes, write, options.offset, length);
-  absl::StatusOr<RdmaTransport> transport = choose_transport(*handle, length, options.fallback);
-  if (!transport.ok()) return make_failed_future<RdmaResult>(transport.status());
-  // Same host: a one-sided copy first, with no message to the owner (one_sided.h).
-  const bool one_sided = *transport != RdmaTransport::kIbverbs && handle->one_sided.generation != 0 &&
-                         handle->host_identity == platform::host_identity() &&
-                         offers(*handle, RdmaTransport::kSingleCopy) && rdma::one_sided_enabled();
-  if (one_sided && length < kOneSidedInCallerBytes) {
-    auto now = rdma::one_sided_now(handle->owner, handle->pid, handle->id, handle->one_sided, bytes, write,
-                                   options.offset, length);
-    if (now) return now->ok() ? make_ready_future(**now) : make_failed_future<RdmaResult>(now->status());
-  }
+  absl::StatusOr<std::vector<link::Link*>> routes = rdma::choose_routes(*handle, length, options.fallback);
+  if (!routes.ok()) return make_failed_future<RdmaResult>(routes.status());
   auto transfer = std::make_shared<Transfer>();
-  transfer->owner = handle->owner;
-  transfer->buffer = handle->id;
+  transfer->remote = rdma::region_of(*handle);
   transfer->write = write;
   transfer->offset = options.offset;
   transfer->length = length;
   transfer->local = local;
   transfer->bytes = bytes;
-  transfer->transport = *transport;
-  transfer->owner_pid = handle->pid;
-  transfer->segment_offered = offers(*handle, RdmaTransport::kSharedSegment);
-  transfer->remote_address = handle->nic_address;
-  transfer->rkey = handle->rkey;
-  transfer->one_sided = one_sided && rdma::one_sided_enabled();  // re-read: a refusal just now turns it off
-  transfer->one_sided_slot = handle->one_sided.slot;
-  transfer->one_sided_generation = handle->one_sided.generation;
+  transfer->routes = *std::move(routes);
+  // A link that completes small operations on this thread (a same-host one-sided copy) does so now.
+  if (std::optional<absl::Status> now = transfer->routes.front()->start_now(*transfer)) {
+    return now->ok() ? make_ready_future(RdmaResult{length, transfer->transport}) : make_failed_future<RdmaResult>(*now);
+  }
   Future<RdmaResult> started = start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
   if (!owner_on_device(*handle)) return started;
   return std::move(started).then([](RdmaResult r) {
     r.staged = true;  // the owner staged its device memory
     return r;
   });
-}
-
-// Device memory: only the transports in which the owner's CPU stages the
-// bytes (a peer's process_vm_readv and the NIC cannot reach it).
-std::vector<RdmaTransport> transports_of_this_proc(bool nic, bool device) {
-  std::vector<RdmaTransport> offered;
-  if (nic) offered.push_back(RdmaTransport::kIbverbs);
-  offered.push_back(RdmaTransport::kSameProcess);
-  if (CASTMESH_LINUX_FACILITIES && !device) offered.push_back(RdmaTransport::kSingleCopy);
-  offered.push_back(RdmaTransport::kSharedSegment);  // POSIX shm_open: every build
-  offered.push_back(RdmaTransport::kSocket);
-  return offered;
 }
 
 absl::Status encode_buffer(const RdmaBuffer& buffer, std::string* out) {
@@ -339,34 +206,18 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   if (rt == nullptr) {
     return absl::FailedPreconditionError("no castmesh runtime in this process: register RDMA buffers inside one");
   }
-  // The NIC registration (ibverbs) when this process has a NIC; without
-  // one (or when the NIC refuses the range) the buffer offers the others.
-  rdma::NicRange nic;
-  // (GPUDirect RDMA is not implemented: device memory is never given to the NIC.)
-  if (view.nbytes() > 0 && !device && rdma::IbverbsPath::instance().usable()) {
-    absl::StatusOr<rdma::NicRange> registered =
-        rdma::IbverbsPath::instance().register_range(view.data(), view.nbytes(), access);
-    if (registered.ok()) {
-      nic = *std::move(registered);
-    } else {
-      CASTMESH_LOG_WARN_LIMITED("castmesh-rdma: the NIC refused to register {} ({}); this buffer is offered over "
-                                "the other transports",
-                                view.to_string(), std::string(registered.status().message()));
-    }
-  }
-  std::shared_ptr<const rdma::Registration> registration =
-      rdma::Registry::instance().add(view, access, rt->proc_id(), nic.registration, nic.rkey);
+  rdma::Registered registered = rdma::register_with_paths(view, access, rt->proc_id(), device);
   auto handle = std::make_shared<detail::RdmaHandle>();
-  handle->id = registration->id;
+  handle->id = registered.registration->id;
   handle->owner = rt->proc_id();
-  handle->size = registration->size;
+  handle->size = registered.registration->size;
   handle->access = access;
   handle->pid = ::getpid();
   handle->host_identity = platform::host_identity();
-  handle->transports = transports_of_this_proc(registration->nic != nullptr, device);
-  handle->nic_address = registration->nic_address;
-  handle->rkey = registration->rkey;
-  if (!device) handle->one_sided = rdma::one_sided_publish(*registration);
+  handle->transports = std::move(registered.transports);
+  handle->nic_address = registered.registration->nic_address;
+  handle->rkey = registered.registration->rkey;
+  handle->one_sided = registered.table;
   handle->device = view.device();
   return RdmaBuffer(std::move(handle));
 }
@@ -476,8 +327,7 @@ Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const
     if (released == nullptr) return make_ready_future(Unit{});
     Runtime* rt = runtime_for(runtime);
     std::shared_ptr<proc::ProcHost> host = rt != nullptr ? proc::ProcHost::of(*rt) : nullptr;
-    rdma::one_sided_retire(released);
-    rdma::IbverbsPath::instance().retire(released, host.get());
+    rdma::retire_from_paths(released, host.get());
     // Ready once no transport uses the memory any more (ibverbs peers drained, copies done).
     auto* state = new detail::FutureState<Unit>();
     state->ref();  // the callback's reference
@@ -489,9 +339,9 @@ Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const
     return freed;
   }
   auto transfer = std::make_shared<Transfer>();
-  transfer->owner = handle_->owner;
-  transfer->buffer = handle_->id;
+  transfer->remote = rdma::region_of(*handle_);
   transfer->release = true;
+  transfer->routes = rdma::release_routes();
   return start_transfer(std::move(transfer), runtime_for(runtime), timeout).then([](RdmaResult) { return Unit{}; });
 }
 

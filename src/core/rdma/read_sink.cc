@@ -30,7 +30,7 @@ class ReadSink final : public link::BodySink {
     if (!complete) return;  // the connection was lost: the owner's loss fails the transfer
     if (!inside_) {
       return Transfers::instance().finish(
-          transfer_, absl::InternalError(absl::StrCat("proc ", transfer_->owner, " sent ", size_, " bytes at ",
+          transfer_, absl::InternalError(absl::StrCat("proc ", transfer_->remote.owner, " sent ", size_, " bytes at ",
                                                       offset_, ", outside the read of [", transfer_->offset, ", ",
                                                       transfer_->offset + transfer_->length, ")")));
     }

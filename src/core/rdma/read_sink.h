@@ -10,10 +10,13 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/rdma/transfers.h"
+#include "core/link/transfers.h"
 #include "core/transport/endpoint.h"
 
 namespace castmesh::rdma {
+
+using link::Transfer;
+using link::Transfers;
 
 // A sink for the chunk of `size` bytes at buffer offset `offset` of `transfer`.
 std::shared_ptr<transport::PayloadSink> make_read_sink(std::shared_ptr<Transfer> transfer, uint64_t offset,

@@ -23,8 +23,8 @@
 
 namespace castmesh::rdma {
 
-// The requester's window for one operation at a time.
-struct SegmentWindow {
+// The requester's window for one operation at a time (its transfer's link_state).
+struct SegmentWindow : link::TransferState {
   ProcId peer;
   std::shared_ptr<SegmentMapping> mapping;
   detail::Mutex mu;
@@ -50,6 +50,9 @@ constexpr size_t kInlineBytes = 256 * 1024;
 absl::Status send(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header) {
   return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), {});
 }
+
+// The window of `transfer` (set by begin_segment before its first message).
+SegmentWindow* window_of(const Transfer& transfer) { return static_cast<SegmentWindow*>(transfer.link_state.get()); }
 
 bool is_finished(const std::shared_ptr<Transfer>& transfer) {
   detail::MutexLock lock(transfer->mu);
@@ -152,10 +155,9 @@ class Windows {
   absl::flat_hash_map<ProcId, std::string> refused_ ABSL_GUARDED_BY(mu_);
 };
 
-void fall_back_to_socket(const std::shared_ptr<Transfer>& transfer) {
-  transfer->transport = RdmaTransport::kSocket;  // nothing else reads it before begin() sends
-  begin(transfer);
-}
+// The owner cannot map a window (or none could be made): the transfer's
+// next route (the socket).
+void fall_back_to_socket(const std::shared_ptr<Transfer>& transfer) { link::start_next(transfer); }
 
 // A free slot of `window` for chunk `index`: the first chunk of an operation
 // on a window the owner has not answered for goes alone (the owner may
@@ -182,7 +184,7 @@ std::optional<uint32_t> take_slot(SegmentWindow& window, const std::shared_ptr<T
 
 // Copies the source into slots and sends each as SEGMENT_WRITE_DATA.
 void send_write_slots(const std::shared_ptr<Transfer>& transfer) {
-  SegmentWindow& window = *transfer->window;
+  SegmentWindow& window = *window_of(*transfer);
   const SegmentMapping& mapping = *window.mapping;
   uint64_t at = 0;
   uint64_t index = 0;
@@ -205,7 +207,7 @@ void send_write_slots(const std::shared_ptr<Transfer>& transfer) {
       return Transfers::instance().finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
     }
     v1::RdmaHeader data = header_of(v1::RdmaHeader::SEGMENT_WRITE_DATA, transfer->id);
-    data.set_buffer(transfer->buffer);
+    data.set_buffer(transfer->remote.id);
     data.set_offset(transfer->offset + at);
     data.set_op_offset(transfer->offset);
     data.set_length(transfer->length);
@@ -214,7 +216,7 @@ void send_write_slots(const std::shared_ptr<Transfer>& transfer) {
     data.set_segment(mapping.name());
     data.set_chunk(mapping.slot_bytes());
     data.set_slots(mapping.slots());
-    if (absl::Status sent = send(*host, transfer->owner, data); !sent.ok()) {
+    if (absl::Status sent = send(*host, transfer->remote.owner, data); !sent.ok()) {
       return Transfers::instance().finish(transfer, sent);
     }
     at += n;
@@ -224,11 +226,11 @@ void send_write_slots(const std::shared_ptr<Transfer>& transfer) {
 // The segment transfer `op` from `peer`, or nullptr (finished, or not one).
 std::shared_ptr<Transfer> segment_transfer(const ProcId& peer, uint64_t op) {
   std::shared_ptr<Transfer> transfer = Transfers::instance().find(op);
-  if (transfer == nullptr || transfer->owner != peer || transfer->transport != RdmaTransport::kSharedSegment) {
+  if (transfer == nullptr || transfer->remote.owner != peer || transfer->transport != RdmaTransport::kSharedSegment) {
     return nullptr;
   }
-  detail::MutexLock lock(transfer->mu);  // orders this thread after begin_segment's write of `window`
-  return transfer->window == nullptr ? nullptr : transfer;
+  detail::MutexLock lock(transfer->mu);  // orders this thread after begin_segment's write of link_state
+  return transfer->link_state == nullptr ? nullptr : transfer;
 }
 
 void mark_answered(SegmentWindow& window) {
@@ -241,7 +243,7 @@ void mark_answered(SegmentWindow& window) {
 void on_data(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header) {
   std::shared_ptr<Transfer> transfer = segment_transfer(peer, header.op());
   if (transfer == nullptr || transfer->write) return;  // late: the window was closed
-  std::shared_ptr<SegmentWindow> window = transfer->window;  // kept mapped while copying
+  std::shared_ptr<SegmentWindow> window = std::static_pointer_cast<SegmentWindow>(transfer->link_state);  // kept mapped while copying
   mark_answered(*window);
   const SegmentMapping& mapping = *window->mapping;
   if (header.slot() >= mapping.slots() || header.chunk_length() > mapping.slot_bytes()) {
@@ -260,7 +262,7 @@ void on_data(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& hea
 void on_write_slot_free(const ProcId& peer, const v1::RdmaHeader& header) {
   std::shared_ptr<Transfer> transfer = segment_transfer(peer, header.op());
   if (transfer == nullptr || !transfer->write) return;
-  SegmentWindow& window = *transfer->window;
+  SegmentWindow& window = *window_of(*transfer);
   mark_answered(window);
   detail::MutexLock lock(window.mu);
   if (header.slot() < window.mapping->slots() &&
@@ -275,9 +277,9 @@ void on_refused(const ProcId& peer, const v1::RdmaHeader& header) {
   if (transfer == nullptr) return;
   Windows::instance().refuse(peer, header.error_message());
   {
-    detail::MutexLock lock(transfer->window->mu);
-    transfer->window->refused = true;
-    transfer->window->freed.notify_all();
+    detail::MutexLock lock(window_of(*transfer)->mu);
+    window_of(*transfer)->refused = true;
+    window_of(*transfer)->freed.notify_all();
   }
   fall_back_to_socket(transfer);
 }
@@ -472,9 +474,11 @@ void on_write_data(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeade
 
 bool shared_segment_reaches(const ProcId& owner) { return !switched_off() && !Windows::instance().refused(owner); }
 
+namespace {
+
 void begin_segment(const std::shared_ptr<Transfer>& transfer) {
   const uint64_t slot_bytes = std::min<uint64_t>(chunk_bytes(), kMaxSlotBytes);
-  absl::StatusOr<std::shared_ptr<SegmentWindow>> window = Windows::instance().take(transfer->owner, slot_bytes);
+  absl::StatusOr<std::shared_ptr<SegmentWindow>> window = Windows::instance().take(transfer->remote.owner, slot_bytes);
   if (!window.ok()) {
     CASTMESH_LOG_WARN_LIMITED("castmesh-rdma: no shared segment for an RDMA operation ({}); it goes through the "
                               "socket transport",
@@ -484,13 +488,13 @@ void begin_segment(const std::shared_ptr<Transfer>& transfer) {
   {
     detail::MutexLock lock(transfer->mu);
     if (!transfer->finished) {
-      transfer->window = *window;
+      transfer->link_state = *window;
       transfer->cleanup = [weak = transfer->host, window = *window, op = transfer->id](bool ok) {
         Windows::instance().done_with(weak, window, op, ok);
       };
     }
   }
-  if (transfer->window == nullptr) return Windows::instance().done_with(transfer->host, *window, 0, true);
+  if (transfer->link_state == nullptr) return Windows::instance().done_with(transfer->host, *window, 0, true);
   if (transfer->write) {
     if (transfer->length <= kInlineBytes) return send_write_slots(transfer);
     progress::ProgressEngine::instance().submit(progress::Job{[transfer] { send_write_slots(transfer); }, {}});
@@ -500,15 +504,37 @@ void begin_segment(const std::shared_ptr<Transfer>& transfer) {
   if (host == nullptr) {
     return Transfers::instance().finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
   }
-  const SegmentMapping& mapping = *transfer->window->mapping;
+  const SegmentMapping& mapping = *window_of(*transfer)->mapping;
   v1::RdmaHeader read = header_of(v1::RdmaHeader::SEGMENT_READ, transfer->id);
-  read.set_buffer(transfer->buffer);
+  read.set_buffer(transfer->remote.id);
   read.set_offset(transfer->offset);
   read.set_length(transfer->length);
   read.set_segment(mapping.name());
   read.set_chunk(mapping.slot_bytes());
   read.set_slots(mapping.slots());
-  if (absl::Status sent = send(*host, transfer->owner, read); !sent.ok()) Transfers::instance().finish(transfer, sent);
+  if (absl::Status sent = send(*host, transfer->remote.owner, read); !sent.ok()) Transfers::instance().finish(transfer, sent);
+}
+
+class SharedSegmentLink final : public link::Link {
+ public:
+  link::Path path(const ProcId&) const override { return link::Path::kSharedSegment; }
+  link::Capabilities capabilities() const override { return link::Capabilities{}; }
+  void start(const std::shared_ptr<link::Transfer>& transfer) override {
+    // The owner may have refused a window since the route was chosen.
+    if (transfer->release || !shared_segment_reaches(transfer->remote.owner)) return link::start_next(transfer);
+    if (transfer->host.expired()) {
+      return Transfers::instance().finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
+    }
+    transfer->transport = RdmaTransport::kSharedSegment;  // nothing else reads it before the first message goes
+    begin_segment(transfer);
+  }
+};
+
+}  // namespace
+
+link::Link& shared_segment_link() {
+  static auto* segment = new SharedSegmentLink;
+  return *segment;
 }
 
 void on_segment_message(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,

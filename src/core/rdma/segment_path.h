@@ -18,7 +18,8 @@
 #include <optional>
 
 #include "castmesh/address.h"
-#include "core/rdma/transfers.h"
+#include "core/link/link.h"
+#include "core/link/transfers.h"
 
 namespace castmesh::wire::v1 {
 class RdmaHeader;
@@ -30,13 +31,17 @@ class ProcHost;
 
 namespace castmesh::rdma {
 
+using link::Transfer;
+using link::Transfers;
+
 // Whether operations towards `owner` may use a shared segment: the switch
 // CASTMESH_RDMA_SHARED_SEGMENT is not "0" and `owner` never refused one.
 bool shared_segment_reaches(const ProcId& owner);
 
-// Requester side: starts `transfer` (transport kSharedSegment, tracked by
-// Transfers). Without a window (no room in /dev/shm) it goes by socket.
-void begin_segment(const std::shared_ptr<Transfer>& transfer);
+// Requester side: the process's shared-segment link (leaked: answers may
+// arrive during exit). Without a window (no room in /dev/shm), or when the
+// owner refuses one, the transfer goes on to its next route (the socket).
+link::Link& shared_segment_link();
 
 // Applies a WRITE_DATA chunk's bytes at the owner (the rdma service's
 // socket-write bookkeeping); returns the answer to send, if any.

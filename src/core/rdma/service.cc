@@ -13,15 +13,16 @@
 #include "castmesh/config.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/wire/v1/rdma.pb.h"
-#include "core/link/single_copy.h"
 #include "core/log/log.h"
 #include "core/platform/process_memory.h"
 #include "core/proc/proc_host.h"
 #include "core/rdma/device_staging.h"
 #include "core/rdma/ibverbs_path.h"
 #include "core/rdma/incoming_writes.h"
+#include "core/rdma/lease_link.h"
 #include "core/rdma/one_sided.h"
 #include "core/rdma/read_sink.h"
+#include "core/rdma/registration.h"
 #include "core/rdma/registry.h"
 #include "core/rdma/segment_path.h"
 #include "core/wire/frame.h"
@@ -39,7 +40,7 @@ constexpr uint64_t kMinChunk = 1024;
 constexpr uint64_t kMaxChunk = uint64_t{64} << 20;
 
 absl::Status send(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header, wire::Payload body = {}) {
-  return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), std::move(body));
+  return send_message(host, peer, header, std::move(body));
 }
 
 absl::Status status_of(const v1::RdmaHeader& header) {
@@ -89,106 +90,17 @@ void on_read(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, co
   });
 }
 
-void on_lease(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header) {
-  auto opened = Registry::instance().open(header.buffer(), header.write(), header.offset(), header.length());
-  if (!opened.ok()) return send_failure(host, peer, header.op(), opened.status());
-  if (is_device_memory((*opened)->view)) {  // its handle never offers single copy
-    return send_failure(host, peer, header.op(),
-                        absl::InvalidArgumentError(absl::StrCat("RDMA buffer ", header.buffer(),
-                                                                " is device memory: no single copy (it is staged)")));
-  }
-  v1::RdmaHeader granted = header_of(v1::RdmaHeader::LEASE_GRANTED, header.op());
-  granted.set_address(reinterpret_cast<uint64_t>((*opened)->base + header.offset()));
-  granted.set_pid(::getpid());
-  Registry::instance().pin(peer, header.op(), *std::move(opened));
-  if (!send(host, peer, granted).ok()) Registry::instance().unpin(peer, header.op());
-}
-
 // ---- requester side ----
 
 void finish(const std::shared_ptr<Transfer>& transfer, absl::StatusOr<RdmaResult> result) {
   Transfers::instance().finish(transfer, std::move(result));
 }
 
-// Copies a leased range with process_vm_readv/writev, then ends the lease.
-void copy_leased(const std::weak_ptr<proc::ProcHost>& weak, const ProcId& peer,
-                 const std::shared_ptr<Transfer>& transfer, int64_t pid, uint64_t address) {
-  absl::Status copied;
-  const bool ran = Transfers::instance().copy_if_live(
-      transfer, [&] { return link::copy_between(pid, address, transfer->bytes, transfer->length, transfer->write); },
-      &copied);
-  if (std::shared_ptr<proc::ProcHost> host = weak.lock()) {
-    (void)send(*host, peer, header_of(v1::RdmaHeader::LEASE_END, transfer->id));
-  }
-  if (!ran) return;
-  if (copied.ok()) return finish(transfer, RdmaResult{transfer->length, RdmaTransport::kSingleCopy});
-  if (absl::IsPermissionDenied(copied) || absl::IsUnimplemented(copied)) {
-    link::note_single_copy_refused(copied);
-    // Nothing else reads the transport before begin() sends.
-    transfer->transport = transfer->segment_offered && shared_segment_reaches(transfer->owner)
-                              ? RdmaTransport::kSharedSegment
-                              : RdmaTransport::kSocket;
-    return begin(transfer);
-  }
-  finish(transfer, copied);
-}
-
-void on_lease_granted(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
-                      const v1::RdmaHeader& header) {
-  std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
-  if (transfer == nullptr) {  // timed out meanwhile: let the owner go
-    (void)send(host, peer, header_of(v1::RdmaHeader::LEASE_END, header.op()));
-    return;
-  }
-  // The lease must name the owner process of the handle, and (where the
-  // kernel tells) the process at the other end of this connection: a peer
-  // cannot point this process's copy at a third process's memory.
-  const std::optional<long> connected = host.peer_pid(peer);
-  if (header.pid() != transfer->owner_pid || transfer->owner != peer || (connected && *connected != header.pid())) {
-    (void)send(host, peer, header_of(v1::RdmaHeader::LEASE_END, header.op()));
-    return finish(transfer, absl::InternalError(absl::StrCat("proc ", peer, " granted a lease in process ",
-                                                             header.pid(), ", not the buffer's owner process ",
-                                                             transfer->owner_pid)));
-  }
-  run_job(transfer->length, [weak, peer, transfer, pid = header.pid(), address = header.address()] {
-    copy_leased(weak, peer, transfer, pid, address);
-  });
-}
-
-void send_write_chunks(const std::shared_ptr<Transfer>& transfer) {
-  const uint64_t chunk = chunk_bytes();
-  // User memory with an owner leaves without a copy (the transfer keeps it
-  // alive while queued); borrowed memory is copied, since the caller may
-  // free it as soon as the operation reports a timeout.
-  const bool share = transfer->local.owner() != nullptr;
-  uint64_t at = 0;
-  do {
-    {
-      detail::MutexLock lock(transfer->mu);
-      if (transfer->finished) return;
-    }
-    std::shared_ptr<proc::ProcHost> host = transfer->host.lock();  // per chunk, as in send_read_chunks
-    if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
-    const uint64_t n = std::min<uint64_t>(chunk, transfer->length - at);
-    v1::RdmaHeader data = header_of(v1::RdmaHeader::WRITE_DATA, transfer->id);
-    data.set_buffer(transfer->buffer);
-    data.set_offset(transfer->offset + at);
-    data.set_op_offset(transfer->offset);
-    data.set_length(transfer->length);
-    const char* bytes = transfer->bytes + at;
-    wire::Payload body = share ? wire::Payload::share(transfer, bytes, n)
-                               : wire::Payload::copy_of(std::string_view(bytes, n));
-    absl::Status sent = send(*host, transfer->owner, data, std::move(body));
-    if (!sent.ok()) return finish(transfer, sent);
-    at += n;
-  } while (at < transfer->length);
-}
-
 void on_requester_message(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host, const ProcId& peer,
                           const v1::RdmaHeader& header, const wire::Payload& body) {
   if (header.kind() == v1::RdmaHeader::LEASE_GRANTED) return on_lease_granted(weak, host, peer, header);
   std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
-  if (transfer == nullptr || transfer->owner != peer) return;  // finished already (late answer)
+  if (transfer == nullptr || transfer->remote.owner != peer) return;  // finished already (late answer)
   switch (header.kind()) {
     case v1::RdmaHeader::READ_DATA:
       return Transfers::instance().deliver(transfer, header.offset(), body.data(), body.size());
@@ -214,8 +126,7 @@ void on_release(const std::weak_ptr<proc::ProcHost>& weak, proc::ProcHost& host,
     (void)send(host, peer, header_of(v1::RdmaHeader::RELEASED, header.op()));
     return;
   }
-  one_sided_retire(released);
-  IbverbsPath::instance().retire(released, &host);
+  retire_from_paths(released, &host);
   when_freed(std::move(released), [weak, peer, op = header.op()] {
     if (std::shared_ptr<proc::ProcHost> host = weak.lock()) {
       (void)send(*host, peer, header_of(v1::RdmaHeader::RELEASED, op));
@@ -253,7 +164,7 @@ class RdmaService final : public proc::ProcService {
       }
       if (header.kind() != v1::RdmaHeader::READ_DATA) return nullptr;
       std::shared_ptr<Transfer> transfer = Transfers::instance().find(header.op());
-      if (transfer == nullptr || transfer->owner != peer) return nullptr;  // late: the handler drops it
+      if (transfer == nullptr || transfer->remote.owner != peer) return nullptr;  // late: the handler drops it
       return make_read_sink(std::move(transfer), header.offset(), size);
     });
     host.add_peer_lost_observer([writes = writes_](const ProcId& peer, const absl::Status& why) {
@@ -346,6 +257,10 @@ void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const a
   (void)send(host, peer, failure_header(op, why, kind));  // a lost peer needs no answer
 }
 
+absl::Status send_message(proc::ProcHost& host, const ProcId& peer, const v1::RdmaHeader& header, wire::Payload body) {
+  return host.send_data(peer, kRdmaDataType, header.SerializeAsString(), std::move(body));
+}
+
 size_t chunk_bytes() {
   // The table admits kMinChunk..kMaxChunk only; the clamp keeps this file's limits the rule.
   return static_cast<size_t>(std::clamp(config::global().rdma_chunk_bytes, kMinChunk, kMaxChunk));
@@ -355,36 +270,6 @@ size_t chunk_bytes() {
 void run_job(size_t bytes, std::function<void()> job) {
   if (bytes < kOwnThreadBytes) return job();
   progress::ProgressEngine::instance().submit(progress::Job{std::move(job), {}});
-}
-
-void begin(const std::shared_ptr<Transfer>& transfer) {
-  std::shared_ptr<proc::ProcHost> host = transfer->host.lock();
-  if (host == nullptr) return finish(transfer, absl::UnavailableError("this proc's transport is shut down"));
-  if (transfer->transport == RdmaTransport::kIbverbs && !transfer->release) {
-    return IbverbsPath::instance().start(transfer);
-  }
-  if (transfer->one_sided && !transfer->release) return one_sided_begin(transfer);
-  v1::RdmaHeader first;
-  if (transfer->release) {
-    first = header_of(v1::RdmaHeader::RELEASE, transfer->id);
-  } else if (transfer->transport == RdmaTransport::kSharedSegment) {
-    return begin_segment(transfer);
-  } else if (transfer->transport == RdmaTransport::kSingleCopy) {
-    first = header_of(v1::RdmaHeader::LEASE, transfer->id);
-    first.set_write(transfer->write);
-    first.set_offset(transfer->offset);
-    first.set_length(transfer->length);
-  } else if (transfer->write) {
-    return run_job(transfer->length, [transfer] { send_write_chunks(transfer); });
-  } else {
-    first = header_of(v1::RdmaHeader::READ, transfer->id);
-    first.set_offset(transfer->offset);
-    first.set_length(transfer->length);
-    first.set_chunk(chunk_bytes());
-  }
-  first.set_buffer(transfer->buffer);
-  absl::Status sent = send(*host, transfer->owner, first);
-  if (!sent.ok()) finish(transfer, sent);
 }
 
 }  // namespace castmesh::rdma

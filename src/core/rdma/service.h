@@ -3,8 +3,9 @@
 //
 // Owner side: answers READ with the bytes as READ_DATA chunks sent straight
 // from the registered memory, applies WRITE_DATA chunks, grants and ends
-// LEASEs for same-host single copies, and releases buffers. Requester side:
-// feeds the answers to Transfers. Chunks of one operation are all sent at
+// LEASEs for same-host single copies (lease_link.h), and releases buffers.
+// Requester side: feeds the answers to link::Transfers; the first message
+// of each operation is its link's (socket_link.h, lease_link.h, ...). Chunks of one operation are all sent at
 // once (the connection's queue paces them); operations of 256 KiB or more
 // are sent from their own thread so that neither an I/O thread nor the
 // caller waits for the queue.
@@ -18,9 +19,13 @@
 
 #include "absl/status/status.h"
 #include "castmesh/wire/v1/rdma.pb.h"
-#include "core/rdma/transfers.h"
+#include "core/link/transfers.h"
+#include "core/wire/payload.h"
 
 namespace castmesh::rdma {
+
+using link::Transfer;
+using link::Transfers;
 
 // The data message type of the service.
 inline constexpr char kRdmaDataType[] = "castmesh.rdma.v1";
@@ -35,15 +40,12 @@ wire::v1::RdmaHeader failure_header(uint64_t op, const absl::Status& why,
 void send_failure(proc::ProcHost& host, const ProcId& peer, uint64_t op, const absl::Status& why,
                   wire::v1::RdmaHeader::Kind kind = wire::v1::RdmaHeader::FAILED);
 
-// Sends the first message of `transfer` (already tracked by Transfers) by
-// its transport: READ, WRITE_DATA chunks, LEASE or RELEASE. A send error
-// finishes the transfer.
-void begin(const std::shared_ptr<Transfer>& transfer);
+// Sends `header` (and `body`) to `peer` over the procs' connection. Any thread.
+absl::Status send_message(proc::ProcHost& host, const ProcId& peer, const wire::v1::RdmaHeader& header,
+                          wire::Payload body = {});
 
 // Bytes per READ_DATA / WRITE_DATA message: CASTMESH_RDMA_CHUNK_BYTES, else 1 MiB.
 size_t chunk_bytes();
-
-
 
 // Runs `job` now when `bytes` is small, else on a thread of its own (it may
 // wait for a full connection queue or copy for long, which an I/O thread

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <memory>
 #include <optional>
 
@@ -50,6 +51,32 @@ TEST(ChooseTest, OtherHost) {
   EXPECT_EQ(choose(Placement::kOtherHost, 0, nic), Path::kIbverbs);
   // A reachable NIC wins on the same host too (as RDMA buffers choose).
   EXPECT_EQ(choose(Placement::kSameHost, kBig, nic), Path::kIbverbs);
+}
+
+TEST(ChooseInOrderTest, ListsEveryApplicableRowInTheTablesOrder) {
+  Path out[std::size(kCostTable)];
+  // RDMA on this host, large, everything offered: single copy, then the
+  // segment where the kernel refuses it, then the socket.
+  const Available rdma{Path::kSingleCopy, Path::kSharedSegment, Path::kSocket};
+  ASSERT_EQ(choose_in_order(Placement::kSameHost, kBig, rdma, out), 3u);
+  EXPECT_EQ(out[0], Path::kSingleCopy);
+  EXPECT_EQ(out[1], Path::kSharedSegment);
+  EXPECT_EQ(out[2], Path::kSocket);
+  // Small: only the socket row applies.
+  ASSERT_EQ(choose_in_order(Placement::kSameHost, kSmall, rdma, out), 1u);
+  EXPECT_EQ(out[0], Path::kSocket);
+  // Another host: the same-host rows never apply.
+  ASSERT_EQ(choose_in_order(Placement::kOtherHost, kBig, rdma, out), 1u);
+  EXPECT_EQ(out[0], Path::kSocket);
+  // The first entry is always choose()'s.
+  for (size_t bytes : {size_t{0}, kSmall, kBig}) {
+    const Available all{Path::kInProcess, Path::kSingleCopy, Path::kShmRing, Path::kSocket, Path::kIbverbs};
+    for (Placement where : {Placement::kSameProcess, Placement::kSameHost, Placement::kOtherHost}) {
+      ASSERT_GE(choose_in_order(where, bytes, all, out), 1u);
+      EXPECT_EQ(out[0], choose(where, bytes, all));
+    }
+  }
+  EXPECT_EQ(choose_in_order(Placement::kOtherHost, 1, Available{}, out), 0u);
 }
 
 TEST(ChooseTest, NothingAvailable) {

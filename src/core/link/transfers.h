@@ -1,10 +1,17 @@
-// The requester side of RDMA buffers: operations this process started on
-// buffers of other procs, from the first message to their one completion.
+// One-sided operations in flight on the links (Link::start): what this
+// process started on a registered Region of another proc (an RDMA buffer's
+// read, write or release), from the first message to their one completion.
+//
+// A Transfer names no path: it carries the Region (everything any link
+// needs to reach the remote memory) and its routes, the links to try in
+// order (the selector's choice first, then what the cost table allows when
+// a link finds its path refused: start_next). A link keeps its own state
+// for the transfer in `link_state`.
 //
 // A Transfer completes exactly once: with its result, its error, a timeout,
 // or the loss of the owner proc. Bytes reach a read's destination only
 // under the transfer's lock and only before it completed, so a destination
-// is never written after its operation reported a failure.
+// is never written after its operation reported a failure (no late bytes).
 //
 // Thread-safe.
 #pragma once
@@ -13,48 +20,48 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "castmesh/detail/mutex.h"
 #include "castmesh/rdma.h"
+#include "core/link/link.h"
 #include "core/scheduler/timer_queue.h"
 
 namespace castmesh::proc {
 class ProcHost;
 }
 
-namespace castmesh::rdma {
+namespace castmesh::link {
 
-struct SegmentWindow;
+// A link's own state for one transfer (the shared segment's window).
+struct TransferState {
+  virtual ~TransferState() = default;
+};
 
-// One operation on another proc's buffer.
+// One operation on another proc's registered memory.
 struct Transfer {
   uint64_t id = 0;
-  ProcId owner;
-  uint64_t buffer = 0;  // the owner's registration id
+  Region remote;         // the owner's registration (remote.owner, remote.id, ...)
   bool write = false;
   bool release = false;  // a RELEASE request, not a data operation
   uint64_t offset = 0;   // in the owner's buffer
   size_t length = 0;
   TensorView local;      // read: destination, write: source (kept alive)
   char* bytes = nullptr;  // local.data()
+  // The path the result reports: set by the link that carries it (start()).
   RdmaTransport transport = RdmaTransport::kSocket;
-  int64_t owner_pid = 0;  // the handle's pid: a lease must name this process
-  bool segment_offered = false;  // the owner offers a shared segment (single copy's fallback)
-  uint64_t remote_address = 0;  // ibverbs: the owner's NIC address of the buffer's first byte
-  uint32_t rkey = 0;            // ibverbs: the owner's remote key
-  // Same host: try a one-sided copy (one_sided.h) before `transport`, with the handle's slot.
-  bool one_sided = false;
-  uint32_t one_sided_slot = 0;
-  uint64_t one_sided_generation = 0;
+  // The links still to try after the current one, in order (start_next
+  // takes the first). Read only by the one link that holds the transfer.
+  std::vector<Link*> routes;
   std::weak_ptr<proc::ProcHost> host;  // the proc that sends
   std::function<void(absl::StatusOr<RdmaResult>)> done;  // called once, by Transfers::finish
 
-  // Shared segment: the staging window, set (under mu) before the first
-  // message goes and never reset, so handlers of the answers read it freely.
-  std::shared_ptr<SegmentWindow> window;
+  // The carrying link's state, set (under mu) before its first message goes
+  // and never reset, so handlers of the answers read it freely.
+  std::shared_ptr<TransferState> link_state;
 
   detail::Mutex mu;
   size_t moved ABSL_GUARDED_BY(mu) = 0;
@@ -64,6 +71,12 @@ struct Transfer {
   std::function<void(bool ok)> cleanup ABSL_GUARDED_BY(mu);
   uint64_t timer = 0;  // set by Transfers::start
 };
+
+// Starts `transfer` (tracked by Transfers) on its next route: the link that
+// carries it, or the next one when a link finds its path refused or
+// unusable (it calls this again). With no route left the transfer fails.
+// The thread that holds the transfer.
+void start_next(const std::shared_ptr<Transfer>& transfer);
 
 class Transfers {
  public:
@@ -95,4 +108,4 @@ class Transfers {
   detail::TimerQueue timers_;
 };
 
-}  // namespace castmesh::rdma
+}  // namespace castmesh::link

@@ -1,4 +1,4 @@
-#include "core/rdma/transfers.h"
+#include "core/link/transfers.h"
 
 #include <cstring>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "castmesh/detail/mutex.h"
 
-namespace castmesh::rdma {
+namespace castmesh::link {
 
 Transfers& Transfers::instance() {
   static auto* transfers = new Transfers;
@@ -27,7 +27,7 @@ void Transfers::start(const std::shared_ptr<Transfer>& transfer, absl::Duration 
   transfer->timer = timers_.add(timeout, absl::ZeroDuration(), [this, weak, timeout] {
     if (std::shared_ptr<Transfer> t = weak.lock()) {
       finish(t, absl::DeadlineExceededError(absl::StrCat("RDMA ", t->release ? "release" : t->write ? "write" : "read",
-                                                         " of ", t->length, " bytes with proc ", t->owner,
+                                                         " of ", t->length, " bytes with proc ", t->remote.owner,
                                                          " did not finish within ", absl::FormatDuration(timeout))));
     }
   });
@@ -74,7 +74,7 @@ void Transfers::deliver(const std::shared_ptr<Transfer>& transfer, uint64_t offs
     }
   }
   if (outside) {
-    finish(transfer, absl::InternalError(absl::StrCat("proc ", transfer->owner, " sent ", size, " bytes at ", offset,
+    finish(transfer, absl::InternalError(absl::StrCat("proc ", transfer->remote.owner, " sent ", size, " bytes at ", offset,
                                                       ", outside the read of [", transfer->offset, ", ",
                                                       transfer->offset + transfer->length, ")")));
   } else if (complete) {
@@ -90,12 +90,23 @@ bool Transfers::copy_if_live(const std::shared_ptr<Transfer>& transfer, const st
   return true;
 }
 
+void start_next(const std::shared_ptr<Transfer>& transfer) {
+  if (transfer->routes.empty()) {
+    return Transfers::instance().finish(
+        transfer, absl::FailedPreconditionError(absl::StrCat("proc ", transfer->remote.owner,
+                                                             " offers no transport this proc has for its RDMA buffer")));
+  }
+  Link* next = transfer->routes.front();
+  transfer->routes.erase(transfer->routes.begin());
+  next->start(transfer);
+}
+
 void Transfers::owner_lost(const ProcId& owner, const absl::Status& why) {
   std::vector<std::shared_ptr<Transfer>> lost;
   {
     detail::MutexLock lock(mu_);
     for (const auto& [id, transfer] : live_) {
-      if (transfer->owner == owner) lost.push_back(transfer);
+      if (transfer->remote.owner == owner) lost.push_back(transfer);
     }
   }
   for (const auto& transfer : lost) {
@@ -104,4 +115,4 @@ void Transfers::owner_lost(const ProcId& owner, const absl::Status& why) {
   }
 }
 
-}  // namespace castmesh::rdma
+}  // namespace castmesh::link
