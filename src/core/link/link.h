@@ -160,12 +160,14 @@ class Link {
   // on (start_next). The default hands it on. Caller's thread (it may
   // move the work to the progress engine).
   virtual void start(const std::shared_ptr<Transfer>& transfer);
-  // One-sided, now: `transfer`'s outcome when it completes on the caller's
-  // thread before returning (small same-host copies; OK: all of it moved,
-  // by the path now in transfer.transport); nullopt when it must go through
-  // Transfers and start(). `transfer` is not tracked yet. Caller's thread.
-  virtual std::optional<absl::Status> start_now(Transfer& transfer) {
-    (void)transfer;
+  // One-sided, now: copies `length` bytes between `local` and `remote` at
+  // `offset` (into the region when `write`) when that completes on the
+  // caller's thread before returning (small same-host copies), by
+  // path(remote.owner): its outcome; nullopt when it must go through a
+  // Transfer and start(). Allocates nothing. Caller's thread.
+  virtual std::optional<absl::Status> start_now(const Region& remote, uint64_t offset, char* local, size_t length,
+                                                bool write) {
+    (void)remote, (void)offset, (void)local, (void)length, (void)write;
     return std::nullopt;
   }
 };

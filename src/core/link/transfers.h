@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "castmesh/detail/mutex.h"
@@ -41,6 +42,9 @@ struct TransferState {
   virtual ~TransferState() = default;
 };
 
+// The links a transfer tries, in order (no allocation for the few a table gives).
+using Routes = absl::InlinedVector<Link*, 4>;
+
 // One operation on another proc's registered memory.
 struct Transfer {
   uint64_t id = 0;
@@ -55,7 +59,7 @@ struct Transfer {
   RdmaTransport transport = RdmaTransport::kSocket;
   // The links still to try after the current one, in order (start_next
   // takes the first). Read only by the one link that holds the transfer.
-  std::vector<Link*> routes;
+  Routes routes;
   std::weak_ptr<proc::ProcHost> host;  // the proc that sends
   std::function<void(absl::StatusOr<RdmaResult>)> done;  // called once, by Transfers::finish
 

@@ -27,6 +27,9 @@ struct RdmaHandle {
   uint32_t rkey = 0;
   rdma::OneSidedRef one_sided;  // same-host one-sided copies (generation 0: none)
   Device device;                // the owner's memory: CUDA/ROCm memory is staged by the owner
+  // The fields above as the links read them (rdma::region_of), made once
+  // with the handle so that an operation copies nothing to reach a link.
+  link::Region region;
 };
 
 }  // namespace castmesh::detail

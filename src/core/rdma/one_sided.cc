@@ -503,17 +503,16 @@ class TableLink final : public link::Link {
     transfer->transport = RdmaTransport::kSingleCopy;  // nothing else reads it before the first message goes
     Requester::instance().begin(transfer);
   }
-  std::optional<absl::Status> start_now(link::Transfer& transfer) override {
-    if (transfer.length >= kOneSidedInCallerBytes) return std::nullopt;
-    const link::Region& remote = transfer.remote;
+  std::optional<absl::Status> start_now(const link::Region& remote, uint64_t offset, char* local, size_t length,
+                                        bool write) override {
+    if (length >= kOneSidedInCallerBytes) return std::nullopt;
     uint32_t slots = 0;
     std::shared_ptr<const SegmentMapping> map = Requester::instance().ready(remote.owner, remote.pid, &slots);
     if (map == nullptr) return std::nullopt;
     Attempt attempt = copy_one_sided(*map, slots, remote.owner, remote.pid, remote.id,
-                                     OneSidedRef{remote.table_slot, remote.table_generation}, transfer.bytes,
-                                     transfer.write, transfer.offset, transfer.length);
+                                     OneSidedRef{remote.table_slot, remote.table_generation}, local, write, offset,
+                                     length);
     if (attempt.fall_back) return std::nullopt;
-    transfer.transport = RdmaTransport::kSingleCopy;
     return attempt.status;
   }
 };

@@ -127,20 +127,22 @@ Future<RdmaResult> operate(const std::shared_ptr<const detail::RdmaHandle>& hand
   }
   char* bytes = static_cast<char*>(local.data());
   if (same_process(*handle)) return same_process_copy(*handle, bytes, write, options.offset, length);
-  absl::StatusOr<std::vector<link::Link*>> routes = rdma::choose_routes(*handle, length, options.fallback);
+  absl::StatusOr<link::Routes> routes = rdma::choose_routes(*handle, length, options.fallback);
   if (!routes.ok()) return make_failed_future<RdmaResult>(routes.status());
+  // A link that completes small operations on this thread (a same-host one-sided copy) does so now.
+  link::Link* first = routes->front();
+  if (std::optional<absl::Status> now = first->start_now(handle->region, options.offset, bytes, length, write)) {
+    if (!now->ok()) return make_failed_future<RdmaResult>(*now);
+    return make_ready_future(RdmaResult{length, rdma::transport_of(first->path(handle->owner))});
+  }
   auto transfer = std::make_shared<Transfer>();
-  transfer->remote = rdma::region_of(*handle);
+  transfer->remote = handle->region;
   transfer->write = write;
   transfer->offset = options.offset;
   transfer->length = length;
   transfer->local = local;
   transfer->bytes = bytes;
   transfer->routes = *std::move(routes);
-  // A link that completes small operations on this thread (a same-host one-sided copy) does so now.
-  if (std::optional<absl::Status> now = transfer->routes.front()->start_now(*transfer)) {
-    return now->ok() ? make_ready_future(RdmaResult{length, transfer->transport}) : make_failed_future<RdmaResult>(*now);
-  }
   Future<RdmaResult> started = start_transfer(std::move(transfer), runtime_for(options.runtime), options.timeout);
   if (!owner_on_device(*handle)) return started;
   return std::move(started).then([](RdmaResult r) {
@@ -219,6 +221,7 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::register_memory(const TensorView& view, R
   handle->rkey = registered.registration->rkey;
   handle->one_sided = registered.table;
   handle->device = view.device();
+  handle->region = rdma::region_of(*handle);
   return RdmaBuffer(std::move(handle));
 }
 
@@ -267,6 +270,7 @@ absl::StatusOr<RdmaBuffer> RdmaBuffer::deserialize(std::string_view bytes) {
       handle->transports.push_back(static_cast<RdmaTransport>(t));
     }
   }
+  handle->region = rdma::region_of(*handle);
   return RdmaBuffer(std::move(handle));
 }
 
@@ -339,7 +343,7 @@ Future<Unit> RdmaBuffer::release(absl::Duration timeout, Runtime* runtime) const
     return freed;
   }
   auto transfer = std::make_shared<Transfer>();
-  transfer->remote = rdma::region_of(*handle_);
+  transfer->remote = handle_->region;
   transfer->release = true;
   transfer->routes = rdma::release_routes();
   return start_transfer(std::move(transfer), runtime_for(runtime), timeout).then([](RdmaResult) { return Unit{}; });

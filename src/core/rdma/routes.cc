@@ -64,7 +64,7 @@ link::Link* link_of(link::Path path) {
 
 bool owner_on_device(const detail::RdmaHandle& handle) { return castmesh::detail::is_engine_device(handle.device); }
 
-absl::StatusOr<std::vector<link::Link*>> choose_routes(const detail::RdmaHandle& handle, size_t length,
+absl::StatusOr<link::Routes> choose_routes(const detail::RdmaHandle& handle, size_t length,
                                                        std::optional<config::RdmaFallback> fallback) {
   absl::StatusOr<bool> forbidden = fallback_forbidden(fallback);
   if (!forbidden.ok()) return forbidden.status();
@@ -101,8 +101,7 @@ absl::StatusOr<std::vector<link::Link*>> choose_routes(const detail::RdmaHandle&
     return absl::FailedPreconditionError(
         absl::StrCat("proc ", handle.owner, " offers no transport this proc has for its RDMA buffer"));
   }
-  std::vector<link::Link*> routes;
-  routes.reserve(n + 1);
+  link::Routes routes;
   // Same host: a one-sided copy first, with no message to the owner (one_sided.h).
   if (paths[0] != link::Path::kIbverbs && handle.one_sided.generation != 0 && same_host &&
       offers(handle, RdmaTransport::kSingleCopy) && one_sided_enabled()) {
@@ -112,6 +111,16 @@ absl::StatusOr<std::vector<link::Link*>> choose_routes(const detail::RdmaHandle&
   return routes;
 }
 
-std::vector<link::Link*> release_routes() { return {&socket_link()}; }
+link::Routes release_routes() { return {&socket_link()}; }
+
+RdmaTransport transport_of(link::Path path) {
+  switch (path) {
+    case link::Path::kIbverbs: return RdmaTransport::kIbverbs;
+    case link::Path::kInProcess: return RdmaTransport::kSameProcess;
+    case link::Path::kSingleCopy: return RdmaTransport::kSingleCopy;
+    case link::Path::kSharedSegment: return RdmaTransport::kSharedSegment;
+    default: return RdmaTransport::kSocket;
+  }
+}
 
 }  // namespace castmesh::rdma

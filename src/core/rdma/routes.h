@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "castmesh/config.h"
 #include "core/link/link.h"
+#include "core/link/transfers.h"
 #include "core/rdma/handle.h"
 
 namespace castmesh::rdma {
@@ -24,11 +25,14 @@ namespace castmesh::rdma {
 // none: kFailedPrecondition when fallback is "error" and ibverbs does not
 // reach the owner, or the owner offers nothing this process has; the
 // environment's error when a setting there is malformed.
-absl::StatusOr<std::vector<link::Link*>> choose_routes(const detail::RdmaHandle& handle, size_t length,
+absl::StatusOr<link::Routes> choose_routes(const detail::RdmaHandle& handle, size_t length,
                                                        std::optional<config::RdmaFallback> fallback);
 
 // The route of a RELEASE request (a message to the owner).
-std::vector<link::Link*> release_routes();
+link::Routes release_routes();
+
+// What RdmaResult::transport says for an operation `path` carried.
+RdmaTransport transport_of(link::Path path);
 
 // Whether the owner's memory is CUDA/ROCm memory (it stages every operation).
 bool owner_on_device(const detail::RdmaHandle& handle);

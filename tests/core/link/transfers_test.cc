@@ -54,7 +54,7 @@ struct Outcome {
 };
 
 // A tracked read of `destination` from proc "owner-proc" over `routes`.
-std::shared_ptr<Transfer> tracked_read(std::vector<char>& destination, std::vector<Link*> routes,
+std::shared_ptr<Transfer> tracked_read(std::vector<char>& destination, Routes routes,
                                        const std::shared_ptr<Outcome>& outcome,
                                        absl::Duration timeout = absl::Seconds(60)) {
   auto transfer = std::make_shared<Transfer>();
