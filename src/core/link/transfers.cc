@@ -96,9 +96,7 @@ void start_next(const std::shared_ptr<Transfer>& transfer) {
         transfer, absl::FailedPreconditionError(absl::StrCat("proc ", transfer->remote.owner,
                                                              " offers no transport this proc has for its RDMA buffer")));
   }
-  Link* next = transfer->routes.front();
-  transfer->routes.erase(transfer->routes.begin());
-  next->start(transfer);
+  transfer->routes.pop_front()->start(transfer);
 }
 
 void Transfers::owner_lost(const ProcId& owner, const absl::Status& why) {

@@ -16,14 +16,14 @@
 // Thread-safe.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "castmesh/detail/mutex.h"
@@ -42,8 +42,30 @@ struct TransferState {
   virtual ~TransferState() = default;
 };
 
-// The links a transfer tries, in order (no allocation for the few a table gives).
-using Routes = absl::InlinedVector<Link*, 4>;
+// The links a transfer tries, in order: at most one per row of the cost
+// table and one more, held inline (an operation allocates nothing for them).
+class Routes {
+ public:
+  static constexpr size_t kMax = 8;
+  Routes() = default;
+  Routes(std::initializer_list<Link*> links) {
+    for (Link* link : links) push_back(link);
+  }
+  // Appends `link` (beyond kMax it is dropped: no table is that long).
+  void push_back(Link* link) {
+    if (size_ < kMax) links_[size_++] = link;
+  }
+  bool empty() const { return next_ == size_; }
+  // The next link (not empty()).
+  Link* front() const { return links_[next_]; }
+  // Takes the next link (not empty()).
+  Link* pop_front() { return links_[next_++]; }
+
+ private:
+  std::array<Link*, kMax> links_{};
+  size_t next_ = 0;
+  size_t size_ = 0;
+};
 
 // One operation on another proc's registered memory.
 struct Transfer {
