@@ -99,13 +99,18 @@ if [[ ${CROSS_HOST} == --cross-host ]]; then
   echo
   echo "== cross-host ask (issue 30; network-namespace hosts, TCP)"
   ratios=()
+  short_ratios=()
   for run in $(seq "${RUNS}"); do
     line=$(bash "${ROOT}/bench/hosts/run_cross_host_ask.sh" "${BUILD}" 3000 | grep '^RESULT')
     raw=$(grep -o 'raw_rtt_us=[0-9.]*' <<< "${line}" | cut -d= -f2)
     ask=$(grep -o ' ask_us=[0-9.]*' <<< "${line}" | cut -d= -f2)
-    echo "run ${run}: raw ${raw} us, ask ${ask} us"
+    short=$(grep -o 'short_ask_us=[0-9.]*' <<< "${line}" | cut -d= -f2)
+    echo "run ${run}: raw ${raw} us, ask ${ask} us, ask to a kShortHandlers echo ${short} us"
     ratios+=("$(awk -v a="${ask}" -v r="${raw}" 'BEGIN {printf "%.3f", a / r}')")
+    short_ratios+=("$(awk -v a="${short}" -v r="${raw}" 'BEGIN {printf "%.3f", a / r}')")
   done
   ratio=$(printf '%s\n' "${ratios[@]}" | median)
+  short_ratio=$(printf '%s\n' "${short_ratios[@]}" | median)
   echo "median ratio ${ratio} (target <= 1.3: $(verdict "${ratio}" 1.3 le))"
+  echo "median ratio, kShortHandlers echo ${short_ratio} (target <= 1.3: $(verdict "${short_ratio}" 1.3 le))"
 fi

@@ -73,6 +73,16 @@ class BenchEcho : public castmesh::Actor {
 };
 CASTMESH_REGISTER_ACTOR(BenchEcho);
 
+// The same echo, declaring short handlers: an ask that finds it idle runs
+// on the worker proc's I/O thread (castmesh/actor.h, kShortHandlers).
+class BenchShortEcho : public castmesh::Actor {
+ public:
+  static constexpr bool kShortHandlers = true;
+  int64_t echo(const BenchPing& p) { return p.n; }
+  using Handlers = castmesh::Handlers<&BenchShortEcho::echo>;
+};
+CASTMESH_REGISTER_ACTOR(BenchShortEcho);
+
 namespace {
 
 using castmesh::transport::Endpoint;
@@ -441,7 +451,7 @@ void row(const char* kind, const char* what, double raw, double cm, const char* 
 
 }  // namespace
 
-double actor_ask_rtt_us(const std::string& kind, int rounds, int reps);
+double actor_ask_rtt_us(const std::string& kind, int rounds, int reps, bool short_handlers = false);
 
 // --latency: the issue-37 round trips only, RUNS alternating runs each
 // (raw first, then castmesh, so both see the same background load), every
@@ -491,36 +501,31 @@ static int latency_main(int argc, char** argv) {
   }
   if (with_ask) {
     // The same plain-thread round trip through the whole runtime (codec,
-    // router, the echo actor's mailbox and worker), beside the raw one.
+    // router, the echo actor's mailbox and worker), beside the raw one; and
+    // to an echo with short handlers (run on the worker proc's I/O thread).
     for (const std::string kind : {"unix", "tcp"}) {
-      std::vector<double> raw, ask;
+      std::vector<double> raw, ask, short_ask;
       for (int r = 0; r < runs; ++r) {
         raw.push_back(raw_rtt_us(kind, rounds));
         ask.push_back(actor_ask_rtt_us(kind, rounds, 1));
-        std::printf("run\t%s\t%d\tactor ask\t%.2f\t%.2f\n", kind.c_str(), r + 1, raw.back(), ask.back());
+        short_ask.push_back(actor_ask_rtt_us(kind, rounds, 1, /*short_handlers=*/true));
+        std::printf("run\t%s\t%d\tactor ask\t%.2f\t%.2f\tshort-handler ask\t%.2f\n", kind.c_str(), r + 1,
+                    raw.back(), ask.back(), short_ask.back());
         std::fflush(stdout);
       }
       std::printf("median\t%s\tactor ask\t%.2f\t%.2f\t%.3f\n", kind.c_str(), median(raw), median(ask),
                   median(ask) / median(raw));
+      std::printf("median\t%s\tshort-handler ask\t%.2f\t%.2f\t%.3f\n", kind.c_str(), median(raw),
+                  median(short_ask), median(short_ask) / median(raw));
     }
   }
   return 0;
 }
 
-// Round trip of ActorRef::ask from a plain thread to an actor in a worker
-// proc (LocalAllocator, same transport as `kind`), in microseconds.
-double actor_ask_rtt_us(const std::string& kind, int rounds, int reps) {
-  castmesh::Runtime runtime;
-  castmesh::LocalAllocatorOptions options;
-  options.transport = kind;
-  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 1);
-  if (!mesh.ok()) {
-    std::fprintf(stderr, "allocate: %s\n", mesh.status().ToString().c_str());
-    return 0;
-  }
-  auto echoes = mesh->spawn<BenchEcho>("echo");
-  if (!echoes.ok()) return 0;
-  const auto& echo = (*echoes)[0];
+// Round trip of `echo.ask` from this thread, the best of `reps` runs of
+// `rounds` asks, in microseconds (0: an ask failed).
+template <typename Ref>
+double ask_rtt_us(const Ref& echo, int rounds, int reps) {
   for (int i = 0; i < 1000; ++i) (void)echo.ask(BenchPing{i}).get();
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
@@ -531,6 +536,26 @@ double actor_ask_rtt_us(const std::string& kind, int rounds, int reps) {
     best = std::min(best, seconds_since(t0) * 1e6 / rounds);
   }
   return best;
+}
+
+// Round trip of ActorRef::ask from a plain thread to an actor in a worker
+// proc (LocalAllocator, same transport as `kind`), in microseconds; to
+// BenchShortEcho with `short_handlers`, else BenchEcho.
+double actor_ask_rtt_us(const std::string& kind, int rounds, int reps, bool short_handlers) {
+  castmesh::Runtime runtime;
+  castmesh::LocalAllocatorOptions options;
+  options.transport = kind;
+  auto mesh = castmesh::LocalAllocator(options).allocate(runtime, 1);
+  if (!mesh.ok()) {
+    std::fprintf(stderr, "allocate: %s\n", mesh.status().ToString().c_str());
+    return 0;
+  }
+  if (short_handlers) {
+    auto echoes = mesh->spawn<BenchShortEcho>("echo");
+    return echoes.ok() ? ask_rtt_us((*echoes)[0], rounds, reps) : 0;
+  }
+  auto echoes = mesh->spawn<BenchEcho>("echo");
+  return echoes.ok() ? ask_rtt_us((*echoes)[0], rounds, reps) : 0;
 }
 
 int main(int argc, char** argv) {

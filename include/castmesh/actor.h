@@ -19,6 +19,16 @@
 //   c.tell(Add{2});
 //   absl::StatusOr<int> v = c.ask(Get{}).get();   // Future<int>
 //
+// Short handlers: a class that declares
+//   static constexpr bool kShortHandlers = true;
+// promises that every handler is short (microseconds) and never blocks (no
+// Future::get, no collective, no sleep). A message from another proc that
+// finds such an actor idle then runs on the transport thread that received
+// it, without waking a worker (one thread hand-off less per remote ask;
+// docs/actors.md, "Short handlers"). Ordering, one handler at a time and
+// supervision are as for every actor; sends from such a handler never wait
+// for a full connection (they fail with ResourceExhausted instead).
+//
 // The methods of this base class (self, spawn, stop, monitor, timers,
 // on_complete) may only be called from inside the actor's own handlers and
 // hooks (on_start onwards), never from its constructor or other threads.

@@ -151,6 +151,9 @@ struct HandlerTable {
   std::vector<HandlerEntry> entries;
   std::string_view class_name;
   uint32_t class_id = 0;
+  // The class declares kShortHandlers (castmesh/actor.h): its remote
+  // messages may run on the receiving transport thread.
+  bool short_handlers = false;
 
   const HandlerEntry* find(uint32_t type_id) const {
     for (const auto& e : entries) {
@@ -173,6 +176,7 @@ const HandlerTable& handler_table() {
     HandlerTable t;
     t.class_name = type_name<A>();
     t.class_id = type_id<A>();
+    if constexpr (requires { A::kShortHandlers; }) t.short_handlers = A::kShortHandlers;
     if constexpr (HasHandlers<A>) {
       using Tuple = typename HandlerList<typename A::Handlers>::template thunks<A>;
       fill_table<A>(t, static_cast<Tuple*>(nullptr));

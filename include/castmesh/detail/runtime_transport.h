@@ -71,11 +71,13 @@ class RuntimeTransportSeam {
   // Injects a serialized message for the local actor `destination`.
   // Errors: kNotFound (no such actor; an answer to reply_to is sent as
   // well), kUnimplemented (unknown wire type name), kInvalidArgument
-  // (undecodable payload).
+  // (undecodable payload). `may_run_here`: the caller is a transport thread
+  // outside any actor that may run the message's handler itself when the
+  // actor is idle and its class declares kShortHandlers (castmesh/actor.h).
   static absl::Status deliver_serialized(Runtime& runtime, const Address& destination, std::string_view type_name,
                                          std::string_view bytes,
                                          const std::optional<PortAddress>& reply_to = std::nullopt,
-                                         const Address& sender = {});
+                                         const Address& sender = {}, bool may_run_here = false);
   // Injects the answer for a reply port of this proc.
   static absl::Status deliver_serialized_reply(Runtime& runtime, const PortAddress& port, std::string_view type_name,
                                                std::string_view bytes);

@@ -125,7 +125,13 @@ void ActorCell::schedule() {
   }
 }
 
-void ActorCell::deliver(Envelope* env) {
+void ActorCell::deliver(Envelope* env) { push_and_wake(env, /*run_here=*/false); }
+
+void ActorCell::deliver_here(Envelope* env) {
+  push_and_wake(env, /*run_here=*/table_.short_handlers && thread_ == nullptr);
+}
+
+void ActorCell::push_and_wake(Envelope* env, bool run_here) {
   if (env->kind == EnvelopeKind::kUser) {
     counters_.on_delivered();
     if (ActorCell* sender = current()) sender->counters_.on_sent();
@@ -136,10 +142,14 @@ void ActorCell::deliver(Envelope* env) {
     if (env->trace_flow == 0) env->trace_flow = trace::take_inbound_flow();
   }
   switch (mailbox_.push(env)) {
-    case Mailbox::PushResult::kOk:
+    case Mailbox::PushResult::kOk:  // queued behind a turn that runs or is scheduled
       return;
     case Mailbox::PushResult::kUnblocked:
-      schedule();
+      if (run_here) {
+        run_one_here();
+      } else {
+        schedule();
+      }
       return;
     case Mailbox::PushResult::kClosed: {
       absl::Status reason;
@@ -151,6 +161,21 @@ void ActorCell::deliver(Envelope* env) {
       return;
     }
   }
+}
+
+void ActorCell::run_one_here() {
+  // This thread owns the turn until try_block() or schedule(). A first turn
+  // (on_start), a stop or a failure, and whatever queued behind the one
+  // message go to a worker: on_start, on_stop and supervision may block.
+  if (started_ && !stop_now_.load(std::memory_order_acquire)) {
+    CurrentCellScope scope(this);
+    const Scheduler::NonBlockingSection promise("an actor with kShortHandlers, running on a transport thread,");
+    if (Envelope* env = mailbox_.pop()) dispatch(env);
+    if (!stop_requested_ && !failed_ && !stop_now_.load(std::memory_order_acquire) && mailbox_.try_block()) {
+      return;  // `this` may run elsewhere from here on
+    }
+  }
+  schedule();
 }
 
 Schedulable::TurnResult ActorCell::run_turn(int batch) {

@@ -57,8 +57,8 @@ absl::Status RuntimeTransportSeam::deliver_wire(Runtime& runtime, WireMessage ms
 absl::Status RuntimeTransportSeam::deliver_serialized(Runtime& runtime, const Address& destination,
                                                       std::string_view type_name, std::string_view bytes,
                                                       const std::optional<PortAddress>& reply_to,
-                                                      const Address& sender) {
-  return runtime.core_->deliver_serialized(destination, type_name, bytes, reply_to, sender);
+                                                      const Address& sender, bool may_run_here) {
+  return runtime.core_->deliver_serialized(destination, type_name, bytes, reply_to, sender, may_run_here);
 }
 
 absl::Status RuntimeTransportSeam::deliver_serialized_reply(Runtime& runtime, const PortAddress& port,

@@ -208,6 +208,7 @@ void RuntimeCore::on_thread_start() { tl_runtime = this; }
 
 RuntimeCore* RuntimeCore::current() {
   if (tl_runtime) return tl_runtime;
+  if (ActorCell* cell = ActorCell::current()) return cell->runtime();  // a turn on a transport thread
   detail::MutexLock lock(g_runtimes_mu);
   return live_runtimes().empty() ? nullptr : live_runtimes().back();
 }
@@ -502,7 +503,8 @@ void RuntimeCore::notify_remote_down(std::vector<RemoteDown> downs) {
 }
 
 absl::Status RuntimeCore::deliver_serialized(const Address& dst, std::string_view type_name, std::string_view bytes,
-                                             const std::optional<PortAddress>& reply_to, const Address& sender) {
+                                             const std::optional<PortAddress>& reply_to, const Address& sender,
+                                             bool may_run_here) {
   ReplyRef reply;
   if (reply_to) reply = ReplyRef(new RemoteReplySink(*reply_to, 0, this));
   const auto fail = [&](absl::Status st) {
@@ -535,7 +537,11 @@ absl::Status RuntimeCore::deliver_serialized(const Address& dst, std::string_vie
   env->type_id = tid;
   env->reply = std::move(reply);
   (void)sender;  // kept for logging by the transport; actors do not see senders
-  cell->deliver(env);
+  if (may_run_here && ActorCell::current() == nullptr) {
+    cell->deliver_here(env);
+  } else {
+    cell->deliver(env);
+  }
   return absl::OkStatus();
 }
 

@@ -50,6 +50,13 @@ class ActorCell final : public Destination, public Schedulable, public std::enab
   uint32_t actor_class() const override { return table_.class_id; }
   RuntimeCore* runtime() const override { return rt_; }
 
+  // A transport thread delivering a message from another proc (not from
+  // inside any actor's turn): as deliver(), except that an actor of a class
+  // with kShortHandlers that `env` finds idle handles it on this thread now
+  // (one message; what queues meanwhile, and a stop or failure it causes,
+  // go on on a worker).
+  void deliver_here(Envelope* env);
+
   // Schedulable
   TurnResult run_turn(int batch) override;
 
@@ -87,6 +94,12 @@ class ActorCell final : public Destination, public Schedulable, public std::enab
 
  private:
   void schedule();
+  // Pushes `env`; the push that finds the actor idle runs it here
+  // (`run_here`, run_one_here) or schedules it.
+  void push_and_wake(Envelope* env, bool run_here);
+  // The turn this thread owns (its push unblocked the mailbox), for one
+  // message, on a thread that is no worker (deliver_here).
+  void run_one_here();
   void dispatch(Envelope* env);
   void dispatch_user(Envelope* env);
   // Runs fn; an exception fails the actor ("<what> threw: ...").
@@ -176,8 +189,11 @@ class RuntimeCore {
   bool demonitor(const UntypedRef& target, MonitorId id);
   void report_remote_down(const Address& actor, const absl::Status& reason, std::string message_type = {});
   void report_proc_down(const ProcId& proc, const absl::Status& reason);
+  // `may_run_here`: the caller is a transport thread that may run a
+  // short-handler actor's turn itself (ActorCell::deliver_here).
   absl::Status deliver_serialized(const Address& dst, std::string_view type_name, std::string_view bytes,
-                                  const std::optional<PortAddress>& reply_to, const Address& sender);
+                                  const std::optional<PortAddress>& reply_to, const Address& sender,
+                                  bool may_run_here = false);
   absl::Status deliver_serialized_reply(const PortAddress& port, std::string_view type_name, std::string_view bytes);
   void fail_reply_port(const PortAddress& port, absl::Status error);
 

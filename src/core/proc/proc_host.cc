@@ -449,10 +449,13 @@ void ProcHost::on_message(const std::string& peer, wire::v1::FrameHeader&& frame
     if (!frame_header.source().empty()) {
       if (auto s = Address::parse(frame_header.source()); s.ok()) sender = std::move(*s);
     }
+    // A short-handler actor that is idle handles the message on this (I/O)
+    // thread, unless more frames wait behind this one.
+    const bool may_run_here = !transport::Endpoint::delivering_followed();
     // The envelope made in this call carries the sender's flow to its handler.
     handle_traced(frame_header, payload.size(), [&] {
       delivered = Seam::deliver_serialized(runtime_, *destination, frame_header.message_type(), payload.view(),
-                                           reply_to, sender);
+                                           reply_to, sender, may_run_here);
     });
   } else {
     const PortAddress port{*destination, frame_header.port()};

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
+#include <utility>
 
+#include "core/log/log.h"
 #include "core/scheduler/futex.h"
 
 namespace castmesh::detail {
@@ -156,7 +158,21 @@ void Scheduler::before_blocking_on_this_thread() {
   if (Worker* w = tl_worker) w->owner->before_blocking();
 }
 
+namespace {
+// What promised that the calling thread never blocks (NonBlockingSection), or nullptr.
+thread_local const char* tl_non_blocking = nullptr;
+std::atomic<bool> g_reported_blocking_in_non_blocking{false};
+}  // namespace
+
+Scheduler::NonBlockingSection::NonBlockingSection(const char* who) : previous_(std::exchange(tl_non_blocking, who)) {}
+Scheduler::NonBlockingSection::~NonBlockingSection() { tl_non_blocking = previous_; }
+
 Scheduler::BlockingScope::BlockingScope() {
+  if (tl_non_blocking != nullptr && !g_reported_blocking_in_non_blocking.exchange(true, std::memory_order_relaxed)) {
+    CASTMESH_LOG_ERROR("{} waits for something (Future::get, a collective) on a thread it promised not to block; "
+                       "this wait may never end: drop kShortHandlers from its class",
+                       tl_non_blocking);
+  }
   if (Worker* w = tl_worker) {
     scheduler_ = w->owner;
     scheduler_->enter_blocking();

@@ -86,6 +86,21 @@ class Scheduler {
    private:
     Scheduler* scheduler_ = nullptr;
   };
+  // Marks the calling thread, from construction to destruction, as running
+  // code that promised never to block (a short-handler actor's turn on a
+  // transport thread, whose waits nobody else could cover). A BlockingScope
+  // opened inside logs an error naming `who` (once per process): the wait
+  // may never end, since the thread it holds is the one that would end it.
+  class NonBlockingSection {
+   public:
+    explicit NonBlockingSection(const char* who);
+    ~NonBlockingSection();
+    NonBlockingSection(const NonBlockingSection&) = delete;
+    NonBlockingSection& operator=(const NonBlockingSection&) = delete;
+
+   private:
+    const char* previous_;
+  };
   // Helper threads started so far (statistics and tests).
   int helpers_started() const { return helpers_started_.load(std::memory_order_relaxed); }
   // True when called on one of this scheduler's workers.

@@ -84,6 +84,12 @@ constexpr auto kDirectWriteGap = std::chrono::microseconds(10);
 constexpr std::size_t kFrameHeaderReserve = 256;
 // Largest frame buffer a connection keeps for reuse (recycle_locked).
 constexpr std::size_t kMaxSpareChunkBytes = 64 * 1024;
+// After this many frames delivered in one read turn of a connection, every
+// further frame of that turn counts as followed by others
+// (Endpoint::delivering_followed): a busy connection's receivers hand work
+// on instead of running it on the reading thread, so the I/O thread gets
+// back to its other connections.
+constexpr std::uint32_t kQuietDrainFrames = 16;
 // send() to a closed peer must not raise SIGPIPE. MSG_NOSIGNAL is POSIX
 // (2008) and on Linux and the BSDs; where it is missing (older macOS) Asio
 // sets SO_NOSIGPIPE on every socket it opens or accepts instead.
@@ -978,6 +984,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // as they come. `mine`: nullptr on the I/O thread; a reader's filter else.
   Parsed drain(const FrameFilter* mine) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
     const int fd = mine == nullptr ? socket_.native_handle() : reader_fd_;
+    drain_delivered_ = 0;
     std::size_t payload_bytes = 0;
     // A recv() that filled less than the room it had emptied the socket at
     // that instant, as an EAGAIN would say: the one after it is skipped.
@@ -1338,22 +1345,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
     ++expected_sequence_;
     if (head.heartbeat) return true;
     Connection* const saved = t_delivering;
+    const bool saved_followed = t_followed;
     t_delivering = this;
+    t_followed = rend_ > rbegin_ || ++drain_delivered_ > kQuietDrainFrames;
     if (head.message == nullptr) {
       owner_.deliver_data(peer_, head.type, head.header, std::move(payload));
     } else {
       owner_.deliver(peer_, std::move(*head.message), std::move(payload));
     }
     t_delivering = saved;
+    t_followed = saved_followed;
     return true;
   }
 
  public:
   // The connection whose frame the calling thread is delivering, or nullptr.
   static Connection* delivering() { return t_delivering; }
+  // See Endpoint::delivering_followed().
+  static bool delivering_followed() { return t_delivering != nullptr && t_followed; }
 
  private:
   static thread_local Connection* t_delivering;
+  static thread_local bool t_followed;  // the frame being delivered has others behind it
 
   void on_handshake_frame(const char* body, std::size_t size) {
     absl::StatusOr<v1::Handshake> hs = wire::parse_handshake(body, size);
@@ -1501,6 +1514,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::size_t rbegin_ ABSL_GUARDED_BY(read_mu_) = 0;
   std::size_t rend_ ABSL_GUARDED_BY(read_mu_) = 0;
   std::uint64_t expected_sequence_ ABSL_GUARDED_BY(read_mu_) = 1;
+  std::uint32_t drain_delivered_ ABSL_GUARDED_BY(read_mu_) = 0;  // frames delivered in this read turn
   // Every frame header is parsed into this one, whose fields keep their
   // memory between frames (a message's handler may take them).
   v1::FrameHeader parsed_ ABSL_GUARDED_BY(read_mu_);
@@ -1537,6 +1551,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 };
 
 thread_local Connection* Connection::t_delivering = nullptr;
+thread_local bool Connection::t_followed = false;
 
 // --- Endpoint::Impl ----------------------------------------------------------
 
@@ -2022,6 +2037,8 @@ class ConnectionReader final : public PeerReader {
   const FrameFilter mine_;
 };
 }  // namespace
+
+bool Endpoint::delivering_followed() { return Connection::delivering_followed(); }
 
 std::shared_ptr<PeerReader> Endpoint::delivering_reader(FrameFilter mine) {
   Connection* connection = Connection::delivering();

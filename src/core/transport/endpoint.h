@@ -280,6 +280,14 @@ class Endpoint {
   // nullptr outside a handler or when the system cannot lend one.
   static std::shared_ptr<PeerReader> delivering_reader(FrameFilter mine);
 
+  // From inside a MessageHandler or DataHandler: true when the frame being
+  // delivered has others behind it (more bytes in its connection's read
+  // buffer, or this read turn of the connection already delivered 16
+  // frames). A receiver then hands the frame's work to another thread
+  // rather than run it on the delivering one, so the I/O thread gets back
+  // to the rest. False outside a handler.
+  static bool delivering_followed();
+
   // Runs `fn` on the I/O thread (after what is already queued there).
   void post(std::function<void()> fn);
 

@@ -863,6 +863,135 @@ int run_controller_role() {
 
 }  // namespace
 
+// --- short handlers (castmesh/actor.h, kShortHandlers): a message that finds
+// the actor idle runs on the worker proc's I/O thread ---------------------
+
+class QuickEcho : public Echo {
+ public:
+  static constexpr bool kShortHandlers = true;
+  QuickEcho() : Echo("quick") {}
+};
+CASTMESH_REGISTER_ACTOR(QuickEcho);
+
+class QuickRecorder : public Recorder {
+ public:
+  static constexpr bool kShortHandlers = true;
+};
+CASTMESH_REGISTER_ACTOR(QuickRecorder);
+
+namespace {
+
+TEST(ShortHandlers, OrderHoldsAcrossRunsOnTheIoThreadAndOnWorkers) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto recorders = mesh->spawn<QuickRecorder>("quick_recorder");
+  ASSERT_TRUE(recorders.ok()) << recorders.status();
+  const auto& recorder = (*recorders)[0];
+  // Bursts (queued behind a turn, handed to a worker) and lone messages
+  // (run on the I/O thread) from several senders, interleaved.
+  constexpr int kThreads = 3, kEach = 600;
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 1; i <= kEach; ++i) {
+        recorder.tell(Seq{t, i});
+        if (i % 50 == 0) std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
+  for (auto& s : senders) s.join();
+  auto verdict = recorder.ask(CheckOrder{}).get(absl::Seconds(30));
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_EQ(*verdict, absl::StrCat("ok ", kThreads * kEach));
+}
+
+TEST(ShortHandlers, RepliesRacingTimeoutsNeverReachAnotherAsk) {
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options()).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<QuickEcho>("quick_echo");
+  ASSERT_TRUE(echoes.ok()) << echoes.status();
+  const auto& echo = (*echoes)[0];
+  int timed_out = 0;
+  for (int64_t i = 1; i <= 300; ++i) {
+    // A deadline about as long as the round trip: the reply races it.
+    auto raced = echo.ask(Ping{i}).get(absl::Microseconds(i % 3 == 0 ? 0 : 40));
+    if (raced.ok()) {
+      EXPECT_EQ(*raced, i);
+    } else {
+      EXPECT_EQ(raced.status().code(), absl::StatusCode::kDeadlineExceeded) << raced.status();
+      ++timed_out;
+    }
+    auto next = echo.ask(Ping{-i}).get(absl::Seconds(10));
+    ASSERT_TRUE(next.ok()) << next.status();
+    ASSERT_EQ(*next, -i);
+  }
+  std::printf("%d of 300 raced asks timed out\n", timed_out);
+}
+
+TEST(ShortHandlers, AThrowingHandlerReachesTheSpawnerAndTheActorStops) {
+  Events events;
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options(&events)).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<QuickEcho>("quick_echo");
+  ASSERT_TRUE(echoes.ok());
+  const auto& echo = (*echoes)[0];
+  for (int64_t i = 0; i < 20; ++i) ASSERT_EQ(*echo.ask(Ping{i}).get(absl::Seconds(10)), i);
+  auto failed = echo.ask(Boom{}).get(absl::Seconds(10));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("boom from a worker"), std::string::npos) << failed.status();
+  auto event = events.wait_for_child(echo.address());
+  ASSERT_TRUE(event.has_value());
+  EXPECT_NE(event->reason.message().find("boom from a worker"), std::string::npos) << event->reason;
+  auto after = echo.ask(Ping{1}).get(absl::Seconds(10));
+  EXPECT_FALSE(after.ok());
+  EXPECT_NE(after.status().code(), absl::StatusCode::kDeadlineExceeded) << after.status();
+}
+
+TEST(ShortHandlers, AsksInFlightFailWhenTheProcDies) {
+  Events events;
+  castmesh::Runtime runtime;
+  auto mesh = castmesh::LocalAllocator(quick_options(&events)).allocate(runtime, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  auto echoes = mesh->spawn<QuickEcho>("quick_echo");
+  ASSERT_TRUE(echoes.ok());
+  const auto& echo = (*echoes)[0];
+  // Three callers ask without pause until an ask fails: the proc is killed
+  // while asks run on its I/O thread.
+  constexpr int kCallers = 3;
+  std::vector<absl::Status> last(kCallers);
+  std::atomic<int> answered{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int64_t i = 0;; ++i) {
+        auto r = echo.ask(Ping{i}).get(absl::Seconds(30));
+        if (!r.ok()) {
+          last[c] = r.status();
+          return;
+        }
+        if (*r != i) {
+          last[c] = absl::InternalError(absl::StrCat("asked ", i, ", answered ", *r));
+          return;
+        }
+        answered.fetch_add(1);
+      }
+    });
+  }
+  for (int i = 0; i < 30000 && answered.load() < 300; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_GE(answered.load(), 300);
+  ASSERT_EQ(::kill(static_cast<pid_t>(mesh->proc(0).pid), SIGKILL), 0);
+  for (auto& c : callers) c.join();
+  for (const absl::Status& st : last) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
+    EXPECT_NE(st.message().find(mesh->proc(0).id), std::string::npos) << st;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   castmesh::init(argc, argv);  // worker procs never return from here
   if (const char* role = std::getenv("CASTMESH_TEST_ROLE"); role != nullptr && std::string(role) == "controller") {
