@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -628,6 +629,41 @@ TEST(Endpoint, SendsToItselfThroughItsOwnHandler) {
   ASSERT_TRUE(a->send(a->id(), message("self"), wire::Payload::copy_of("me")).ok());
   ASSERT_TRUE(inbox.wait_messages(1));
   EXPECT_EQ(inbox.messages()[0].payload.view(), "me");
+}
+
+TEST(Endpoint, DeliveringFollowedSaysWhetherFramesWaitBehindTheOneDelivered) {
+  EXPECT_FALSE(Endpoint::delivering_followed());  // outside any handler
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<bool> followed;
+  EndpointOptions options = options_for(listen_url("unix", "followed-b"));
+  options.heartbeat_interval = absl::Seconds(30);  // no heartbeat behind a frame
+  options.heartbeat_timeout = absl::Seconds(60);
+  auto b = Endpoint::start(options, [&](const std::string&, v1::FrameHeader&&, wire::Payload) {
+    std::lock_guard lock(mu);
+    followed.push_back(Endpoint::delivering_followed());
+    cv.notify_all();
+  });
+  ASSERT_TRUE(b.ok()) << b.status();
+  options.listen = listen_url("unix", "followed-a");
+  auto a = Endpoint::start(options, [](const std::string&, v1::FrameHeader&&, wire::Payload) {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto wait_for = [&](std::size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return followed.size() >= n; });
+  };
+  // Lone frames, each delivered before the next is sent: nothing behind them.
+  for (std::size_t i = 1; i <= 20; ++i) {
+    ASSERT_TRUE((*a)->send((*b)->id(), message("lone")).ok());
+    ASSERT_TRUE(wait_for(i));
+  }
+  // A burst, queued faster than the socket takes it: read turns find
+  // several frames at once, and all but the last of each are followed.
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE((*a)->send((*b)->id(), message("burst")).ok());
+  ASSERT_TRUE(wait_for(220));
+  std::lock_guard lock(mu);
+  for (std::size_t i = 0; i < 20; ++i) EXPECT_FALSE(followed[i]) << "lone frame " << i;
+  EXPECT_GT(std::count(followed.begin() + 20, followed.end(), true), 0);
 }
 
 TEST(Endpoint, WrongSecretIsRefusedAndNothingIsDelivered) {
