@@ -56,6 +56,8 @@ const metrics::ActorMetrics* find_actor(const metrics::ProcMetrics& p, const std
   }
   return nullptr;
 }
+// The answer points into `p`: never into a temporary snapshot.
+const metrics::ActorMetrics* find_actor(metrics::ProcMetrics&& p, const std::string& name) = delete;
 
 // A handler's run is counted after it returns, and its answer may reach the
 // asker first: waits (bounded) until `name` has `runs` counted runs.
@@ -230,7 +232,8 @@ TEST(Metrics, AnObserverReadsEveryProcAndIsRefusedSpawnsAndSends) {
   ASSERT_FALSE(sent.ok());
   EXPECT_EQ(sent.status().code(), absl::StatusCode::kFailedPrecondition) << sent.status();
   EXPECT_NE(sent.status().message().find("read-only observer"), std::string::npos) << sent.status();
-  const metrics::ActorMetrics* a = find_actor(metrics::this_process(&runtime), "local_adder");
+  const metrics::ProcMetrics after_refusal = metrics::this_process(&runtime);  // find_actor points into it
+  const metrics::ActorMetrics* a = find_actor(after_refusal, "local_adder");
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->messages_in, 0u);
 
