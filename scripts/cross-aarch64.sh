@@ -76,7 +76,7 @@ file "${BUILD_DIR}/lib/libcastmesh_core.so."*.*.* | head -1
 #    private futexes), the scheduler and mailbox suites (the lock-free queues).
 #    The one-sided RDMA tables need process_vm_readv between two procs and
 #    stay untested on aarch64.
-WORKER_PROCS='^(ProcMesh|ProcActorMesh|ProcCastTree|RemoteMonitor|LocalAllocator|RendezvousAllocator|ProcCommunicator|ShmPath|World|PipelinedAllreduceProcs|DeviceCollectivesAcrossProcsFake|RdmaDeviceMissingBackendFake|StackService)\.|^Transports/RdmaAcrossProcs\.|^Transports/RdmaDeviceAcrossProcsFake\.'
+WORKER_PROCS='^(ProcMesh|ProcActorMesh|ProcCastTree|RemoteMonitor|LocalAllocator|RendezvousAllocator|ProcCommunicator|ShmPath|World|PipelinedAllreduceProcs|DeviceCollectivesAcrossProcsFake|RdmaDeviceMissingBackendFake|StackService|ShortHandlers|Metrics)\.|^Transports/RdmaAcrossProcs\.|^Transports/RdmaDeviceAcrossProcsFake\.'
 # 2. Process.ExecutablePathIsThisProgram stats /proc/self/exe, which qemu-user
 #    does not redirect (it does for readlink and open): the emulator. Always.
 # 3. HostMesh.* exec the aarch64 castmesh-host agent, which starts its procs
